@@ -1,0 +1,40 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install install-test demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+install-test: $(VENV)/.installed-test
+
+demo: install
+	$(VENV)/bin/bertheads train classify --train examples/sentiment/train.tsv --dev examples/sentiment/dev.tsv \
+		--out runs/demo-sentiment --epochs 3 --batch-size 16 --lr 5e-5
+	printf 'A warm, funny and wonderfully acted film.\nTedious, overlong and badly written.\nOne of the best movies I have seen this year.\nI wanted my money back.\n' \
+		| $(VENV)/bin/bertheads predict runs/demo-sentiment
+
+test: install-test
+	$(VENV)/bin/ruff check src tests bench
+	$(PY) -m pytest
+
+bench: install-test
+	$(PY) bench/run.py --limit 2000
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,153 @@
+"""Saving and loading a model directory.
+
+```
+DIR/encoder/                 config, safetensors weights and tokenizer files: a directory that
+                             transformers' AutoModel / AutoTokenizer.from_pretrained load
+DIR/heads/NAME.safetensors   the weights of each head
+DIR/bertheads.json           manifest: heads (kind, label map, packing and head settings), source
+DIR/metrics.json             {"dev": {...}} for one head, {"dev": {NAME: {...}}} for several
+```
+Everything is written into a temporary sibling directory and renamed into place, so a failed
+or interrupted save never leaves a half-written model or destroys the previous one. Loading
+never unpickles: weights are safetensors, settings JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from bertheads.encoder import Encoder
+from bertheads.errors import UserError
+from bertheads.model import BertHeads
+
+MANIFEST = "bertheads.json"
+FORMAT_VERSION = 1
+
+
+def task_class(kind: str):
+    from bertheads.tasks import TASKS
+
+    if kind not in TASKS:
+        raise UserError(f"unknown task kind {kind!r} (known: {', '.join(TASKS)})")
+    return TASKS[kind]
+
+
+def check_writable_out(out: str | Path) -> Path:
+    """Refuse to replace a directory that is not a bertheads model (the user's files stay)."""
+    out = Path(out)
+    if out.exists():
+        if not out.is_dir():
+            raise UserError(f"{out}: exists and is not a directory")
+        if any(out.iterdir()) and not (out / MANIFEST).is_file():
+            raise UserError(f"{out}: exists, is not empty and is not a bertheads model; choose another --out")
+    return out
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write a file through a temporary file in the same directory, then rename it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def encoder_hash(encoder: Encoder) -> str:
+    """Content hash of the encoder weights (names, shapes and values)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(encoder.model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().float().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: dict | None = None) -> Path:
+    """Write `model` to `out` atomically (replacing an earlier bertheads model there)."""
+    out = check_writable_out(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp.chmod(0o755)
+    try:
+        model.encoder.save(tmp / "encoder")
+        (tmp / "heads").mkdir()
+        for name, head in model.heads.items():
+            state = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+            save_file(state, str(tmp / "heads" / f"{name}.safetensors"))
+        for path in tmp.rglob("*"):  # mkstemp-style private modes -> ordinary ones
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "heads": {name: task.to_manifest() for name, task in model.tasks.items()},
+            "encoder_hash": encoder_hash(model.encoder),
+            **(extra or {}),
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+        if metrics is not None:
+            (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        swap_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def swap_into_place(tmp: Path, out: Path) -> None:
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.rename(out, old / "model")
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, out)
+
+
+def read_manifest(directory: str | Path) -> dict:
+    directory = Path(directory)
+    path = directory / MANIFEST
+    if not directory.is_dir():
+        raise UserError(f"{directory}: no such model directory")
+    if not path.is_file():
+        raise UserError(f"{directory}: not a bertheads model (no {MANIFEST})")
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg})") from None
+    if manifest.get("format_version") != FORMAT_VERSION or not manifest.get("heads"):
+        raise UserError(f"{path}: unsupported manifest (format_version {manifest.get('format_version')!r})")
+    return manifest
+
+
+def load(directory: str | Path, device: str | torch.device | None = None) -> BertHeads:
+    """Load a saved model: the encoder from `DIR/encoder`, each head from its safetensors file."""
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    encoder = Encoder.load(str(directory / "encoder"))
+    tasks = {}
+    for name, entry in manifest["heads"].items():
+        cls = task_class(entry["kind"])
+        task = cls.build(cls.spec_from_dict(entry["spec"]), encoder)
+        weights = directory / "heads" / f"{name}.safetensors"
+        if not weights.is_file():
+            raise UserError(f"{weights}: missing head weights")
+        task.head.load_state_dict(load_file(str(weights)))
+        tasks[name] = task
+    model = BertHeads(encoder, tasks)
+    model.manifest = manifest
+    model.eval()
+    if device is not None:
+        model.to(device)
+    return model

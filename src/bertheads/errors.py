@@ -1,0 +1,17 @@
+"""The one exception type whose message is shown to the user as it is."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input or settings: the CLI prints the message on one line and exits with status 2."""
+
+
+def where(path: str | None, line: int | None = None, field: str | None = None) -> str:
+    """`file:line` (or `file: field`) prefix for error messages."""
+    text = str(path) if path else "<stdin>"
+    if line is not None:
+        text += f":{line}"
+    if field:
+        text += f": {field}"
+    return text

@@ -1,0 +1,127 @@
+"""Packing inputs the BERT way and batching them.
+
+One text becomes `[CLS] A [SEP]`, a pair `[CLS] A [SEP] B [SEP]` with segment ids
+(the tokenizer supplies the model's own special tokens, so RoBERTa gets `<s> A </s></s> B </s>`).
+Batches are padded only to their own longest member; training batches are grouped by
+length (then shuffled as groups) and inference runs sorted by length, with the input
+order restored on output.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+
+import torch
+
+Feature = dict  # one encoded input: input_ids, token_type_ids and task fields (labels, ...)
+
+
+def encode_texts(
+    tokenizer,
+    texts: Sequence[str],
+    pairs: Sequence[str | None] | None = None,
+    max_length: int = 128,
+    offsets: bool = False,
+) -> list[Feature]:
+    """Encode single texts or pairs, truncating pairs longest-first to `max_length` tokens."""
+    if not texts:
+        return []
+    has_pairs = pairs is not None and any(p is not None for p in pairs)
+    if has_pairs and any(p is None for p in pairs):
+        # mixed singles and pairs: encode the two groups apart, keep the order
+        out: list[Feature | None] = [None] * len(texts)
+        single = [i for i, p in enumerate(pairs) if p is None]
+        double = [i for i, p in enumerate(pairs) if p is not None]
+        for idx, feats in (
+            (single, encode_texts(tokenizer, [texts[i] for i in single], None, max_length, offsets)),
+            (double, encode_texts(tokenizer, [texts[i] for i in double], [pairs[i] for i in double],
+                                  max_length, offsets)),
+        ):
+            for i, f in zip(idx, feats):
+                out[i] = f
+        return out  # type: ignore[return-value]
+    enc = tokenizer(
+        list(texts),
+        list(pairs) if has_pairs else None,
+        truncation="longest_first",
+        max_length=max_length,
+        padding=False,
+        return_attention_mask=False,
+        return_token_type_ids=True,
+        return_offsets_mapping=offsets,
+    )
+    feats = []
+    for i in range(len(texts)):
+        f = {"input_ids": enc["input_ids"][i], "token_type_ids": enc["token_type_ids"][i]}
+        if offsets:
+            f["offset_mapping"] = enc["offset_mapping"][i]
+        feats.append(f)
+    return feats
+
+
+def collate(features: Sequence[Feature], pad_id: int, label_pad: int = -100) -> dict[str, torch.Tensor]:
+    """Pad a batch to its longest member. Token-aligned list fields are padded with `label_pad`."""
+    longest = max(len(f["input_ids"]) for f in features)
+    n = len(features)
+    input_ids = torch.full((n, longest), pad_id, dtype=torch.long)
+    token_type_ids = torch.zeros((n, longest), dtype=torch.long)
+    attention_mask = torch.zeros((n, longest), dtype=torch.long)
+    for i, f in enumerate(features):
+        k = len(f["input_ids"])
+        input_ids[i, :k] = torch.as_tensor(f["input_ids"])
+        if f.get("token_type_ids") is not None:
+            token_type_ids[i, :k] = torch.as_tensor(f["token_type_ids"])
+        attention_mask[i, :k] = 1
+    batch = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+    for key in features[0]:
+        if key in batch or key == "offset_mapping" or key.startswith("_"):
+            continue
+        values = [f[key] for f in features]
+        if key.startswith("tok_"):  # one value per token: pad to the batch length
+            t = torch.full((n, longest), label_pad, dtype=torch.long)
+            for i, v in enumerate(values):
+                t[i, : len(v)] = torch.as_tensor(v, dtype=torch.long)
+            batch[key] = t
+        else:
+            batch[key] = torch.as_tensor(values)
+    return batch
+
+
+def length_grouped_batches(
+    lengths: Sequence[int], batch_size: int, seed: int, group_factor: int = 50
+) -> list[list[int]]:
+    """Training batches of similar lengths: shuffle, sort within chunks of
+    `batch_size * group_factor` examples, cut into batches, shuffle the batches."""
+    rng = random.Random(seed)
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    chunk = batch_size * group_factor
+    batches: list[list[int]] = []
+    for start in range(0, len(order), chunk):
+        group = sorted(order[start : start + chunk], key=lambda i: -lengths[i])
+        batches.extend(group[j : j + batch_size] for j in range(0, len(group), batch_size))
+    rng.shuffle(batches)
+    return batches
+
+
+def sorted_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[list[int]]:
+    """Inference batches in order of length (longest first); `max_tokens` caps padded size."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        width = lengths[current[0]] if current else lengths[i]
+        if current and (len(current) >= batch_size or (max_tokens and width * (len(current) + 1) > max_tokens)):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def shard(batches: list[list[int]], rank: int, world: int) -> Iterator[list[int]]:
+    """The batches one process of `world` takes (all of them when running alone)."""
+    usable = len(batches) - len(batches) % world if world > 1 else len(batches)
+    yield from batches[rank:usable:world]

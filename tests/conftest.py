@@ -1,0 +1,45 @@
+"""Shared fixtures: a tiny random BERT with the real uncased vocabulary, and data writers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def default_model_dir() -> str:
+    from bertheads.encoder import default_model_path
+
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory, default_model_dir) -> str:
+    """A 2-layer, hidden-32 BERT built from a config, with the default checkpoint's tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    out = tmp_path_factory.mktemp("tiny-bert")
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512, type_vocab_size=2)
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(str(out))
+    AutoTokenizer.from_pretrained(default_model_dir).save_pretrained(str(out))
+    return str(out)
+
+
+@pytest.fixture
+def write(tmp_path):
+    """write("name.tsv", text) -> path of a new file holding text."""
+
+    def _write(name: str, text: str) -> str:
+        path = Path(tmp_path) / name
+        path.write_text(text, encoding="utf-8")
+        return str(path)
+
+    return _write
