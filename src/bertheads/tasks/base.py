@@ -32,7 +32,12 @@ class Task:
       from_inputs(inputs, **options) -> examples             Python values for `predict`
       encode(examples, tokenizer, with_labels=True, path=None) -> list of features
       loss(logits, batch) -> scalar tensor
-      outputs(model, name, examples, batch_size=64, progress=None) -> one output per example
+      encode_for_inference(examples, tokenizer) -> (features, owner): owner[i] is the index of
+          the example feature i belongs to (several when an input is cut into windows)
+      collect(feature_outputs, owner, examples, features) -> one output per example (head
+          outputs of the features of each example merged: windows joined, spans chosen, ...)
+      (`outputs(model, name, examples)` = encode_for_inference + run_heads + collect, below; a
+       multi-head model runs several heads in one pass when their features are identical)
       decode(outputs, examples, **options) -> list of JSON-able dicts (what `predict` writes)
       metrics(outputs, examples, path=None, **options) -> dict (what `evaluate` reports);
           `during_training=True` when called after an epoch
@@ -69,6 +74,14 @@ class Task:
         import json
 
         return "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
+
+    def outputs(self, model, name: str, examples: list, batch_size: int = 64, progress: str | None = None) -> list:
+        """The head's outputs for each example: encode, run the encoder and head, merge windows."""
+        from bertheads.model import run_heads
+
+        features, owner = self.encode_for_inference(examples, model.encoder.tokenizer)
+        feature_outputs = run_heads(model, features, [name], batch_size, progress=progress)[name]
+        return self.collect(feature_outputs, owner, examples, features)
 
     # -- what each kind implements ------------------------------------------------------
     @classmethod

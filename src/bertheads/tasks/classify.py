@@ -18,7 +18,6 @@ from torch.nn import functional as F
 
 from bertheads.errors import UserError, where
 from bertheads.features import LayerCombine
-from bertheads.model import run_heads
 from bertheads.packing import encode_texts
 from bertheads.readers import file_format, find_column, read_jsonl, read_lines, read_table
 from bertheads.tasks.base import HeadSettings, Task, init_linear
@@ -217,11 +216,12 @@ class ClassifyTask(Task):
             return F.binary_cross_entropy_with_logits(logits, labels.float())
         return F.cross_entropy(logits, labels.long())
 
-    def outputs(self, model, name: str, examples: list[ClassifyExample], batch_size: int = 64,
-                progress: str | None = None) -> list[np.ndarray]:
-        """The head's logits for each example (one encoder pass per example)."""
-        feats = self.encode(examples, model.encoder.tokenizer, with_labels=False)
-        return run_heads(model, feats, [name], batch_size, progress=progress)[name]
+    def encode_for_inference(self, examples: list[ClassifyExample], tokenizer) -> tuple[list[dict], list[int]]:
+        """One feature per example (longer inputs are truncated, as in training)."""
+        return self.encode(examples, tokenizer, with_labels=False), list(range(len(examples)))
+
+    def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples, features) -> list[np.ndarray]:
+        return list(feature_outputs)
 
     def decode(self, logits: list[np.ndarray], examples=None, **_) -> list[dict]:
         """Head outputs to `{"label", "scores"}` (or `{"value"}`, or `{"labels", "scores"}`)."""
