@@ -1,0 +1,608 @@
+"""Extractive question answering: the answer is a span of the passage (SQuAD v1.1 and v2.0).
+
+The question and the passage go in as a pair, `[CLS] question [SEP] passage [SEP]`. A passage
+longer than the window is cut into overlapping windows (`--stride` tokens shared between
+neighbours) whose offset mappings lead back to characters of the passage. The head scores
+each token as the start and as the end of the answer; the best valid span over all windows
+of a question wins. With SQuAD v2.0 training data the model may also answer nothing: when the
+null score ([CLS] start + end) exceeds the best span's score by more than a threshold tuned
+on the dev set.
+
+Formats: SQuAD JSON (`{"data": [{"paragraphs": [{"context", "qas": [...]}]}]}`) and JSON
+lines `{"id", "question", "context", "answers": {"text": [...], "answer_start": [...]}}`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from bertheads.errors import UserError, where
+from bertheads.features import LayerCombine
+from bertheads.readers import read_jsonl, read_text
+from bertheads.tasks.base import HeadSettings, Task, init_linear
+
+
+@dataclass
+class QASpec(HeadSettings):
+    max_length: int = 384
+    stride: int = 128  # tokens shared by neighbouring windows of one passage
+    max_question_length: int = 64  # questions are cut to this many tokens first
+    n_best: int = 20
+    max_answer_length: int = 30  # in tokens
+    null_threshold: float | None = None  # answer "" when null score - best span > this (None: never)
+    unanswerable: bool = False  # the training data had questions without an answer (SQuAD v2.0)
+    tune_threshold: bool = True  # tune `null_threshold` on the dev set (off when it was given)
+
+
+@dataclass
+class QAExample:
+    question: str
+    context: str
+    id: str
+    answers: list[str] = field(default_factory=list)  # gold texts; empty: no answer
+    starts: list[int] = field(default_factory=list)  # their character offsets (-1: not given)
+    has_id: bool = False  # the input named its id (predictions then carry it)
+    record: str = ""  # "FILE:LINE" or "FILE: question ID", for messages
+
+
+@dataclass
+class QAOutput:
+    """A question's merged windows: the n best spans (descending) and the null score."""
+
+    null_score: float
+    scores: np.ndarray  # [n]
+    spans: np.ndarray  # [n, 2] character start and end in the context
+
+
+class QAHead(nn.Module):
+    """A linear layer from each token state to its start and end logits, as in BERT."""
+
+    token_level = True
+
+    def __init__(self, hidden_size: int, settings: HeadSettings) -> None:
+        super().__init__()
+        self.layers = tuple(settings.layers)
+        self.combine = LayerCombine(len(self.layers), settings.combine)
+        # BERT's QA head has no dropout of its own when the encoder is fine-tuned (the encoder
+        # has its own); on frozen features dropout is the head's only regulariser.
+        self.dropout = nn.Dropout(settings.dropout if settings.mode == "features" else 0.0)
+        self.out = init_linear(nn.Linear(self.combine.output_size(hidden_size), 2))
+
+    def forward(self, hidden, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.out(self.dropout(self.combine(hidden)))  # [B, T, 2]: start, end
+
+
+class QATask(Task):
+    kind = "qa"
+    spec_type = QASpec
+    main_metric = "f1"
+    reads_pairs = True
+    help = "answer spans in a passage for a question (SQuAD v1.1 / v2.0)"
+    training_defaults = {"max_length": 384, "batch_size": 16}
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        g = parser.add_argument_group("answer spans")
+        g.add_argument("--stride", type=int, default=128, help="tokens shared by neighbouring windows (128)")
+        g.add_argument("--max-question-length", type=int, default=64, help="questions are cut to N tokens (64)")
+        g.add_argument("--n-best", type=int, default=20, help="start and end candidates per window (20)")
+        g.add_argument("--max-answer-length", type=int, default=30, help="longest answer in tokens (30)")
+        g.add_argument("--null-threshold", type=float, default=None,
+                       help="SQuAD v2: answer nothing when null - best span score exceeds this "
+                            "(default: tuned on --dev for the best F1)")
+
+    @classmethod
+    def build(cls, spec: QASpec, encoder, pooler_state=None) -> QATask:
+        return cls(spec, QAHead(encoder.info.hidden_size, spec))
+
+    @classmethod
+    def prepare(cls, path: str, spec: QASpec, encoder):
+        """Read the training file (answers that do not match their passage are skipped)."""
+        check_settings(spec, encoder)
+        examples = read_examples(path, need_labels=True, strict=False)
+        spec.unanswerable = any(not e.answers for e in examples)
+        if spec.null_threshold is not None:
+            spec.tune_threshold = False
+        elif spec.unanswerable:
+            spec.null_threshold = 0.0
+        return cls.build(spec, encoder), examples
+
+    # -- reading ------------------------------------------------------------------------
+    def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None,
+             question: str | None = None, context: str | None = None, **_) -> list[QAExample]:
+        if question is not None or context is not None:
+            if path is not None:
+                raise UserError("give either --input or --question/--context, not both")
+            return self.from_inputs([{"question": question, "context": context}], source="--question/--context")
+        return read_examples(path, need_labels, fmt=fmt)
+
+    def from_inputs(self, inputs: list, source: str = "input", **_) -> list[QAExample]:
+        """Examples from `{"question", "context"}` dicts or `(question, context)` tuples."""
+        out = []
+        for i, item in enumerate(inputs):
+            label = f"{source} {i}" if source == "input" else source
+            if isinstance(item, dict):
+                question, context, qid = item.get("question"), item.get("context"), item.get("id", i)
+                has_id = "id" in item
+            elif isinstance(item, (tuple, list)) and len(item) == 2:
+                (question, context), qid, has_id = item, i, False
+            else:
+                raise UserError(f"{label}: expected a {{'question', 'context'}} dict or a (question, context) "
+                                f"pair, got {type(item).__name__}")
+            out.append(QAExample(check_text(question, "question", label), check_text(context, "context", label),
+                                 str(qid), has_id=has_id, record=label))
+        return out
+
+    # -- encoding -----------------------------------------------------------------------
+    def windows(self, examples: list[QAExample], tokenizer) -> tuple[list[dict], list[int]]:
+        """Question + passage windows (no padding), each with its context token range and
+        character offsets; `owner[i]` is the example window i belongs to."""
+        spec = self.spec
+        if not examples:
+            return [], []
+        questions = cut_questions(tokenizer, [e.question.lstrip() for e in examples], spec.max_question_length)
+        enc = tokenizer(questions, [e.context for e in examples], truncation="only_second",
+                        max_length=spec.max_length, stride=spec.stride, return_overflowing_tokens=True,
+                        return_offsets_mapping=True, padding=False, return_token_type_ids=True,
+                        return_attention_mask=False)
+        owner = [int(i) for i in enc["overflow_to_sample_mapping"]]
+        feats = []
+        for w in range(len(enc["input_ids"])):
+            seq = enc.sequence_ids(w)
+            if 1 in seq:
+                c0, c1 = seq.index(1), len(seq) - 1 - seq[::-1].index(1)
+            else:  # a passage that tokenizes to nothing: an empty range
+                c0, c1 = len(seq) - 1, len(seq) - 2
+            feats.append({"input_ids": enc["input_ids"][w], "token_type_ids": enc["token_type_ids"][w],
+                          "_offsets": np.asarray(enc["offset_mapping"][w], dtype=np.int32),
+                          "_context": (c0, c1)})
+        return feats, owner
+
+    def encode(self, examples: list[QAExample], tokenizer, with_labels: bool = True,
+               path: str | None = None) -> list[dict]:
+        """Training windows: one holding the whole (first) answer points at its start and end
+        tokens, any other at [CLS] (position 0)."""
+        feats, owner = self.windows(examples, tokenizer)
+        if with_labels:
+            for f, i in zip(feats, owner):
+                f["start_positions"], f["end_positions"] = answer_tokens(f, examples[i])
+        return feats
+
+    def encode_for_inference(self, examples: list[QAExample], tokenizer) -> tuple[list[dict], list[int]]:
+        return self.windows(examples, tokenizer)
+
+    def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples: list[QAExample],
+                features: list[dict]) -> list[QAOutput]:
+        """Each question's n best spans over all its windows, and its null score."""
+        spec = self.spec
+        per_example: list[list[tuple]] = [[] for _ in examples]
+        chunk = 1024
+        for lo in range(0, len(features), chunk):
+            part = range(lo, min(lo + chunk, len(features)))
+            ctx = np.array([features[i]["_context"] for i in part], dtype=np.int64)
+            scores, starts, ends, null = best_spans([feature_outputs[i] for i in part], ctx,
+                                                    spec.n_best, spec.max_answer_length)
+            for j, i in enumerate(part):
+                keep = np.isfinite(scores[j])
+                offsets = features[i]["_offsets"]
+                chars = np.stack([offsets[starts[j][keep], 0], offsets[ends[j][keep], 1]], axis=1)
+                per_example[owner[i]].append((scores[j][keep], chars, float(null[j])))
+        return [merge_windows(parts, spec.n_best) for parts in per_example]
+
+    # -- loss and decoding ---------------------------------------------------------------
+    def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Mean of the start and end cross-entropies (padding positions masked out)."""
+        mask = batch.get("attention_mask")
+        if mask is not None:
+            logits = logits.masked_fill(mask[..., None] == 0, torch.finfo(logits.dtype).min)
+        start = F.cross_entropy(logits[..., 0], batch["start_positions"].long())
+        end = F.cross_entropy(logits[..., 1], batch["end_positions"].long())
+        return (start + end) / 2
+
+    def threshold(self, null_threshold: float | None = None) -> float | None:
+        return self.spec.null_threshold if null_threshold is None else float(null_threshold)
+
+    def decode(self, outputs: list[QAOutput], examples: list[QAExample], null_threshold: float | None = None,
+               **_) -> list[dict]:
+        """`{"answer", "start", "end", "score"}` with `context[start:end] == answer`; an empty
+        answer (start = end = 0, score = the null score) when the model answers nothing."""
+        threshold = self.threshold(null_threshold)
+        out = []
+        for o, e in zip(outputs, examples):
+            if answers_nothing(o, threshold):
+                pred = {"answer": "", "start": 0, "end": 0, "score": round(o.null_score, 4)}
+            else:
+                s, t = (int(x) for x in o.spans[0])
+                pred = {"answer": e.context[s:t], "start": s, "end": t, "score": round(float(o.scores[0]), 4)}
+            out.append({"id": e.id, **pred} if e.has_id else pred)
+        return out
+
+    def metrics(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
+                null_threshold: float | None = None, predictions_out: str | None = None,
+                during_training: bool = False, **_) -> dict:
+        """SQuAD EM and F1 (v2.0's with HasAns/NoAns when some questions have no answer).
+        After an epoch (`during_training`) a v2.0 model's null threshold is tuned here."""
+        spec = self.spec
+        best_text = [e.context[int(o.spans[0][0]):int(o.spans[0][1])] if len(o.scores) else ""
+                     for o, e in zip(outputs, examples)]
+        if during_training and spec.unanswerable and spec.tune_threshold and null_threshold is None:
+            diffs = np.array([null_minus_best(o) for o in outputs])
+            has_answer = np.array([bool(e.answers) for e in examples])
+            span_f1 = np.array([max_over(f1_v2, t, gold_v2(e.answers)) if e.answers else 0.0
+                                for t, e in zip(best_text, examples)])
+            spec.null_threshold = best_threshold(diffs, has_answer, span_f1)
+        threshold = self.threshold(null_threshold)
+        preds = ["" if answers_nothing(o, threshold) else text for o, text in zip(outputs, best_text)]
+        if any(not e.answers for e in examples):
+            result = squad_v2_scores(preds, examples)
+        else:
+            result = squad_v1_scores(preds, examples)
+        if spec.unanswerable or threshold is not None:
+            result["null_threshold"] = None if threshold is None else round(float(threshold), 4)
+        if predictions_out:
+            write_predictions(predictions_out, preds, outputs, examples)
+        return result
+
+
+# -- reading -------------------------------------------------------------------------------
+def check_settings(spec: QASpec, encoder) -> None:
+    tokenizer = encoder.tokenizer
+    limit = int(getattr(encoder.model.config, "max_position_embeddings", 512) or 512)
+    if spec.max_length > limit:
+        raise UserError(f"--max-length {spec.max_length}: the encoder reads at most {limit} tokens")
+    for name in ("stride", "max_question_length", "n_best", "max_answer_length"):
+        if getattr(spec, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')}: must be at least 1, got {getattr(spec, name)}")
+    room = spec.max_length - spec.max_question_length - tokenizer.num_special_tokens_to_add(pair=True)
+    if room <= spec.stride:
+        raise UserError(f"--stride {spec.stride} must be smaller than the passage room in a window "
+                        f"({room} tokens: --max-length {spec.max_length} minus --max-question-length "
+                        f"{spec.max_question_length} and the special tokens)")
+
+
+def check_text(value, name: str, record: str) -> str:
+    if value is None:
+        raise UserError(f"{record}: missing {name}")
+    if not isinstance(value, str):
+        raise UserError(f"{record}: {name} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise UserError(f"{record}: empty {name}")
+    return value
+
+
+def read_examples(path: str | None, need_labels: bool = True, strict: bool = True,
+                  fmt: str | None = None) -> list[QAExample]:
+    """SQuAD JSON or JSON lines. `strict=False` (training data): a question whose
+    answer_start does not match its text is skipped and counted, with one warning at the end."""
+    if fmt not in (None, "auto", "json", "jsonl", "squad"):
+        raise UserError(f"--format {fmt}: the qa task reads SQuAD JSON or JSON lines")
+    text = read_text(path)
+    if not text.strip():
+        raise UserError(f"{where(path)}: file is empty")
+    records = squad_records(text, path) if is_squad_document(text, fmt) else jsonl_records(path)
+    examples, skipped = [], []
+    for record, qid, has_id, obj, context in records:
+        ex = make_example(record, qid, has_id, obj, context, need_labels, strict)
+        if ex is None:
+            skipped.append(record)
+        else:
+            examples.append(ex)
+    if skipped:
+        print(f"bertheads: warning: skipped {len(skipped)} training question(s) whose answer_start does not "
+              f"match the answer text (first: {skipped[0]})", file=sys.stderr)
+    if not examples:
+        raise UserError(f"{where(path)}: no questions")
+    return examples
+
+
+def is_squad_document(text: str, fmt: str | None) -> bool:
+    """A whole-file JSON document (SQuAD) rather than one JSON object per line."""
+    if fmt in ("json", "squad"):
+        return True
+    if fmt == "jsonl":
+        return False
+    first = next(line for line in text.splitlines() if line.strip())
+    try:
+        obj = json.loads(first)
+    except json.JSONDecodeError:
+        return not first.lstrip().startswith("[")  # a JSON document over several lines
+    return isinstance(obj, dict) and "data" in obj
+
+
+def squad_records(text: str, path):
+    """(record name, id, question object, context) for each question of a SQuAD document."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{where(path, exc.lineno)}: malformed JSON ({exc.msg})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
+        raise UserError(f"{where(path)}: expected SQuAD JSON with a 'data' list (or JSON lines)")
+    for a, article in enumerate(doc["data"]):
+        paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
+        if not isinstance(paragraphs, list):
+            raise UserError(f"{where(path)}: data[{a}]: expected a 'paragraphs' list")
+        for p, para in enumerate(paragraphs):
+            if not isinstance(para, dict) or not isinstance(para.get("qas"), list):
+                raise UserError(f"{where(path)}: data[{a}].paragraphs[{p}]: expected a 'qas' list")
+            context = para.get("context")
+            for q, qa in enumerate(para["qas"]):
+                qid = qa.get("id") if isinstance(qa, dict) else None
+                name = f"question {qid}" if qid is not None else f"data[{a}].paragraphs[{p}].qas[{q}]"
+                if not isinstance(qa, dict):
+                    raise UserError(f"{where(path)}: {name}: expected a JSON object")
+                yield f"{where(path)}: {name}", qid if qid is not None else f"{a}.{p}.{q}", qid is not None, qa, context
+
+
+def jsonl_records(path):
+    for line, obj in read_jsonl(path):
+        yield where(path, line), obj.get("id", line), "id" in obj, obj, obj.get("context")
+
+
+def make_example(record: str, qid, has_id: bool, obj: dict, context, need_labels: bool,
+                 strict: bool) -> QAExample | None:
+    question = check_text(obj.get("question"), "question", record)
+    if context is None:
+        raise UserError(f"{record}: question without a context")
+    context = check_text(context, "context", record)
+    ex = QAExample(question, context, str(qid), has_id=has_id, record=record)
+    if not need_labels:
+        return ex
+    answers = obj.get("answers")
+    impossible = bool(obj.get("is_impossible", False))
+    if answers is None and not impossible:
+        raise UserError(f"{record}: missing 'answers' (or is_impossible: true)")
+    if answers is None or impossible:
+        return ex
+    texts, starts = answer_lists(answers, record)
+    for t, s in zip(texts, starts):
+        if s == -1:
+            if t not in context:
+                raise UserError(f"{record}: answer {t!r} is not in its context")
+            continue
+        if not 0 <= s <= len(context) - len(t):
+            if not strict:
+                return None
+            raise UserError(f"{record}: answer {t!r} at {s} is outside its context ({len(context)} characters)")
+        if context[s:s + len(t)] != t:
+            if not strict:
+                return None
+            if t not in context:
+                raise UserError(f"{record}: answer {t!r} is not in its context")
+    ex.answers, ex.starts = texts, starts
+    return ex
+
+
+def answer_lists(answers, record: str) -> tuple[list[str], list[int]]:
+    """Answer texts and starts from `{"text": [...], "answer_start": [...]}` or a list of
+    `{"text", "answer_start"}` objects (a missing start is -1)."""
+    if isinstance(answers, dict):
+        texts, starts = answers.get("text", []), answers.get("answer_start")
+        if starts is None:
+            starts = [-1] * len(texts) if isinstance(texts, list) else None
+        if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
+            raise UserError(f"{record}: 'answers' needs 'text' and 'answer_start' lists of the same length")
+    elif isinstance(answers, list):
+        if not all(isinstance(a, dict) for a in answers):
+            raise UserError(f"{record}: 'answers' items must be objects with 'text' and 'answer_start'")
+        texts = [a.get("text") for a in answers]
+        starts = [a.get("answer_start", -1) for a in answers]
+    else:
+        raise UserError(f"{record}: 'answers' must be a list or a {{'text', 'answer_start'}} object")
+    for t, s in zip(texts, starts):
+        if not isinstance(t, str) or not t:
+            raise UserError(f"{record}: answer text must be a non-empty string, got {t!r}")
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise UserError(f"{record}: answer_start must be an integer, got {s!r}")
+    return list(texts), list(starts)
+
+
+# -- windows ---------------------------------------------------------------------------------
+def cut_questions(tokenizer, questions: list[str], max_tokens: int) -> list[str]:
+    """Questions longer than `max_tokens` tokens are cut after their last whole token."""
+    enc = tokenizer(questions, add_special_tokens=False, return_offsets_mapping=True,
+                    return_attention_mask=False, return_token_type_ids=False)
+    return [q[: offsets[max_tokens - 1][1]] if len(offsets) > max_tokens else q
+            for q, offsets in zip(questions, enc["offset_mapping"])]
+
+
+def answer_tokens(feature: dict, example: QAExample) -> tuple[int, int]:
+    """Start and end token of the example's first answer in this window, or (0, 0) ([CLS])."""
+    if not example.answers:
+        return 0, 0
+    c0, c1 = feature["_context"]
+    if c1 < c0:
+        return 0, 0
+    offsets = feature["_offsets"][c0: c1 + 1]
+    first = example.starts[0]
+    if first < 0:
+        first = example.context.find(example.answers[0])
+    last = first + len(example.answers[0])
+    if offsets[0, 0] > first or offsets[-1, 1] < last:
+        return 0, 0
+    start = int(np.searchsorted(offsets[:, 0], first, side="right")) - 1
+    end = int(np.searchsorted(offsets[:, 1], last, side="left"))
+    return c0 + start, c0 + min(end, len(offsets) - 1)
+
+
+# -- decoding --------------------------------------------------------------------------------
+def best_spans(logits: list[np.ndarray], context: np.ndarray, n_best: int, max_answer_length: int):
+    """The n best spans of each window, vectorized over windows and candidate pairs.
+
+    `logits[w]` is `[T_w, 2]`, `context[w]` the first and last passage token. Spans start and
+    end inside the passage, end >= start, at most `max_answer_length` tokens; a span's score is
+    start + end logit. Returns scores `[W, n]` (-inf where fewer exist), start and end tokens
+    `[W, n]`, and the null score `[W]` ([CLS] start + end). A window whose n best starts and
+    ends make no valid pair gets its exact best span instead.
+    """
+    num = len(logits)
+    width = max(len(x) for x in logits)
+    start = np.full((num, width), -np.inf, dtype=np.float32)
+    end = np.full((num, width), -np.inf, dtype=np.float32)
+    for w, x in enumerate(logits):
+        start[w, : len(x)], end[w, : len(x)] = x[:, 0], x[:, 1]
+    null = start[:, 0] + end[:, 0]
+    pos = np.arange(width)
+    inside = (pos >= context[:, :1]) & (pos <= context[:, 1:])
+    start, end = np.where(inside, start, -np.inf), np.where(inside, end, -np.inf)
+    k = min(n_best, width)
+    top_start = np.argpartition(-start, k - 1, axis=1)[:, :k]
+    top_end = np.argpartition(-end, k - 1, axis=1)[:, :k]
+    pair = (np.take_along_axis(start, top_start, 1)[:, :, None]
+            + np.take_along_axis(end, top_end, 1)[:, None, :])  # [W, k, k]
+    length = top_end[:, None, :] - top_start[:, :, None] + 1
+    pair = np.where((length >= 1) & (length <= max_answer_length), pair, -np.inf).reshape(num, k * k)
+    n = min(n_best, k * k)
+    best = np.argpartition(-pair, n - 1, axis=1)[:, :n]
+    scores = np.take_along_axis(pair, best, 1)
+    order = np.argsort(-scores, axis=1, kind="stable")
+    best, scores = np.take_along_axis(best, order, 1), np.take_along_axis(scores, order, 1)
+    starts = np.take_along_axis(top_start, best // k, 1)
+    ends = np.take_along_axis(top_end, best % k, 1)
+    for w in np.flatnonzero(~np.isfinite(scores[:, 0]) & inside.any(1)):  # rare: exact search
+        scores[w], starts[w], ends[w] = -np.inf, 0, 0
+        s, e, v = exact_best_span(start[w], end[w], max_answer_length)
+        scores[w, 0], starts[w, 0], ends[w, 0] = v, s, e
+    return scores, starts, ends, null
+
+
+def exact_best_span(start: np.ndarray, end: np.ndarray, max_answer_length: int) -> tuple[int, int, float]:
+    """The best valid span of one window over all start/end pairs (a band of width L)."""
+    width = len(start)
+    offsets = np.arange(max_answer_length)
+    ends = np.arange(width)[:, None] + offsets[None, :]  # [T, L]
+    ok = ends < width
+    pair = start[:, None] + np.where(ok, end[np.minimum(ends, width - 1)], -np.inf)
+    flat = int(np.argmax(pair))
+    s, d = divmod(flat, max_answer_length)
+    return s, s + d, float(pair[s, d])
+
+
+def merge_windows(parts: list[tuple[np.ndarray, np.ndarray, float]], n_best: int) -> QAOutput:
+    """One question's spans from all its windows: best first, each character span once."""
+    null = min(p[2] for p in parts)
+    scores = np.concatenate([p[0] for p in parts])
+    spans = np.concatenate([p[1] for p in parts]).reshape(-1, 2)
+    order = np.argsort(-scores, kind="stable")
+    scores, spans = scores[order], spans[order]
+    if len(parts) > 1:  # overlapping windows find the same span: keep its best score
+        _, first = np.unique(spans, axis=0, return_index=True)
+        keep = np.sort(first)
+        scores, spans = scores[keep], spans[keep]
+    return QAOutput(float(null), scores[:n_best].astype(np.float64), spans[:n_best].astype(np.int64))
+
+
+def null_minus_best(o: QAOutput) -> float:
+    return o.null_score - float(o.scores[0]) if len(o.scores) else np.inf
+
+
+def answers_nothing(o: QAOutput, threshold: float | None) -> bool:
+    if not len(o.scores):
+        return True
+    return threshold is not None and null_minus_best(o) > threshold
+
+
+def best_threshold(diffs: np.ndarray, has_answer: np.ndarray, span_f1: np.ndarray) -> float:
+    """The null threshold with the best dev F1: a question is answered when its null - best
+    span score is at most the threshold. Starting from "answer nothing", answering a question
+    gains its span's F1 if it has an answer and loses 1 if it has none."""
+    order = np.argsort(diffs, kind="stable")
+    d = diffs[order]
+    gain = np.cumsum(np.where(has_answer, span_f1, -1.0)[order])
+    realisable = np.r_[d[1:] != d[:-1], True] & np.isfinite(d)  # ties move together
+    if not realisable.any():
+        return 0.0
+    gain = np.where(realisable, gain, -np.inf)
+    i = int(np.argmax(gain))
+    if gain[i] <= 0:  # answering nothing is best
+        return float(d[0] - 1.0) if np.isfinite(d[0]) else 0.0
+    following = d[i + 1:][np.isfinite(d[i + 1:])]
+    return float((d[i] + following[0]) / 2) if len(following) else float(d[i] + 1.0)
+
+
+# -- SQuAD metrics (the official evaluation scripts' formulas) ---------------------------------
+PUNCTUATION = set(string.punctuation)
+ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+
+
+def normalize_answer(text: str) -> str:
+    """Lowercase, drop punctuation, the articles a/an/the and extra whitespace."""
+    text = "".join(ch for ch in text.lower() if ch not in PUNCTUATION)
+    return " ".join(ARTICLES.sub(" ", text).split())
+
+
+def exact(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def f1_v1(prediction: str, gold: str) -> float:
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    same = sum((Counter(pred) & Counter(ref)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred), same / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1_v2(prediction: str, gold: str) -> float:
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if not pred or not ref:  # a no-answer is right only against a no-answer
+        return float(pred == ref)
+    return f1_v1(prediction, gold)
+
+
+def gold_v2(answers: list[str]) -> list[str]:
+    """v2.0's gold answers: those that do not normalize to nothing, or [""] for none."""
+    return [a for a in answers if normalize_answer(a)] or [""]
+
+
+def max_over(metric, prediction: str, golds: list[str]) -> float:
+    return max(metric(prediction, g) for g in golds)
+
+
+def squad_v1_scores(preds: list[str], examples: list[QAExample]) -> dict:
+    """SQuAD v1.1: EM and F1 in percent, the maximum over each question's gold answers."""
+    em = [max_over(exact, p, e.answers) for p, e in zip(preds, examples)]
+    f1 = [max_over(f1_v1, p, e.answers) for p, e in zip(preds, examples)]
+    return {"exact_match": 100.0 * float(np.mean(em)), "f1": 100.0 * float(np.mean(f1)),
+            "examples": len(examples)}
+
+
+def squad_v2_scores(preds: list[str], examples: list[QAExample]) -> dict:
+    """SQuAD v2.0: EM and F1 in percent, overall and for questions with (HasAns) and
+    without (NoAns) an answer."""
+    em = np.array([max_over(exact, p, gold_v2(e.answers)) for p, e in zip(preds, examples)])
+    f1 = np.array([max_over(f1_v2, p, gold_v2(e.answers)) for p, e in zip(preds, examples)])
+    has = np.array([bool(e.answers) for e in examples])
+    out = {"exact_match": 100.0 * float(em.mean()), "f1": 100.0 * float(f1.mean()), "examples": len(examples)}
+    for name, mask in (("HasAns", has), ("NoAns", ~has)):
+        if mask.any():
+            out[f"{name}_exact"] = 100.0 * float(em[mask].mean())
+            out[f"{name}_f1"] = 100.0 * float(f1[mask].mean())
+            out[f"{name}_total"] = int(mask.sum())
+    return out
+
+
+def write_predictions(path: str, preds: list[str], outputs: list[QAOutput], examples: list[QAExample]) -> None:
+    """`{id: answer}` (what the official scripts read), and beside it `NAME.nbest.json`:
+    `{id: [{"text", "start", "end", "score"}, ...]}` with the null score."""
+    from bertheads.bundle import atomic_write_text
+
+    target = Path(path)
+    answers = {e.id: p for e, p in zip(examples, preds)}
+    atomic_write_text(target, json.dumps(answers, ensure_ascii=False, indent=1) + "\n")
+    nbest = {e.id: {"null_score": round(o.null_score, 4),
+                    "spans": [{"text": e.context[int(s):int(t)], "start": int(s), "end": int(t),
+                               "score": round(float(v), 4)} for v, (s, t) in zip(o.scores, o.spans)]}
+             for o, e in zip(outputs, examples)}
+    atomic_write_text(target.with_name(target.stem + ".nbest.json"), json.dumps(nbest, ensure_ascii=False) + "\n")
