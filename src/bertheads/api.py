@@ -122,7 +122,7 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
     if data.task.spec.mode == "features":
         from bertheads.features import attach_cache
 
-        attach_cache(net, [data], options, model, train)
+        attach_cache(net, [data], options, model, train, progress=settings.progress)
     result = fit(net, [data], settings, out, evaluate_task, {"source_model": model})
     if out is not None:
         return load(out)

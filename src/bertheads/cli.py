@@ -35,6 +35,9 @@ def add_training_flags(p: argparse.ArgumentParser, *, max_length: int = 128, bat
     f.add_argument("--cache-dir", default=None, help="feature cache (default: $BERTHEADS_CACHE or ~/.cache/bertheads)")
     f.add_argument("--cache-dtype", choices=("float16", "float32"), default="float16")
     f.add_argument("--cache-max-gb", type=float, default=None)
+    from bertheads.features import accept_layer_lists
+
+    accept_layer_lists(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--context", help="qa: the passage for --question")
     pr.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
     pr.add_argument("--batch-size", type=int, default=64)
+    from bertheads import extract  # bertheads extract
+
+    COMMANDS.update(extract.add_parser(sub))
     return parser
 
 

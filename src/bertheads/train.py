@@ -150,8 +150,11 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
             d = data[t]
             if d.cached is not None:
                 batch = d.cached.batch(idx, d.train_features)
+                states = batch.pop("states")
+                states = [s.to(accelerator.device) for s in states] if isinstance(states, list) else \
+                    states.to(accelerator.device)
                 batch = {k: v.to(accelerator.device) for k, v in batch.items()}
-                logits = model.heads[d.name](batch.pop("states"), batch)
+                logits = model.heads[d.name](states, batch)
             else:
                 batch = collate([d.train_features[i] for i in idx], pad_id)
                 batch = {k: v.to(accelerator.device) for k, v in batch.items()}

@@ -1,0 +1,250 @@
+"""Feature extraction: --mode features (frozen encoder, cached states), the cache's reuse and
+invalidation, and `bertheads extract`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import bertheads
+from bertheads import cli
+from bertheads.encoder import Encoder
+from bertheads.errors import UserError
+from bertheads.features import CachedFeatures, CacheSettings, cache_key, encoder_identity, ensure_cache
+from bertheads.packing import encode_texts
+
+QUICK = bertheads.TrainSettings(epochs=2, batch_size=8, lr=5e-3, progress=False)
+
+
+@pytest.fixture
+def count_encoder_calls(monkeypatch):
+    """A list that grows by one entry per encoder forward pass."""
+    calls: list[int] = []
+    original = Encoder.forward
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Encoder, "forward", counted)
+    return calls
+
+
+def sentiment(write, n: int = 16, name: str = "train.tsv") -> str:
+    rows = "".join(f"a good fun film number {i}\t1\nan awful dull bore {i} times over\t0\n" for i in range(n))
+    return write(name, "sentence\tlabel\n" + rows)
+
+
+def entries(cache: Path) -> list[Path]:
+    return sorted(p for p in (cache / "features").iterdir() if not p.name.startswith("."))
+
+
+def test_classify_features_mode_trains_the_head_and_reuses_the_cache(default_model_dir, write, tmp_path,
+                                                                    count_encoder_calls):
+    from safetensors.torch import load_file
+
+    # the real checkpoint: a random tiny BERT's [CLS] barely depends on the text
+    train = sentiment(write)
+    cache = tmp_path / "cache"
+    options = dict(mode="features", layers="-1,-2", cache_dir=str(cache))
+    model = bertheads.train("classify", train, None, None, model=default_model_dir, settings=QUICK, **options)
+    assert count_encoder_calls, "the first run builds the cache with the encoder"
+    [entry] = entries(cache)
+    meta = json.loads((entry / "meta.json").read_text())
+    assert meta["positions"] == "cls" and meta["rows"] == 32 and meta["layers"] == [6, 5]
+    assert np.load(entry / "states.npy", mmap_mode="r").shape == (32, 2, 384)
+
+    # frozen: the encoder is the checkpoint, unchanged; the head learned the task
+    original = load_file(str(Path(default_model_dir) / "model.safetensors"))
+    for name, value in model.net.encoder.model.state_dict().items():
+        assert torch.equal(value, original[name]), name
+    assert [p["label"] for p in model.predict(["a good fun film number 3", "an awful dull bore 3 times over"])] == [1, 0]
+    assert model.evaluate(train)["accuracy"] == 1.0
+
+    # same key (the combine is not part of it): no encoder pass at all, same entry
+    count_encoder_calls.clear()
+    scalar = bertheads.train("classify", train, None, None, model=default_model_dir, settings=QUICK,
+                             combine="scalar-mix", **options)
+    assert count_encoder_calls == []
+    assert entries(cache) == [entry]
+    assert scalar.net.heads["classify"].combine.mode == "scalar-mix"
+
+
+def build(encoder, features, layers, positions, root, dtype="float32") -> CachedFeatures:
+    settings = CacheSettings(Path(root), dtype=dtype, progress=False, batch_size=2)
+    key = cache_key(encoder_identity(encoder), features, layers, positions, dtype, True)
+    directory = ensure_cache(encoder, features, key, layers, positions, settings, {})
+    return CachedFeatures(directory, [len(f["input_ids"]) for f in features], 0)
+
+
+@pytest.mark.parametrize("dtype,tolerance", [("float32", 1e-5), ("float16", 1e-2)])
+def test_cached_states_equal_the_live_encoder(tiny_bert, tmp_path, dtype, tolerance):
+    encoder = Encoder.load(tiny_bert).eval()
+    texts = ["short one", "a somewhat longer sentence with more pieces in it", "mid length text here"]
+    features = encode_texts(encoder.tokenizer, texts, [None, "with a pair", None], max_length=32)
+    tokens = build(encoder, features, (2, 0), "tokens", tmp_path, dtype)
+    first = build(encoder, features, (2, 0), "cls", tmp_path, dtype)
+    for f in features:
+        f["labels"] = 0
+    idx = [2, 0, 1]
+    batch = tokens.batch(idx, features)
+    first_batch = first.batch(idx, features)
+    assert batch["labels"].tolist() == [0, 0, 0] and batch["attention_mask"].shape == batch["input_ids"].shape
+    with torch.inference_mode():
+        for j, i in enumerate(idx):
+            ids = torch.tensor([features[i]["input_ids"]])
+            live = encoder(ids, torch.ones_like(ids), torch.tensor([features[i]["token_type_ids"]]), layers=(2, 0))
+            n = ids.shape[1]
+            for layer in range(2):
+                got = batch["states"][layer][j]
+                torch.testing.assert_close(got[:n], live[layer][0], atol=tolerance, rtol=tolerance)
+                assert torch.count_nonzero(got[n:]) == 0  # padding
+                torch.testing.assert_close(first_batch["states"][layer][j, 0], live[layer][0, 0],
+                                           atol=tolerance, rtol=tolerance)
+    assert first_batch["states"][0].shape == (3, 1, 32)
+
+
+def test_every_part_of_the_key_counts(tiny_bert):
+    encoder = Encoder.load(tiny_bert)
+    ident = encoder_identity(encoder)
+    tok = encoder.tokenizer
+    long_text = ["one two three four five six seven eight nine ten eleven twelve"]
+    base = encode_texts(tok, long_text, max_length=8)
+    key = cache_key(ident, base, (2,), "tokens", "float16", True)
+    assert key == cache_key(ident, encode_texts(tok, long_text, max_length=8), (2,), "tokens", "float16", True)
+    changed = {
+        "max_length": cache_key(ident, encode_texts(tok, long_text, max_length=10), (2,), "tokens", "float16", True),
+        "data": cache_key(ident, encode_texts(tok, ["other words"], max_length=8), (2,), "tokens", "float16", True),
+        "pair": cache_key(ident, encode_texts(tok, long_text, ["x"], max_length=8), (2,), "tokens", "float16", True),
+        "layers": cache_key(ident, base, (1, 2), "tokens", "float16", True),
+        "positions": cache_key(ident, base, (2,), "cls", "float16", True),
+        "dtype": cache_key(ident, base, (2,), "tokens", "float32", True),
+    }
+    with torch.no_grad():
+        encoder.model.embeddings.word_embeddings.weight[5, 0] += 1.0
+    changed["weights"] = cache_key(encoder_identity(encoder), base, (2,), "tokens", "float16", True)
+    assert len({key, *changed.values()}) == len(changed) + 1, changed
+
+
+def test_cache_cap_and_a_failed_build_leave_nothing_behind(tiny_bert, write, tmp_path, monkeypatch):
+    train = sentiment(write)
+    cache = tmp_path / "cache"
+    with pytest.raises(UserError, match="--cache-max-gb"):
+        bertheads.train("classify", train, None, None, model=tiny_bert, settings=QUICK, mode="features",
+                        cache_dir=str(cache), cache_max_gb=1e-7)
+
+    calls = []
+    original = Encoder.forward
+
+    def failing(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("disk on fire")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Encoder, "forward", failing)
+    encoder = Encoder.load(tiny_bert)
+    features = encode_texts(encoder.tokenizer, ["one", "two two", "three three three"], max_length=16)
+    with pytest.raises(RuntimeError):
+        build(encoder, features, (2,), "tokens", cache)
+    assert list((cache / "features").iterdir()) == []  # no entry, no temporary directory
+
+
+def test_cli_features_mode_and_cap_error(tiny_bert, write, tmp_path, capsys):
+    train = sentiment(write)
+    out = tmp_path / "m"
+    common = ["train", "classify", "--train", train, "--model", tiny_bert, "--epochs", "1", "--no-progress",
+              "--mode", "features", "--layers", "-1,-2", "--cache-dir", str(tmp_path / "c")]
+    assert cli.main([*common, "--out", str(out), "--cache-max-gb", "0.0000001"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bertheads: error: --cache-max-gb")
+    assert cli.main([*common, "--out", str(out)]) == 0
+    manifest = json.loads((out / "bertheads.json").read_text())
+    assert manifest["heads"]["classify"]["spec"]["mode"] == "features"
+    assert manifest["heads"]["classify"]["spec"]["layers"] == [-1, -2]
+
+
+# -- bertheads extract --------------------------------------------------------------------
+def test_extract_rows_point_back_at_their_text(tiny_bert, write, tmp_path):
+    from safetensors.numpy import load_file
+
+    lines = ["Angela Merkel visited Paris.", "Short\tand a second text, paired", "naïve café, déjà vu!"]
+    src = write("in.txt", "\n".join(lines) + "\n")
+    out = tmp_path / "ext"
+    assert cli.main(["extract", "--model", tiny_bert, "--input", src, "--out", str(out), "--layers", "-1,-2",
+                     "--pool", "mean", "--no-progress"]) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    arrays = load_file(str(out / "features.safetensors"))
+    index = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+    assert meta["dim"] == 64 and meta["texts"] == 3 and arrays["pooled"].shape == (3, 64)
+    assert arrays["tokens"].shape == (meta["tokens"], 64) == (index[-1]["tokens"][1], 64)
+    tok = Encoder.load(tiny_bert).tokenizer
+    for record, line in zip(index, lines):
+        text, _, pair = line.partition("\t")
+        assert record["text"] == text and record["pair"] == (pair or None)
+        start, end = record["tokens"]
+        assert end - start == len(record["pieces"]) == len(record["offsets"])
+        assert arrays["token_offsets"][start:end].tolist() == record["offsets"]
+        assert arrays["token_segments"][start:end].tolist() == record["segments"]
+        for piece, (a, b), seg in zip(record["pieces"], record["offsets"], record["segments"]):
+            if seg < 0:
+                assert piece in tok.all_special_tokens
+                continue
+            source = (text, pair)[seg]
+            # the uncased tokenizer lowercases and strips accents: compare through it
+            assert tok.backend_tokenizer.normalizer.normalize_str(source[a:b]) == piece.removeprefix("##")
+        # pooled = mean over the text's piece vectors
+        np.testing.assert_allclose(arrays["pooled"][record["row"]], arrays["tokens"][start:end].mean(0), atol=1e-5)
+    assert [r["segments"].count(1) > 0 for r in index] == [False, True, False]
+
+    # the vectors are the encoder's layers, concatenated
+    encoder = Encoder.load(tiny_bert).eval()
+    ids = torch.tensor([tok(lines[0])["input_ids"]])
+    with torch.inference_mode():
+        live = encoder(ids, torch.ones_like(ids), torch.zeros_like(ids), layers=(-1, -2))
+    np.testing.assert_allclose(arrays["tokens"][: ids.shape[1]], torch.cat(live, -1)[0].numpy(), atol=1e-5)
+
+
+def test_extract_npy_task_formats_and_truncation(tiny_bert, write, tmp_path):
+    from safetensors import safe_open
+
+    from bertheads.extract import ExtractSettings, extract
+
+    conll = write("s.conll", "EU B-ORG\nrejects O\nGerman B-MISC\n\nPeter B-PER\nBlackburn I-PER")
+    meta = extract(tiny_bert, conll, tmp_path / "c", ExtractSettings(format="npy", pool="cls", progress=False))
+    index = [json.loads(x) for x in (tmp_path / "c" / "index.jsonl").read_text().splitlines()]
+    assert [r["text"] for r in index] == ["EU rejects German", "Peter Blackburn"]
+    assert [index[1]["text"][a:b] for a, b in index[1]["words"]] == ["Peter", "Blackburn"]
+    tokens = np.load(tmp_path / "c" / "tokens.npy", mmap_mode="r")
+    pooled = np.load(tmp_path / "c" / "pooled.npy")
+    np.testing.assert_array_equal(pooled[1], tokens[index[1]["tokens"][0]])  # cls = the first piece
+    assert meta["files"] == ["tokens.npy", "token_offsets.npy", "token_segments.npy", "pooled.npy",
+                             "index.jsonl", "meta.json"]
+
+    table = write("t.tsv", "sentence1\tsentence2\tlabel\nfirst text\tsecond text\t1\n"
+                           "one two three four five six seven eight nine ten\tx\t0\n")
+    meta = extract(tiny_bert, table, tmp_path / "t", ExtractSettings(max_length=8, tokens=False, progress=False))
+    index = [json.loads(x) for x in (tmp_path / "t" / "index.jsonl").read_text().splitlines()]
+    assert [r["pair"] for r in index] == ["second text", "x"] and [r["truncated"] for r in index] == [False, True]
+    assert meta["truncated"] == 1 and meta["tokens"] == 0
+    with safe_open(str(tmp_path / "t" / "features.safetensors"), "np") as fh:
+        assert list(fh.keys()) == ["pooled"] and fh.get_tensor("pooled").shape == (2, 32)
+
+    # replacing an earlier output is fine; another directory's files are not overwritten
+    extract(tiny_bert, table, tmp_path / "t", ExtractSettings(tokens=False, progress=False))
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(UserError, match="not a bertheads extract output"):
+        extract(tiny_bert, table, tmp_path / "mine", ExtractSettings(progress=False))
+
+
+def test_extract_bad_input_is_one_line(tiny_bert, write, tmp_path, capsys):
+    src = write("bad.jsonl", '{"text": "fine"}\n{"text": \n')
+    assert cli.main(["extract", "--model", tiny_bert, "--input", src, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad.jsonl:2" in err[0]
+    assert not (tmp_path / "o").exists()
