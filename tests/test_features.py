@@ -234,6 +234,13 @@ def test_extract_npy_task_formats_and_truncation(tiny_bert, write, tmp_path):
     with safe_open(str(tmp_path / "t" / "features.safetensors"), "np") as fh:
         assert list(fh.keys()) == ["pooled"] and fh.get_tensor("pooled").shape == (2, 32)
 
+    squad = {"data": [{"title": "t", "paragraphs": [{"context": "The capital is Rome.", "qas": [
+        {"id": "q1", "question": "What is the capital?", "answers": [{"text": "Rome", "answer_start": 15}]}]}]}]}
+    src = write("dev.json", json.dumps(squad))
+    extract(tiny_bert, src, tmp_path / "q", ExtractSettings(tokens=False, progress=False))
+    [record] = [json.loads(x) for x in (tmp_path / "q" / "index.jsonl").read_text().splitlines()]
+    assert (record["id"], record["text"], record["pair"]) == ("q1", "What is the capital?", "The capital is Rome.")
+
     # replacing an earlier output is fine; another directory's files are not overwritten
     extract(tiny_bert, table, tmp_path / "t", ExtractSettings(tokens=False, progress=False))
     (tmp_path / "mine").mkdir()
@@ -248,3 +255,60 @@ def test_extract_bad_input_is_one_line(tiny_bert, write, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "bad.jsonl:2" in err[0]
     assert not (tmp_path / "o").exists()
+
+
+# -- tag and qa in features mode ---------------------------------------------------------
+def ner_conll(n: int) -> str:
+    people, places = ["Angela Merkel", "John Smith", "Maria Garcia"], ["Paris", "Berlin", "Madrid"]
+    blocks = []
+    for i in range(n):
+        person, place = people[i % 3].split(), places[(i // 3) % 3]
+        words = [(person[0], "B-PER"), (person[1], "I-PER"), ("visited", "O"), (place, "B-LOC"), (".", "O")]
+        blocks.append("\n".join(f"{w} {t}" for w, t in words))
+    return "\n\n".join(blocks) + "\n"
+
+
+def test_tag_features_mode_linear_and_bilstm_share_one_cache(tiny_bert, write, tmp_path, count_encoder_calls):
+    train = write("train.conll", ner_conll(18))
+    cache = tmp_path / "cache"
+    options = dict(mode="features", layers="-1,-2,-3", cache_dir=str(cache))
+    settings = bertheads.TrainSettings(epochs=8, batch_size=9, lr=5e-2, progress=False)
+    linear = bertheads.train("tag", train, None, None, model=tiny_bert, settings=settings, **options)
+    [entry] = entries(cache)
+    meta = json.loads((entry / "meta.json").read_text())
+    assert meta["positions"] == "tokens" and meta["layers"] == [2, 1, 0]
+    assert meta["rows"] == int(np.load(entry / "offsets.npy")[-1]) == sum(
+        len(f["input_ids"]) for f in linear.task().encode(linear.task().read(train), linear.net.encoder.tokenizer))
+
+    count_encoder_calls.clear()
+    bilstm = bertheads.train("tag", train, None, tmp_path / "m", model=tiny_bert, settings=settings,
+                             head_type="bilstm", lstm_size=16, **options)
+    assert count_encoder_calls == [] and entries(cache) == [entry]
+    assert bilstm.net.heads["tag"].lstm is not None
+    for model in (linear, bilstm):
+        assert model.evaluate(train)["f1"] > 0.8  # learned from the cached states
+    [prediction] = bilstm.predict(["Maria Garcia visited Berlin ."])
+    assert [(e["text"], e["type"]) for e in prediction["entities"]] == [("Maria Garcia", "PER"), ("Berlin", "LOC")]
+
+
+def test_qa_features_mode_trains_on_cached_windows(tiny_bert, write, tmp_path):
+    cities = ["Paris", "Berlin", "Rome", "Madrid"]
+    rows = []
+    for i in range(16):
+        context = f"The old town has bridges and the capital is {cities[i % 4]} . Rivers run through it and ships sail ."
+        rows.append(json.dumps({"id": f"q{i}", "question": "What is the capital?", "context": context,
+                                "answers": {"text": [cities[i % 4]], "answer_start": [context.index(cities[i % 4])]}}))
+    train = write("train.jsonl", "\n".join(rows) + "\n")
+    cache = tmp_path / "cache"
+    model = bertheads.train("qa", train, None, tmp_path / "m", model=tiny_bert, mode="features", layers="-1,0",
+                            cache_dir=str(cache), max_length=24, stride=4, max_question_length=8,
+                            settings=bertheads.TrainSettings(epochs=6, batch_size=8, lr=1e-2, progress=False))
+    [entry] = entries(cache)
+    meta = json.loads((entry / "meta.json").read_text())
+    windows = model.task().encode(model.task().read(train), model.net.encoder.tokenizer)
+    assert meta["positions"] == "tokens" and meta["features"] == len(windows) > 16  # passages > one window
+    assert meta["rows"] == sum(len(w["input_ids"]) for w in windows)
+    assert model.evaluate(train)["f1"] > 50.0
+    [answer] = bertheads.load(tmp_path / "m").predict([{"question": "What is the capital?", "context":
+                                                       "The old town has bridges and the capital is Rome . Rivers run."}])
+    assert answer["answer"] == "The old town has bridges and the capital is Rome . Rivers run."[answer["start"]:answer["end"]]

@@ -82,9 +82,9 @@ def read_inputs(path: str | None, fmt: str = "auto") -> list[TextInput]:
 
         return [words_input(e.words, e.line) for e in read_tagged(path, TagSpec(), "conll", need_labels=False)]
     if fmt == "squad":
-        from bertheads.tasks.qa import QATask
+        from bertheads.tasks.qa import read_examples
 
-        return [TextInput(e.question, e.context, e.line, {"id": e.id}) for e in QATask.read_file(path, need_answers=False)]
+        return [TextInput(e.question, e.context, None, {"id": e.id}) for e in read_examples(path, False, fmt="squad")]
     if fmt == "jsonl":
         records = list(read_jsonl(path))
         keys = set().union(*(obj.keys() for _, obj in records)) if records else set()
