@@ -25,8 +25,8 @@ install-test: $(VENV)/.installed-test
 
 demo: install
 	$(VENV)/bin/bertheads train classify --train examples/sentiment/train.tsv --dev examples/sentiment/dev.tsv \
-		--out runs/demo-sentiment --epochs 3 --batch-size 16 --lr 5e-5
-	printf 'A warm, funny and wonderfully acted film.\nTedious, overlong and badly written.\nOne of the best movies I have seen this year.\nI wanted my money back.\n' \
+		--out runs/demo-sentiment --epochs 8 --batch-size 16 --lr 1e-4 --seed 42
+	printf 'A warm, funny and wonderfully acted film.\nTedious, overlong and badly written.\nOne of the best movies I have seen this year.\nA complete waste of a rainy afternoon.\n' \
 		| $(VENV)/bin/bertheads predict runs/demo-sentiment
 
 test: install-test

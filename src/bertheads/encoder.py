@@ -151,6 +151,7 @@ class Encoder(nn.Module):
     def save(self, directory: Path) -> None:
         """Write a directory that `AutoModel`/`AutoTokenizer.from_pretrained` load."""
         directory.mkdir(parents=True, exist_ok=True)
+        quiet_transformers()
         self.model.save_pretrained(str(directory), safe_serialization=True)
         self.tokenizer.save_pretrained(str(directory))
 

@@ -121,7 +121,8 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
     from transformers import get_linear_schedule_with_warmup
 
     handlers = [DistributedDataParallelKwargs(find_unused_parameters=len(data) > 1)]
-    accelerator = Accelerator(kwargs_handlers=handlers)
+    # On a machine without CUDA, cpu=True lets Accelerate set up gloo when torchrun starts several processes.
+    accelerator = Accelerator(kwargs_handlers=handlers, cpu=not torch.cuda.is_available())
     set_seed(settings.seed)
     rank, world = accelerator.process_index, accelerator.num_processes
     frozen = all(d.cached is not None for d in data)

@@ -269,7 +269,10 @@ def detect_columns(columns: list[str], spec: ClassifySpec, path, need_labels: bo
     if spec.pair and pair_col is None:
         raise UserError(f"{where(path, 1)}: the model reads text pairs but no second text column was found "
                         f"(columns: {', '.join(columns)}); name one with --pair-column")
-    label_col = find_column(columns, LABEL_COLUMNS, spec.label_column, path, "label")
+    if not need_labels and spec.label_column and spec.label_column not in columns:
+        label_col = None  # labels are optional for predict
+    else:
+        label_col = find_column(columns, LABEL_COLUMNS, spec.label_column, path, "label")
     if need_labels and label_col is None:
         raise UserError(f"{where(path, 1)}: no label column found (columns: {', '.join(columns)}); "
                         f"name one with --label-column")

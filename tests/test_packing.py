@@ -1,0 +1,81 @@
+"""Packing: the BERT layouts, truncation, dynamic padding, length grouping, order restoring."""
+
+import pytest
+
+from bertheads.packing import collate, encode_texts, length_grouped_batches, shard, sorted_batches
+
+
+@pytest.fixture(scope="module")
+def tok(default_model_dir):
+    from bertheads.encoder import load_tokenizer
+
+    return load_tokenizer(default_model_dir)
+
+
+def test_single_text_layout(tok):
+    (f,) = encode_texts(tok, ["Hello world"])
+    assert tok.convert_ids_to_tokens(f["input_ids"]) == ["[CLS]", "hello", "world", "[SEP]"]
+    assert f["token_type_ids"] == [0, 0, 0, 0]
+
+
+def test_pair_layout_with_segment_ids(tok):
+    (f,) = encode_texts(tok, ["a cat"], ["the dog"])
+    assert tok.convert_ids_to_tokens(f["input_ids"]) == ["[CLS]", "a", "cat", "[SEP]", "the", "dog", "[SEP]"]
+    assert f["token_type_ids"] == [0, 0, 0, 0, 1, 1, 1]
+
+
+def test_pair_truncation_is_longest_first(tok):
+    long_a = " ".join(["alpha"] * 50)
+    (f,) = encode_texts(tok, [long_a], ["beta gamma"], max_length=16)
+    tokens = tok.convert_ids_to_tokens(f["input_ids"])
+    assert len(tokens) == 16
+    assert tokens[-3:] == ["beta", "gamma", "[SEP]"]  # the short side is kept whole
+    assert tokens.count("alpha") == 16 - 5
+
+
+def test_mixed_singles_and_pairs_keep_order(tok):
+    feats = encode_texts(tok, ["one", "two", "three"], [None, "x", None])
+    assert [tok.convert_ids_to_tokens(f["input_ids"])[1] for f in feats] == ["one", "two", "three"]
+    assert sum(feats[1]["token_type_ids"]) == 2 and sum(feats[0]["token_type_ids"]) == 0
+
+
+def test_collate_pads_to_longest_in_batch_only(tok):
+    feats = encode_texts(tok, ["a", "a b c d"])
+    for f, y in zip(feats, (0, 1)):
+        f["labels"] = y
+        f["tok_tags"] = [1] * len(f["input_ids"])
+    batch = collate(feats, pad_id=0)
+    assert batch["input_ids"].shape == (2, 6)
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 0, 0, 0], [1] * 6]
+    assert batch["labels"].tolist() == [0, 1]
+    assert batch["tok_tags"][0].tolist() == [1, 1, 1, -100, -100, -100]
+
+
+def test_length_grouped_batches_cover_everything_once_and_group_lengths():
+    import random
+
+    rng = random.Random(0)
+    lengths = [rng.randint(3, 120) for _ in range(2000)]
+    batches = length_grouped_batches(lengths, 32, seed=1)
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(2000))
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
+    assert spread < 10  # random batches of 32 would spread ~100
+    assert length_grouped_batches(lengths, 32, seed=2) != batches  # shuffled groups
+    assert length_grouped_batches(lengths, 32, seed=1) == batches  # reproducible
+
+
+def test_sorted_batches_and_token_cap():
+    lengths = [5, 50, 7, 49, 6]
+    batches = sorted_batches(lengths, batch_size=2)
+    assert batches == [[1, 3], [2, 4], [0]]
+    capped = sorted_batches([100] * 10, batch_size=8, max_tokens=300)
+    assert all(len(b) <= 3 for b in capped) and sum(len(b) for b in capped) == 10
+
+
+def test_shard_splits_batches_between_processes():
+    batches = [[i] for i in range(7)]
+    a, b = list(shard(batches, 0, 2)), list(shard(batches, 1, 2))
+    assert not set(map(tuple, a)) & set(map(tuple, b))
+    assert len(a) == len(b) == 3
+    assert list(shard(batches, 0, 1)) == batches
