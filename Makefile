@@ -22,6 +22,12 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	touch $@
 
 install-test: $(VENV)/.installed-test
+	@# the browser test (tests/test_serve.py) drives Debian's Chromium through Playwright; nothing is downloaded
+	@if [ ! -x /usr/bin/chromium ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		else echo "note: /usr/bin/chromium is missing (apt-get install chromium as root); the browser test will be skipped"; fi; \
+	fi
 
 demo: install
 	$(VENV)/bin/bertheads train classify --train examples/sentiment/train.tsv --dev examples/sentiment/dev.tsv \

@@ -68,6 +68,14 @@ class Model:
         outputs = task.outputs(self.net, name, examples, batch_size)
         return task.metrics(outputs, examples, path, **options)
 
+    def analyze(self, texts: list[str], second_texts: list[str] | None = None, questions: list[str] | None = None,
+                batch_size: int = 64, **options) -> list[dict]:
+        """`{head: prediction}` per text from every single-text head, one encoder pass for the heads
+        whose inputs encode alike; pair heads run given `second_texts`, qa heads given `questions`."""
+        from bertheads.multi import analyze
+
+        return analyze(self, texts, second_texts, questions, batch_size, **options)
+
 
 def load(directory: str | Path, device: str | torch.device | None = None) -> Model:
     """Load a model directory written by `bertheads train` (or `train(...)`)."""

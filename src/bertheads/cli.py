@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", required=True)
         cls.add_arguments(p)
         add_training_flags(p, **cls.training_defaults)
+    from bertheads import multi  # train multi, combine, serve
+
+    COMMANDS.update(multi.add_parsers(sub, kinds, add_training_flags))
 
     ev = sub.add_parser("evaluate", help="metrics of a saved model on labelled data")
     ev.add_argument("model_dir")
@@ -96,6 +99,8 @@ def task_options(args) -> dict:
 
 
 def cmd_train(args) -> int:
+    if args.kind == "multi":
+        return args.run(args)
     from bertheads.api import train
 
     model = train(args.kind, args.train, args.dev, args.out, model=args.model, settings=settings_from(args),

@@ -1,0 +1,40 @@
+"""Multi-head models on the tiny BERT built without training (for analyze, combine, serve tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from bertheads import bundle
+from bertheads.encoder import Encoder
+from bertheads.model import BertHeads
+
+
+def build_task(encoder: Encoder, kind: str, seed: int, spec: dict):
+    """A task of `kind` with a freshly initialised head (seeded) and the given spec fields."""
+    cls = bundle.task_class(kind)
+    torch.manual_seed(seed)
+    return cls.build(cls.spec_type(**spec), encoder, encoder.pooler_state)
+
+
+def save_heads(model_dir: str, out: Path, heads: dict) -> Path:
+    """Save the tiny encoder with untrained heads: {name: (kind, seed, spec fields)}."""
+    encoder = Encoder.load(model_dir)
+    tasks = {name: build_task(encoder, kind, seed, spec) for name, (kind, seed, spec) in heads.items()}
+    bundle.save(BertHeads(encoder, tasks), out, extra={"source_model": model_dir})
+    return out
+
+
+class EncoderCalls:
+    """Counts forward passes of a model's shared encoder."""
+
+    def __init__(self, net) -> None:
+        self.count = 0
+        self.handle = net.encoder.register_forward_hook(self._hook)
+
+    def _hook(self, *_):
+        self.count += 1
+
+    def close(self) -> None:
+        self.handle.remove()
