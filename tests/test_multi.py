@@ -164,6 +164,23 @@ def test_analyze_runs_the_encoder_once_for_all_heads(two_heads):
             assert result[head]["scores"] == pytest.approx(prediction["scores"], abs=1e-5)
 
 
+def test_analyze_classify_and_tag_heads_share_one_pass(tiny_bert, tmp_path):
+    out = save_heads(tiny_bert, tmp_path / "m", {"sentiment": ("classify", 1, {"labels": ["neg", "pos"]}),
+                                                 "ner": ("tag", 2, {"tags": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]})})
+    model = bertheads.load(out)
+    texts = ["Angela Merkel visited Paris.", "A fine day in Rome"]
+    calls = EncoderCalls(model.net)
+    try:
+        results = model.analyze(texts)
+        assert calls.count == 1  # a raw text that fits one window encodes alike for both kinds
+    finally:
+        calls.close()
+    assert [r["ner"] for r in results] == model.predict(texts, head="ner")
+    for result, text in zip(results, texts):
+        assert all(text[e["start"]:e["end"]] == e["text"] for e in result["ner"]["entities"])
+    assert [r["sentiment"]["label"] for r in results] == [p["label"] for p in model.predict(texts, head="sentiment")]
+
+
 def test_analyze_gives_heads_with_different_inputs_their_own_pass(two_heads):
     long_text = "a long review " * 20  # truncated at 16 tokens by topic, 128 by sentiment
     calls = EncoderCalls(two_heads.net)

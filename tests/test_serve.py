@@ -28,7 +28,8 @@ def model_dir(tiny_bert, tmp_path_factory):
     heads = {"sentiment": ("classify", 1, {"labels": ["negative", "positive"]}),
              "topic": ("classify", 2, {"labels": ["food", "politics", "sports"]}),
              "nli": ("classify", 3, {"labels": ["contradiction", "entailment"], "pair": True}),
-             "qa": ("qa", 4, {"max_length": 64, "stride": 16})}
+             "qa": ("qa", 4, {"max_length": 64, "stride": 16}),
+             "ner": ("tag", 5, {"tags": ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]})}
     return save_heads(tiny_bert, tmp_path_factory.mktemp("serve") / "model", heads)
 
 
@@ -52,6 +53,7 @@ def test_health_heads_docs_and_page(client):
     assert heads["sentiment"] == {"name": "sentiment", "kind": "classify", "inputs": "text",
                                   "labels": ["negative", "positive"], "problem": "single_label"}
     assert heads["nli"]["inputs"] == "pair" and heads["qa"]["inputs"] == "question"
+    assert heads["ner"]["inputs"] == "text" and heads["ner"]["entity_types"] == ["LOC", "PER"]
     schema = client.get("/openapi.json").json()
     assert {"/analyze", "/predict/{head}", "/heads", "/health"} <= set(schema["paths"])
     assert client.get("/docs").status_code == 200
@@ -63,10 +65,10 @@ def test_health_heads_docs_and_page(client):
 def test_analyze_matches_the_python_api(client, model):
     body = client.post("/analyze", json={"texts": TEXTS}).json()
     assert body["results"] == model.analyze(TEXTS)
-    assert set(body["results"][0]) == {"sentiment", "topic"}  # single-text heads only
+    assert set(body["results"][0]) == {"sentiment", "topic", "ner"}  # single-text heads only
     full = client.post("/analyze", json={"texts": [PASSAGE], "second_texts": ["Paris has a tower."],
                                          "questions": ["When was the tower finished?"]}).json()["results"][0]
-    assert set(full) == {"sentiment", "topic", "nli", "qa"}
+    assert set(full) == {"sentiment", "topic", "ner", "nli", "qa"}
     assert full["qa"]["answer"] == PASSAGE[full["qa"]["start"]:full["qa"]["end"]]
 
 
@@ -96,7 +98,7 @@ BAD_REQUESTS = [
     ("post", "/analyze", None, 422, "missing request body"),
     ("post", "/analyze", b"x" * 200_000, 413, "request body of 200000 bytes"),
     ("get", "/analyze", None, 405, "Method Not Allowed"),
-    ("post", "/predict/nope", {"texts": ["a"]}, 404, "no head named 'nope' (heads: sentiment, topic, nli, qa)"),
+    ("post", "/predict/nope", {"texts": ["a"]}, 404, "no head named 'nope' (heads: sentiment, topic, nli, qa, ner)"),
     ("post", "/predict/topic", {"pairs": [["a", "b"]]}, 422, "missing field 'texts': head 'topic'"),
     ("post", "/predict/nli", {"texts": ["a"]}, 422, "missing field 'pairs': head 'nli'"),
     ("post", "/predict/nli", {"pairs": [["a"]]}, 422, "pairs[0]"),
@@ -134,7 +136,7 @@ def test_concurrent_requests_are_batched(model):
             health = http.get("/health").json()
     finally:
         calls.close()
-    assert all(set(a["results"][0]) == {"sentiment", "topic"} for a in answers)
+    assert all(set(a["results"][0]) == {"sentiment", "topic", "ner"} for a in answers)
     expected = model.analyze([f"request number {i} about {TEXTS[i % 2]}" for i in range(8)])
     assert [a["results"][0] for a in answers] == expected  # each request got its own answer back
     assert health["requests"] == 8 and health["batches"] < 8 and health["largest_batch"] > 1
@@ -234,6 +236,17 @@ def test_page_in_headless_chromium(cli_server):
                     assert drawn == pytest.approx(score, abs=0.01)  # the bar's length is the score
                 best = page.locator(f"section[data-head='{head}'] .bar-row.best").get_attribute("data-label")
                 assert best == str(expected[head]["label"])
+            # entities highlighted inline, by type, exactly as the API returns them
+            marks = page.locator("section[data-head='ner'] mark.ent")
+            entities = expected["ner"]["entities"]
+            assert entities and marks.count() == len(entities)
+            for i, entity in enumerate(entities):
+                assert marks.nth(i).get_attribute("data-type") == entity["type"]
+                assert marks.nth(i).evaluate("e => e.firstChild.textContent") == entity["text"]
+                assert marks.nth(i).locator(".ent-type").inner_text() == entity["type"]
+            passage = page.locator("section[data-head='ner'] .passage").evaluate(
+                "e => Array.from(e.childNodes).map(n => n.nodeType === 3 ? n.textContent : n.firstChild.textContent).join('')")
+            assert passage == PASSAGE  # the text around the marks is the text as typed
             answer = page.locator("section[data-head='qa'] mark.answer").inner_text()
             assert answer == expected["qa"]["answer"]
             assert page.locator("section[data-head='nli']").count() == 0  # no second text given

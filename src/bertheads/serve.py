@@ -237,14 +237,12 @@ def describe_heads(model) -> list[dict]:
     for name, task in model.net.tasks.items():
         spec = task.spec
         entry = {"name": name, "kind": task.kind, "inputs": head_input(task)}
-        labels = getattr(spec, "labels", None)
-        if labels is not None:
-            entry["labels"] = plain(list(labels))
-        if getattr(spec, "problem", None):
+        if task.kind == "classify":
+            entry["labels"] = plain(list(spec.labels))
             entry["problem"] = spec.problem
-        types = getattr(spec, "types", None) or getattr(spec, "entity_types", None)
-        if types:
-            entry["entity_types"] = plain(list(types))
+        elif task.kind == "tag":
+            entry["labels"] = list(spec.tags)
+            entry["entity_types"] = sorted({t.split("-", 1)[1] for t in spec.tags if "-" in t})
         out.append(entry)
     return out
 
