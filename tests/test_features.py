@@ -154,6 +154,19 @@ def test_cache_cap_and_a_failed_build_leave_nothing_behind(tiny_bert, write, tmp
     assert list((cache / "features").iterdir()) == []  # no entry, no temporary directory
 
 
+def test_a_damaged_entry_is_built_again(tiny_bert, tmp_path, count_encoder_calls):
+    encoder = Encoder.load(tiny_bert)
+    features = encode_texts(encoder.tokenizer, ["one", "two two"], max_length=16)
+    first = build(encoder, features, (2,), "tokens", tmp_path)
+    calls = len(count_encoder_calls)
+    build(encoder, features, (2,), "tokens", tmp_path)
+    assert len(count_encoder_calls) == calls  # whole: reused
+    states = first.directory / "states.npy"
+    states.write_bytes(states.read_bytes()[:-64])
+    again = build(encoder, features, (2,), "tokens", tmp_path)
+    assert len(count_encoder_calls) > calls and again.states.shape == first.states.shape
+
+
 def test_cli_features_mode_and_cap_error(tiny_bert, write, tmp_path, capsys):
     train = sentiment(write)
     out = tmp_path / "m"
@@ -289,6 +302,12 @@ def test_tag_features_mode_linear_and_bilstm_share_one_cache(tiny_bert, write, t
         assert model.evaluate(train)["f1"] > 0.8  # learned from the cached states
     [prediction] = bilstm.predict(["Maria Garcia visited Berlin ."])
     assert [(e["text"], e["type"]) for e in prediction["entities"]] == [("Maria Garcia", "PER"), ("Berlin", "LOC")]
+
+    # extract reads a saved model's encoder, and CoNLL input by its name
+    assert cli.main(["extract", "--model", str(tmp_path / "m"), "--input", train, "--out", str(tmp_path / "x"),
+                     "--layers", "all", "--combine", "mean", "--no-progress"]) == 0
+    meta = json.loads((tmp_path / "x" / "meta.json").read_text())
+    assert (meta["texts"], meta["dim"], meta["layers"]) == (18, 32, [0, 1, 2])
 
 
 def test_qa_features_mode_trains_on_cached_windows(tiny_bert, write, tmp_path):

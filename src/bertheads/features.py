@@ -234,8 +234,11 @@ def ensure_cache(encoder, features: Sequence[dict], key: str, layers: tuple[int,
     entries = settings.root / "features"
     final = entries / key
     if (final / "meta.json").is_file():
-        say(settings, f"feature cache: reusing {final}")
-        return final
+        if entry_is_whole(final):
+            say(settings, f"feature cache: reusing {final}")
+            return final
+        say(settings, f"feature cache: {final} is damaged (files missing or cut short); building it again")
+        shutil.rmtree(final, ignore_errors=True)
     lengths = [len(f["input_ids"]) for f in features]
     rows = len(features) if positions == "cls" else sum(lengths)
     hidden = encoder.info.hidden_size
@@ -293,6 +296,8 @@ def write_states(encoder, features: Sequence[dict], layers: tuple[int, ...], pos
             states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers)
             if isinstance(states, torch.Tensor):
                 states = [states]
+            if torch_dtype == torch.float16 and any(s.abs().max() > 65000 for s in states):
+                raise UserError("the encoder's hidden states exceed the float16 range; use --cache-dtype float32")
             if positions == "cls":
                 block = torch.stack([s[:, 0] for s in states], dim=1).to(torch_dtype).cpu().numpy()  # [B, L, H]
                 for j, i in enumerate(idx):
@@ -305,6 +310,18 @@ def write_states(encoder, features: Sequence[dict], layers: tuple[int, ...], pos
     finally:
         bar.close()
         encoder.train(was_training)
+
+
+def entry_is_whole(directory: Path) -> bool:
+    """An entry whose arrays are all there with the sizes its meta.json records."""
+    try:
+        meta = json.loads((directory / "meta.json").read_text())
+        states = np.load(directory / "states.npy", mmap_mode="r")
+        offsets = np.load(directory / "offsets.npy")
+    except (OSError, ValueError):
+        return False
+    return (states.shape[0] == meta.get("rows") and len(offsets) == meta.get("features", -1) + 1
+            and int(offsets[-1]) == states.shape[0])
 
 
 def directory_bytes(path: Path) -> int:
