@@ -265,8 +265,10 @@ def test_reads_squad_json_and_jsonl(write):
     assert [e.id for e in examples] == ["q0", "q1", "q2"] and examples[0].answers == []
     assert examples[1].answers == ["Berlin"]
     line = {"id": "a", "question": "Q?", "context": "It is Rome.", "answers": {"text": ["Rome"], "answer_start": [6]}}
-    (ex,) = read_examples(write("d.jsonl", json.dumps(line) + "\n"))
-    assert ex.answers == ["Rome"] and ex.starts == [6]
+    none = {"id": "b", "question": "Q?", "context": "It is Rome.", "answers": {"text": [], "answer_start": []}}
+    ex, unanswerable = read_examples(write("d.jsonl", json.dumps(line) + "\n\n" + json.dumps(none) + "\n"))
+    assert ex.answers == ["Rome"] and ex.starts == [6] and ex.has_id
+    assert unanswerable.answers == [] and unanswerable.record.endswith(":3")
 
 
 def test_training_answer_mismatch_skipped_and_reported_once(write, capsys):

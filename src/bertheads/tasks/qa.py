@@ -409,11 +409,21 @@ def answer_lists(answers, record: str) -> tuple[list[str], list[int]]:
 
 # -- windows ---------------------------------------------------------------------------------
 def cut_questions(tokenizer, questions: list[str], max_tokens: int) -> list[str]:
-    """Questions longer than `max_tokens` tokens are cut after their last whole token."""
+    """Questions longer than `max_tokens` tokens are cut before the word holding token
+    `max_tokens` (inside a word only when its first word is that long)."""
     enc = tokenizer(questions, add_special_tokens=False, return_offsets_mapping=True,
                     return_attention_mask=False, return_token_type_ids=False)
-    return [q[: offsets[max_tokens - 1][1]] if len(offsets) > max_tokens else q
-            for q, offsets in zip(questions, enc["offset_mapping"])]
+    out = []
+    for i, (question, offsets) in enumerate(zip(questions, enc["offset_mapping"])):
+        if len(offsets) <= max_tokens:
+            out.append(question)
+            continue
+        words = enc.word_ids(i)
+        first = max_tokens
+        while first > 0 and words[first - 1] == words[max_tokens]:
+            first -= 1
+        out.append(question[: offsets[first][0]].rstrip() if first else question[: offsets[max_tokens - 1][1]])
+    return out
 
 
 def answer_tokens(feature: dict, example: QAExample) -> tuple[int, int]:
