@@ -143,6 +143,19 @@ def test_concurrent_requests_are_batched(model):
     assert calls.count == health["batches"]  # one encoder pass per batch of requests
 
 
+def test_serve_command_errors(model_dir, tmp_path, capsys):
+    from bertheads.cli import main
+
+    assert main(["serve", str(tmp_path / "missing")]) == 2
+    assert "no such model directory" in capsys.readouterr().err
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        assert main(["serve", str(model_dir), "--port", str(busy.getsockname()[1])]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bertheads: error: cannot serve on 127.0.0.1:") and "choose another --port" in err
+
+
 def test_batcher_isolates_a_failing_request():
     calls = []
 

@@ -388,10 +388,30 @@ def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: S
     from bertheads.api import load
 
     model = load(directory)
+    check_port(host, port)
     app = create_app(model, settings)
     print(f"serving {directory} (heads: {', '.join(model.heads)}) on http://{host}:{port}  "
           f"(page at /, API docs at /docs)", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def check_port(host: str, port: int) -> None:
+    """A clear error when the address cannot be served on (in use, not ours, bad port)."""
+    import socket
+
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port: expected 0..65535, got {port}")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise UserError(f"--host {host}: {exc.strerror}") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            raise UserError(f"cannot serve on {host}:{port}: {exc.strerror}; choose another --port or --host") from None
 
 
 @contextmanager
