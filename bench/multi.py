@@ -13,7 +13,7 @@ NER head (tag, CoNLL-2003) on the default checkpoint.
    (one text each) from `--clients` concurrent clients, with batching (the defaults) and with
    it turned off (`--max-batch 1`); requests per second, p50/p99 latency, failed requests.
 
-    nice -n 10 .venv/bin/python bench/multi.py                  # trains the model first (--limit 2000)
+    nice -n 10 .venv/bin/python bench/multi.py                  # trains the model first (--limit 2000), once
     nice -n 10 .venv/bin/python bench/multi.py --model-dir DIR  # a model with `sentiment` and `ner` heads
 
 The model is trained jointly with `bertheads train multi` (1 epoch, `--limit` examples per task).
@@ -285,7 +285,7 @@ def main() -> None:
     parser.add_argument("--skip-load-test", action="store_true")
     args = parser.parse_args()
 
-    model_dir = Path(args.model_dir) if args.model_dir else OUT / "multi-model"
+    model_dir = Path(args.model_dir) if args.model_dir else OUT / f"multi-model-limit{args.limit}-epochs{args.epochs}"
     if not (model_dir / "bertheads.json").is_file():
         train_model(model_dir, args.limit, args.epochs)
     metrics = json.loads((model_dir / "metrics.json").read_text()).get("dev") if (model_dir / "metrics.json").is_file() \
