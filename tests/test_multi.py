@@ -85,6 +85,14 @@ def test_read_config_options_and_overrides(tmp_path):
     assert task_settings(config.tasks[1], {"max_length": 64})["max_length"] == 48
 
 
+def test_read_config_toml(tmp_path):
+    toml = ('sampling = "round-robin"\n[tasks.sentiment]\nkind = "classify"\ntrain = "data/sent.tsv"\n'
+            '[tasks.topic]\nkind = "classify"\ntrain = "data/topic.csv"\nmax_length = 48\n')
+    config = read_config(write_config(tmp_path, toml, "multi.toml"))
+    assert [t.name for t in config.tasks] == ["sentiment", "topic"] and config.sampling == "round-robin"
+    assert config.tasks[1].options == {"max_length": 48} and config.tasks[0].dev is None
+
+
 BAD = [
     ("tasks: [1, 2]\n", "tasks: expected a mapping"),
     ("tasks:\n  s: {kind: classify, train: data/sent.tsv}\nepochs: 3\n", "3: epochs: unknown field"),

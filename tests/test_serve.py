@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -121,14 +122,17 @@ def test_bad_requests_get_a_clear_4xx(client, method, path, body, status, messag
 
 
 def test_concurrent_requests_are_batched(model):
-    settings = ServeSettings(window_ms=150, max_batch=64)
+    settings = ServeSettings(window_ms=300, max_batch=64)
     app = create_app(model, settings)
     calls = EncoderCalls(model.net)
     try:
         with running_server(app) as url, httpx.Client(base_url=url, timeout=30) as http:
             http.get("/health")
 
+            start = threading.Barrier(8)
+
             def one(i: int) -> dict:
+                start.wait(30)  # the eight requests leave together
                 return http.post("/analyze", json={"texts": [f"request number {i} about {TEXTS[i % 2]}"]}).json()
 
             with ThreadPoolExecutor(8) as pool:
