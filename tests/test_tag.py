@@ -214,6 +214,26 @@ def test_label_subwords_first_vs_all(tiny_bert, tag_data, tmp_path):
     assert words == 84 and model.task().spec.tags == ["O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
 
 
+def test_loss_weighs_every_labelled_token_the_same(tiny_bert):
+    import math
+
+    import torch
+
+    from bertheads.encoder import Encoder
+    from bertheads.packing import collate
+
+    encoder = Encoder.load(tiny_bert)
+    task = TagTask.build(TagSpec(tags=["O", "B-PER", "I-PER"]), encoder)
+    ex = task.from_inputs([["Merkel", "visited"], ["a", "b", "c", "d", "e", "f"]])
+    ex[0].tags, ex[1].tags = ["B-PER", "O"], ["O"] * 6
+    feats = task.encode(ex, encoder.tokenizer)
+    assert task.labelled_per_window == 4.0
+    for idx, expected in (([0, 1], math.log(3)), ([0], math.log(3) * 2 / 4), ([1], math.log(3) * 6 / 4)):
+        batch = collate([feats[i] for i in idx], 0)
+        logits = torch.zeros(*batch["input_ids"].shape, 3)
+        assert float(task.loss(logits, batch)) == pytest.approx(expected)
+
+
 def test_bilstm_head_on_frozen_features_round_trips(tiny_bert, tag_data, tmp_path):
     out = tmp_path / "lstm"
     code = main(["train", "tag", "--train", str(tag_data / "train.txt"), "--dev", str(tag_data / "dev.txt"),

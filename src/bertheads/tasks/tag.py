@@ -171,6 +171,9 @@ class TagTask(Task):
     def encode(self, examples: list[TagExample], tokenizer, with_labels: bool = True,
                path: str | None = None) -> list[dict]:
         features, _ = self.encode_windows(examples, tokenizer, with_labels, path)
+        if with_labels and features:  # the loss's yardstick: labelled tokens per training window
+            labelled = sum(sum(1 for x in f["tok_labels"] if x != -100) for f in features)
+            self.labelled_per_window = max(labelled / len(features), 1.0)
         return features
 
     def encode_for_inference(self, examples: list[TagExample], tokenizer) -> tuple[list[dict], list[int]]:
@@ -187,8 +190,9 @@ class TagTask(Task):
         spec = self.spec
         n_prefix, n_suffix = special_layout(tokenizer)
         capacity = spec.max_length - n_prefix - n_suffix
-        if spec.stride >= capacity:
-            raise UserError(f"--stride {spec.stride} must be below --max-length minus {n_prefix + n_suffix}")
+        if not 0 <= spec.stride < capacity:
+            raise UserError(f"--stride {spec.stride} must be at least 0 and below --max-length minus "
+                            f"{n_prefix + n_suffix}")
         tag_index = {t: i for i, t in enumerate(spec.tags)}
         joined = [e.text if e.text is not None else " ".join(e.words) for e in examples]
         enc = tokenize(tokenizer, joined)
@@ -263,9 +267,17 @@ class TagTask(Task):
 
     # -- loss and decoding --------------------------------------------------------------
     def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Cross-entropy summed over the labelled tokens, divided by the batch's windows times
+        the training set's labelled tokens per window. Every labelled token weighs the same
+        whatever batch it lands in: length-grouped batches of short sentences would otherwise
+        count their few tokens as much as a batch of long ones. (The per-batch token mean
+        when the training features were not encoded by this task.)"""
         labels = batch["tok_labels"][:, : logits.size(1)]
         total = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1),
                                 ignore_index=-100, reduction="sum")
+        per_window = getattr(self, "labelled_per_window", None)
+        if per_window:
+            return total / (labels.size(0) * per_window)
         return total / (labels != -100).sum().clamp(min=1)
 
     def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples, features) -> list[WordScores]:
@@ -477,9 +489,6 @@ def check_settings(spec: TagSpec, tokenizer) -> None:
     n_prefix, n_suffix = special_layout(tokenizer)
     if spec.max_length <= n_prefix + n_suffix + 1:
         raise UserError(f"--max-length {spec.max_length} is too small")
-    if not 0 <= spec.stride < spec.max_length - n_prefix - n_suffix:
-        raise UserError(f"--stride {spec.stride} must be at least 0 and below --max-length minus "
-                        f"{n_prefix + n_suffix}")
 
 
 # -- schemes and entities ---------------------------------------------------------------
