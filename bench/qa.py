@@ -207,8 +207,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=None, help="first N training questions (both sides)")
     parser.add_argument("--eval-limit", type=int, default=None, help="first N eval questions (all three)")
-    parser.add_argument("--speed-limit", type=int, default=None,
-                        help="time prediction (ours, pipeline) on the first N eval questions (default: all)")
+    parser.add_argument("--speed-limit", type=int, default=1000,
+                        help="time prediction (ours, pipeline) on the first N eval questions (1000)")
     parser.add_argument("--rounds", type=int, default=3, help="prediction timing rounds (ours, pipeline)")
     parser.add_argument("--name", default="qa")
     args = parser.parse_args()
