@@ -113,6 +113,7 @@ def memory_child(args) -> None:
 
     key = cache_key(encoder_identity(encoder), features, layers, args.child_positions, "float16",
                     encoder.info.uses_token_types)
+    shutil.rmtree(Path(args.child_cache) / "features" / key, ignore_errors=True)  # measure a build, not a reuse
     baseline = proc.memory_info().rss
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
