@@ -28,6 +28,7 @@ from bertheads.readers import file_format, read_jsonl, read_lines, read_text
 from bertheads.tasks.base import HeadSettings, Task, init_linear
 
 TAG_RE = re.compile(r"^(?:O|([BIESLU])-(.+))$")
+COLUMN_SPLIT = re.compile(r"[ \t]+")  # CoNLL columns; other white space belongs to the word
 DOCSTART = "-DOCSTART-"
 CONLL_SUFFIXES = (".conll", ".conll03", ".conllx", ".iob", ".iob2", ".bio", ".bioes", ".ner")
 TOKEN_KEYS = ("tokens", "words")
@@ -400,7 +401,7 @@ def read_conll(path: str | None, spec: TagSpec, need_labels: bool) -> list[TagEx
     docstart: list[str] = []
     for line_no, raw in enumerate(text.split("\n"), 1):
         line = raw.rstrip("\r").rstrip(" \t")
-        parts = line.split() if line.strip() else []
+        parts = COLUMN_SPLIT.split(line.lstrip(" \t")) if line.strip(" \t") else []
         if not parts:
             current = None
             continue
