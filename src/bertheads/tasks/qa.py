@@ -10,16 +10,13 @@ on the dev set.
 
 Formats: SQuAD JSON (`{"data": [{"paragraphs": [{"context", "qas": [...]}]}]}`) and JSON
 lines `{"id", "question", "context", "answers": {"text": [...], "answer_start": [...]}}`.
+Readers are in `qa_formats`, the SQuAD scores in `qa_metrics`.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import string
-import sys
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +24,21 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from bertheads.errors import UserError, where
+from bertheads.errors import UserError
 from bertheads.features import LayerCombine
-from bertheads.readers import read_jsonl, read_text
 from bertheads.tasks.base import HeadSettings, Task, init_linear
+from bertheads.tasks.qa_formats import QAExample, check_text, read_examples
+from bertheads.tasks.qa_metrics import (
+    best_threshold,
+    exact,  # noqa: F401  (re-exported: tests import it from here)
+    f1_v1,  # noqa: F401  (re-exported: tests import it from here)
+    f1_v2,
+    gold_v2,
+    max_over,
+    normalize_answer,  # noqa: F401  (re-exported: tests import it from here)
+    squad_v1_scores,
+    squad_v2_scores,
+)
 
 
 @dataclass
@@ -43,17 +51,6 @@ class QASpec(HeadSettings):
     null_threshold: float | None = None  # answer "" when null score - best span > this (None: never)
     unanswerable: bool = False  # the training data had questions without an answer (SQuAD v2.0)
     tune_threshold: bool = True  # tune `null_threshold` on the dev set (off when it was given)
-
-
-@dataclass
-class QAExample:
-    question: str
-    context: str
-    id: str
-    answers: list[str] = field(default_factory=list)  # gold texts; empty: no answer
-    starts: list[int] = field(default_factory=list)  # their character offsets (-1: not given)
-    has_id: bool = False  # the input named its id (predictions then carry it)
-    record: str = ""  # "FILE:LINE" or "FILE: question ID", for messages
 
 
 @dataclass
@@ -255,7 +252,7 @@ class QATask(Task):
         return result
 
 
-# -- reading -------------------------------------------------------------------------------
+# -- settings ------------------------------------------------------------------------------
 def check_settings(spec: QASpec, encoder) -> None:
     tokenizer = encoder.tokenizer
     limit = int(getattr(encoder.model.config, "max_position_embeddings", 512) or 512)
@@ -269,142 +266,6 @@ def check_settings(spec: QASpec, encoder) -> None:
         raise UserError(f"--stride {spec.stride} must be smaller than the passage room in a window "
                         f"({room} tokens: --max-length {spec.max_length} minus --max-question-length "
                         f"{spec.max_question_length} and the special tokens)")
-
-
-def check_text(value, name: str, record: str) -> str:
-    if value is None:
-        raise UserError(f"{record}: missing {name}")
-    if not isinstance(value, str):
-        raise UserError(f"{record}: {name} must be a string, got {type(value).__name__}")
-    if not value.strip():
-        raise UserError(f"{record}: empty {name}")
-    return value
-
-
-def read_examples(path: str | None, need_labels: bool = True, strict: bool = True,
-                  fmt: str | None = None) -> list[QAExample]:
-    """SQuAD JSON or JSON lines. `strict=False` (training data): a question whose
-    answer_start does not match its text is skipped and counted, with one warning at the end."""
-    if fmt not in (None, "auto", "json", "jsonl", "squad"):
-        raise UserError(f"--format {fmt}: the qa task reads SQuAD JSON or JSON lines")
-    text = read_text(path)
-    if not text.strip():
-        raise UserError(f"{where(path)}: file is empty")
-    records = squad_records(text, path) if is_squad_document(text, fmt) else jsonl_records(path)
-    examples, skipped = [], []
-    for record, qid, has_id, obj, context in records:
-        ex = make_example(record, qid, has_id, obj, context, need_labels, strict)
-        if ex is None:
-            skipped.append(record)
-        else:
-            examples.append(ex)
-    if skipped:
-        print(f"bertheads: warning: skipped {len(skipped)} training question(s) whose answer_start does not "
-              f"match the answer text (first: {skipped[0]})", file=sys.stderr)
-    if not examples:
-        raise UserError(f"{where(path)}: no questions")
-    return examples
-
-
-def is_squad_document(text: str, fmt: str | None) -> bool:
-    """A whole-file JSON document (SQuAD) rather than one JSON object per line."""
-    if fmt in ("json", "squad"):
-        return True
-    if fmt == "jsonl":
-        return False
-    first = next(line for line in text.splitlines() if line.strip())
-    try:
-        obj = json.loads(first)
-    except json.JSONDecodeError:
-        return not first.lstrip().startswith("[")  # a JSON document over several lines
-    return isinstance(obj, dict) and "data" in obj
-
-
-def squad_records(text: str, path):
-    """(record name, id, question object, context) for each question of a SQuAD document."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{where(path, exc.lineno)}: malformed JSON ({exc.msg})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
-        raise UserError(f"{where(path)}: expected SQuAD JSON with a 'data' list (or JSON lines)")
-    for a, article in enumerate(doc["data"]):
-        paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
-        if not isinstance(paragraphs, list):
-            raise UserError(f"{where(path)}: data[{a}]: expected a 'paragraphs' list")
-        for p, para in enumerate(paragraphs):
-            if not isinstance(para, dict) or not isinstance(para.get("qas"), list):
-                raise UserError(f"{where(path)}: data[{a}].paragraphs[{p}]: expected a 'qas' list")
-            context = para.get("context")
-            for q, qa in enumerate(para["qas"]):
-                qid = qa.get("id") if isinstance(qa, dict) else None
-                name = f"question {qid}" if qid is not None else f"data[{a}].paragraphs[{p}].qas[{q}]"
-                if not isinstance(qa, dict):
-                    raise UserError(f"{where(path)}: {name}: expected a JSON object")
-                yield f"{where(path)}: {name}", qid if qid is not None else f"{a}.{p}.{q}", qid is not None, qa, context
-
-
-def jsonl_records(path):
-    for line, obj in read_jsonl(path):
-        yield where(path, line), obj.get("id", line), "id" in obj, obj, obj.get("context")
-
-
-def make_example(record: str, qid, has_id: bool, obj: dict, context, need_labels: bool,
-                 strict: bool) -> QAExample | None:
-    question = check_text(obj.get("question"), "question", record)
-    if context is None:
-        raise UserError(f"{record}: question without a context")
-    context = check_text(context, "context", record)
-    ex = QAExample(question, context, str(qid), has_id=has_id, record=record)
-    if not need_labels:
-        return ex
-    answers = obj.get("answers")
-    impossible = bool(obj.get("is_impossible", False))
-    if answers is None and not impossible:
-        raise UserError(f"{record}: missing 'answers' (or is_impossible: true)")
-    if answers is None or impossible:
-        return ex
-    texts, starts = answer_lists(answers, record)
-    for t, s in zip(texts, starts):
-        if s == -1:
-            if t not in context:
-                raise UserError(f"{record}: answer {t!r} is not in its context")
-            continue
-        if not 0 <= s <= len(context) - len(t):
-            if not strict:
-                return None
-            raise UserError(f"{record}: answer {t!r} at {s} is outside its context ({len(context)} characters)")
-        if context[s:s + len(t)] != t:
-            if not strict:
-                return None
-            if t not in context:
-                raise UserError(f"{record}: answer {t!r} is not in its context")
-    ex.answers, ex.starts = texts, starts
-    return ex
-
-
-def answer_lists(answers, record: str) -> tuple[list[str], list[int]]:
-    """Answer texts and starts from `{"text": [...], "answer_start": [...]}` or a list of
-    `{"text", "answer_start"}` objects (a missing start is -1)."""
-    if isinstance(answers, dict):
-        texts, starts = answers.get("text", []), answers.get("answer_start")
-        if starts is None:
-            starts = [-1] * len(texts) if isinstance(texts, list) else None
-        if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
-            raise UserError(f"{record}: 'answers' needs 'text' and 'answer_start' lists of the same length")
-    elif isinstance(answers, list):
-        if not all(isinstance(a, dict) for a in answers):
-            raise UserError(f"{record}: 'answers' items must be objects with 'text' and 'answer_start'")
-        texts = [a.get("text") for a in answers]
-        starts = [a.get("answer_start", -1) for a in answers]
-    else:
-        raise UserError(f"{record}: 'answers' must be a list or a {{'text', 'answer_start'}} object")
-    for t, s in zip(texts, starts):
-        if not isinstance(t, str) or not t:
-            raise UserError(f"{record}: answer text must be a non-empty string, got {t!r}")
-        if isinstance(s, bool) or not isinstance(s, int):
-            raise UserError(f"{record}: answer_start must be an integer, got {s!r}")
-    return list(texts), list(starts)
 
 
 # -- windows ---------------------------------------------------------------------------------
@@ -520,87 +381,6 @@ def answers_nothing(o: QAOutput, threshold: float | None) -> bool:
     if not len(o.scores):
         return True
     return threshold is not None and null_minus_best(o) > threshold
-
-
-def best_threshold(diffs: np.ndarray, has_answer: np.ndarray, span_f1: np.ndarray) -> float:
-    """The null threshold with the best dev F1: a question is answered when its null - best
-    span score is at most the threshold. Starting from "answer nothing", answering a question
-    gains its span's F1 if it has an answer and loses 1 if it has none."""
-    order = np.argsort(diffs, kind="stable")
-    d = diffs[order]
-    gain = np.cumsum(np.where(has_answer, span_f1, -1.0)[order])
-    realisable = np.r_[d[1:] != d[:-1], True] & np.isfinite(d)  # ties move together
-    if not realisable.any():
-        return 0.0
-    gain = np.where(realisable, gain, -np.inf)
-    i = int(np.argmax(gain))
-    if gain[i] <= 0:  # answering nothing is best
-        return float(d[0] - 1.0) if np.isfinite(d[0]) else 0.0
-    following = d[i + 1:][np.isfinite(d[i + 1:])]
-    return float((d[i] + following[0]) / 2) if len(following) else float(d[i] + 1.0)
-
-
-# -- SQuAD metrics (the official evaluation scripts' formulas) ---------------------------------
-PUNCTUATION = set(string.punctuation)
-ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
-
-
-def normalize_answer(text: str) -> str:
-    """Lowercase, drop punctuation, the articles a/an/the and extra whitespace."""
-    text = "".join(ch for ch in text.lower() if ch not in PUNCTUATION)
-    return " ".join(ARTICLES.sub(" ", text).split())
-
-
-def exact(prediction: str, gold: str) -> float:
-    return float(normalize_answer(prediction) == normalize_answer(gold))
-
-
-def f1_v1(prediction: str, gold: str) -> float:
-    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    same = sum((Counter(pred) & Counter(ref)).values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred), same / len(ref)
-    return 2 * precision * recall / (precision + recall)
-
-
-def f1_v2(prediction: str, gold: str) -> float:
-    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    if not pred or not ref:  # a no-answer is right only against a no-answer
-        return float(pred == ref)
-    return f1_v1(prediction, gold)
-
-
-def gold_v2(answers: list[str]) -> list[str]:
-    """v2.0's gold answers: those that do not normalize to nothing, or [""] for none."""
-    return [a for a in answers if normalize_answer(a)] or [""]
-
-
-def max_over(metric, prediction: str, golds: list[str]) -> float:
-    return max(metric(prediction, g) for g in golds)
-
-
-def squad_v1_scores(preds: list[str], examples: list[QAExample]) -> dict:
-    """SQuAD v1.1: EM and F1 in percent, the maximum over each question's gold answers."""
-    em = [max_over(exact, p, e.answers) for p, e in zip(preds, examples)]
-    f1 = [max_over(f1_v1, p, e.answers) for p, e in zip(preds, examples)]
-    return {"exact_match": 100.0 * float(np.mean(em)), "f1": 100.0 * float(np.mean(f1)),
-            "examples": len(examples)}
-
-
-def squad_v2_scores(preds: list[str], examples: list[QAExample]) -> dict:
-    """SQuAD v2.0: EM and F1 in percent, overall and for questions with (HasAns) and
-    without (NoAns) an answer."""
-    em = np.array([max_over(exact, p, gold_v2(e.answers)) for p, e in zip(preds, examples)])
-    f1 = np.array([max_over(f1_v2, p, gold_v2(e.answers)) for p, e in zip(preds, examples)])
-    has = np.array([bool(e.answers) for e in examples])
-    out = {"exact_match": 100.0 * float(em.mean()), "f1": 100.0 * float(f1.mean()), "examples": len(examples)}
-    for name, mask in (("HasAns", has), ("NoAns", ~has)):
-        if mask.any():
-            out[f"{name}_exact"] = 100.0 * float(em[mask].mean())
-            out[f"{name}_f1"] = 100.0 * float(f1[mask].mean())
-            out[f"{name}_total"] = int(mask.sum())
-    return out
 
 
 def write_predictions(path: str, preds: list[str], outputs: list[QAOutput], examples: list[QAExample]) -> None:

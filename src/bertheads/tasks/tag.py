@@ -8,13 +8,13 @@ default mode applies.
 
 A word is predicted from its first word piece. An input longer than `max_length` is cut into
 windows overlapping by `stride` tokens; each word takes its prediction from the window where its
-first piece has the most context on both sides.
+first piece has the most context on both sides. Readers are in `tag_formats`, schemes and
+entity metrics in `tag_scheme`.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,16 +24,22 @@ from torch.nn import functional as F
 
 from bertheads.errors import UserError, where
 from bertheads.features import LayerCombine
-from bertheads.readers import file_format, read_jsonl, read_lines, read_text
 from bertheads.tasks.base import HeadSettings, Task, init_linear
+from bertheads.tasks.tag_formats import (
+    CONLL_SUFFIXES,  # noqa: F401  (re-exported: extract.py imports it from here)
+    TagExample,
+    read_tagged,
+    separator,
+)
+from bertheads.tasks.tag_scheme import (
+    detect_scheme,
+    entity_metrics,
+    entity_spans,
+    inside,
+    scheme_codes,
+    tag_list,
+)
 
-TAG_RE = re.compile(r"^(?:O|([BIESLU])-(.+))$")
-COLUMN_SPLIT = re.compile(r"[ \t]+")  # CoNLL columns; other white space belongs to the word
-DOCSTART = "-DOCSTART-"
-CONLL_SUFFIXES = (".conll", ".conll03", ".conllx", ".iob", ".iob2", ".bio", ".bioes", ".ner")
-TOKEN_KEYS = ("tokens", "words")
-TAG_KEYS = ("tags", "ner_tags", "labels")
-PREFIX_ORDER = "BIESLU"
 BIG = 1 << 30
 
 
@@ -46,19 +52,6 @@ class TagSpec(HeadSettings):
     stride: int = 32  # tokens shared by neighbouring windows of a long input
     head_type: str = "linear"  # or "bilstm"
     lstm_size: int | None = None  # per direction; None: the encoder's hidden size
-
-
-@dataclass
-class TagExample:
-    """A sentence as words (CoNLL/JSONL) or a raw text (words found by the tokenizer)."""
-
-    words: list[str] | None = None
-    tags: list[str] | None = None
-    text: str | None = None
-    line: int | None = None
-    word_lines: list[int] | None = None  # CoNLL: the line of each word (for error messages)
-    rows: list[str] | None = None  # CoNLL: the original lines, for `--format conll` output
-    docstart: list[str] = field(default_factory=list)  # -DOCSTART- lines before the sentence
 
 
 @dataclass
@@ -367,121 +360,6 @@ class TagTask(Task):
         return "".join(out)
 
 
-# -- reading ---------------------------------------------------------------------------
-def read_tagged(path: str | None, spec: TagSpec, fmt: str | None, need_labels: bool) -> list[TagExample]:
-    """CoNLL or JSONL sentences; for prediction also raw text (lines or JSONL "text").
-
-    Without a format: `.jsonl`/`.json` files are JSONL; files to train or evaluate on, and
-    `.conll`/`.iob`/`.bio`/`.tsv`-like files, are CoNLL; anything else to predict is raw text."""
-    kind = file_format(path, fmt)
-    if kind == "tsv":
-        kind = "conll"
-    elif kind == "lines" and fmt in (None, "auto") and (
-            need_labels or (path is not None and str(path).lower().endswith(CONLL_SUFFIXES))):
-        kind = "conll"
-    if kind == "conll":
-        return read_conll(path, spec, need_labels)
-    if kind == "jsonl":
-        return read_tag_jsonl(path, need_labels)
-    if kind != "lines":
-        raise UserError(f"{where(path)}: tag reads CoNLL columns, JSONL or plain lines, not {kind}")
-    if need_labels:
-        raise UserError(f"{where(path)}: plain lines have no tags; use CoNLL columns or JSONL")
-    return [TagExample(text=line, line=n) for n, line in read_lines(path)]
-
-
-def read_conll(path: str | None, spec: TagSpec, need_labels: bool) -> list[TagExample]:
-    """Sentences from a CoNLL column file: whitespace-separated columns, blank lines between."""
-    text = read_text(path)
-    if not text.strip():
-        raise UserError(f"{where(path)}: file is empty")
-    examples: list[TagExample] = []
-    columns = None
-    current: TagExample | None = None
-    docstart: list[str] = []
-    for line_no, raw in enumerate(text.split("\n"), 1):
-        line = raw.rstrip("\r").rstrip(" \t")
-        parts = COLUMN_SPLIT.split(line.lstrip(" \t")) if line.strip(" \t") else []
-        if not parts:
-            current = None
-            continue
-        if parts[0] == DOCSTART:
-            current = None
-            docstart.append(line)
-            continue
-        if columns is None:
-            columns = len(parts)
-            if need_labels and columns < 2:
-                raise UserError(f"{where(path, line_no)}: expected at least 2 columns (word and tag), found 1")
-            col = column_index(spec.tag_column, columns, path, line_no) if need_labels else None
-        elif len(parts) != columns:
-            raise UserError(f"{where(path, line_no)}: expected {columns} columns like the first line, "
-                            f"found {len(parts)}")
-        if current is None:
-            current = TagExample(words=[], tags=[] if need_labels else None, line=line_no, word_lines=[],
-                                 rows=[], docstart=docstart)
-            docstart = []
-            examples.append(current)
-        current.words.append(parts[0])
-        current.word_lines.append(line_no)
-        current.rows.append(line)
-        if need_labels:
-            tag = parts[col]
-            check_tag(tag, path, line_no)
-            current.tags.append(tag)
-    if not examples:
-        raise UserError(f"{where(path)}: no sentences")
-    return examples
-
-
-def read_tag_jsonl(path: str | None, need_labels: bool) -> list[TagExample]:
-    """`{"tokens": [...], "tags": [...]}` records (`"text"` records for prediction)."""
-    examples = []
-    for line_no, obj in read_jsonl(path):
-        tokens = next((obj[k] for k in TOKEN_KEYS if k in obj), None)
-        if tokens is None:
-            text = obj.get("text")
-            if need_labels or not isinstance(text, str):
-                raise UserError(f"{where(path, line_no)}: expected a \"tokens\" list"
-                                + ("" if need_labels else " or a \"text\" string"))
-            if not text.strip():
-                raise UserError(f"{where(path, line_no)}: empty text")
-            examples.append(TagExample(text=text, line=line_no))
-            continue
-        if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
-            raise UserError(f"{where(path, line_no)}: \"tokens\" must be a non-empty list of strings")
-        tags = next((obj[k] for k in TAG_KEYS if k in obj), None)
-        if need_labels:
-            if tags is None:
-                raise UserError(f"{where(path, line_no)}: missing \"tags\"")
-            if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-                raise UserError(f"{where(path, line_no)}: \"tags\" must be a list of strings")
-            if len(tags) != len(tokens):
-                raise UserError(f"{where(path, line_no)}: {len(tokens)} tokens but {len(tags)} tags")
-            for t in tags:
-                check_tag(t, path, line_no)
-        examples.append(TagExample(words=tokens, tags=tags if need_labels else None, line=line_no))
-    if not examples:
-        raise UserError(f"{where(path)}: no records")
-    return examples
-
-
-def column_index(tag_column: int | None, columns: int, path, line_no: int) -> int:
-    if tag_column is None:
-        return columns - 1
-    index = tag_column - 1 if tag_column > 0 else columns + tag_column
-    if tag_column == 0 or not 1 <= index < columns:
-        raise UserError(f"{where(path, line_no)}: --tag-column {tag_column} is not a tag column "
-                        f"(the line has {columns} columns; the word is column 1)")
-    return index
-
-
-def check_tag(tag: str, path, line_no: int) -> None:
-    if not TAG_RE.match(tag):
-        raise UserError(f"{where(path, line_no)}: tag {tag!r} is outside the tagging scheme "
-                        f"(expected O or B-, I-, E-, S-, L-, U- followed by a type)")
-
-
 def check_settings(spec: TagSpec, tokenizer) -> None:
     if spec.label_subwords not in ("first", "all"):
         raise UserError(f"--label-subwords: expected first or all, got {spec.label_subwords!r}")
@@ -490,100 +368,6 @@ def check_settings(spec: TagSpec, tokenizer) -> None:
     n_prefix, n_suffix = special_layout(tokenizer)
     if spec.max_length <= n_prefix + n_suffix + 1:
         raise UserError(f"--max-length {spec.max_length} is too small")
-
-
-# -- schemes and entities ---------------------------------------------------------------
-def split_tag(tag: str) -> tuple[str, str]:
-    return ("O", "") if tag == "O" else (tag[0], tag[2:])
-
-
-def detect_scheme(examples: list[TagExample], path) -> str:
-    """BILOU, IOBES, IOB1 (an I- tag may begin an entity) or IOB2."""
-    prefixes = {split_tag(t)[0] for e in examples for t in e.tags}
-    if prefixes & set("LU") and prefixes & set("ES"):
-        raise UserError(f"{where(path)}: tags mix IOBES (E-, S-) and BILOU (L-, U-) prefixes")
-    if prefixes & set("LU"):
-        return "BILOU"
-    if prefixes & set("ES"):
-        return "IOBES"
-    for e in examples:
-        prev = ("O", "")
-        for t in e.tags:
-            p, kind = split_tag(t)
-            if p == "I" and (prev[0] == "O" or prev[1] != kind):
-                return "IOB1"
-            prev = (p, kind)
-    return "IOB2"
-
-
-def inside(tag: str) -> str:
-    """The tag a word's continuation pieces learn under `--label-subwords all`."""
-    return "O" if tag == "O" else "I-" + tag[2:]
-
-
-def tag_list(examples: list[TagExample], with_inside: bool) -> list[str]:
-    """"O" first, then by type and prefix (B, I, E, S, L, U)."""
-    seen = {t for e in examples for t in e.tags}
-    if with_inside:
-        seen |= {inside(t) for t in seen}
-    rest = sorted((t for t in seen if t != "O"), key=lambda t: (t[2:], PREFIX_ORDER.index(t[0])))
-    return ["O", *rest]
-
-
-def scheme_codes(tags: list[str]) -> tuple[list[str], list[str]]:
-    """Each tag's conlleval role (O, B, I, E, S; L reads as E and U as S) and its type."""
-    roles = {"L": "E", "U": "S"}
-    codes, types = [], []
-    for t in tags:
-        p, kind = split_tag(t)
-        codes.append(roles.get(p, p))
-        types.append(kind)
-    return codes, types
-
-
-def entity_spans(codes: list[str], types: list[str]) -> list[tuple[str, int, int]]:
-    """(type, first word, end word exclusive) by the conlleval rules of seqeval's default
-    mode: an entity ends after E or S, before B, S or O, or when the type changes; it starts
-    at B or S, at I or E after O, E or S, or when the type changes."""
-    out = []
-    prev, prev_type, begin = "O", "", 0
-    for i, (code, kind) in enumerate(zip([*codes, "O"], [*types, ""])):
-        ends = prev in ("E", "S") or (prev in ("B", "I") and code in ("B", "S", "O")) or (
-            prev != "O" and prev_type != kind)
-        starts = code in ("B", "S") or (code in ("I", "E") and prev in ("O", "E", "S")) or (
-            code != "O" and prev_type != kind)
-        if ends:
-            out.append((prev_type, begin, i))
-        if starts:
-            begin = i
-        prev, prev_type = code, kind
-    return out
-
-
-def seqeval_form(tags: list[str]) -> list[str]:
-    """BILOU written as IOBES (seqeval knows E- and S-, not L- and U-)."""
-    return [("E" + t[1:] if t[0] == "L" else "S" + t[1:] if t[0] == "U" else t) for t in tags]
-
-
-def entity_metrics(gold: list[list[str]], pred: list[list[str]]) -> dict:
-    """seqeval's default-mode entity scores (micro and per type) and word accuracy."""
-    from seqeval.metrics.sequence_labeling import get_entities, precision_recall_fscore_support
-
-    y_true = [seqeval_form(t) for t in gold]
-    y_pred = [seqeval_form(t) for t in pred]
-    words = sum(len(t) for t in gold)
-    correct = sum(a == b for g, p in zip(gold, pred) for a, b in zip(g, p))
-    names = sorted({e[0] for e in get_entities(y_true)} | {e[0] for e in get_entities(y_pred)})
-    if names:
-        p, r, f, _ = precision_recall_fscore_support(y_true, y_pred, average="micro", zero_division=0)
-        pt, rt, ft, st = precision_recall_fscore_support(y_true, y_pred, average=None, zero_division=0)
-    else:
-        p = r = f = 0.0
-        pt = rt = ft = st = []
-    per_type = {n: {"precision": float(a), "recall": float(b), "f1": float(c), "support": int(d)}
-                for n, a, b, c, d in zip(names, pt, rt, ft, st)}
-    return {"f1": float(f), "precision": float(p), "recall": float(r), "per_type": per_type,
-            "accuracy": correct / words if words else 0.0}
 
 
 # -- tokens, words and windows ---------------------------------------------------------
@@ -645,10 +429,6 @@ def compact_words(word: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, in
     last = np.concatenate([ids[1:] != ids[:-1], [True]])
     spans = np.stack([offsets[positions[new], 0], offsets[positions[last], 1]], axis=1)
     return out, int(numbered[-1]) + 1, spans
-
-
-def separator(line: str) -> str:
-    return "\t" if "\t" in line else " "
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,145 @@
+"""Tagged-sentence readers: CoNLL columns, JSONL and (to predict) raw text lines."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from bertheads.errors import UserError, where
+from bertheads.readers import file_format, read_jsonl, read_lines, read_text
+from bertheads.tasks.tag_scheme import check_tag
+
+if TYPE_CHECKING:
+    from bertheads.tasks.tag import TagSpec
+
+COLUMN_SPLIT = re.compile(r"[ \t]+")  # CoNLL columns; other white space belongs to the word
+DOCSTART = "-DOCSTART-"
+CONLL_SUFFIXES = (".conll", ".conll03", ".conllx", ".iob", ".iob2", ".bio", ".bioes", ".ner")
+TOKEN_KEYS = ("tokens", "words")
+TAG_KEYS = ("tags", "ner_tags", "labels")
+
+
+@dataclass
+class TagExample:
+    """A sentence as words (CoNLL/JSONL) or a raw text (words found by the tokenizer)."""
+
+    words: list[str] | None = None
+    tags: list[str] | None = None
+    text: str | None = None
+    line: int | None = None
+    word_lines: list[int] | None = None  # CoNLL: the line of each word (for error messages)
+    rows: list[str] | None = None  # CoNLL: the original lines, for `--format conll` output
+    docstart: list[str] = field(default_factory=list)  # -DOCSTART- lines before the sentence
+
+
+def read_tagged(path: str | None, spec: TagSpec, fmt: str | None, need_labels: bool) -> list[TagExample]:
+    """CoNLL or JSONL sentences; for prediction also raw text (lines or JSONL "text").
+
+    Without a format: `.jsonl`/`.json` files are JSONL; files to train or evaluate on, and
+    `.conll`/`.iob`/`.bio`/`.tsv`-like files, are CoNLL; anything else to predict is raw text."""
+    kind = file_format(path, fmt)
+    if kind == "tsv":
+        kind = "conll"
+    elif kind == "lines" and fmt in (None, "auto") and (
+            need_labels or (path is not None and str(path).lower().endswith(CONLL_SUFFIXES))):
+        kind = "conll"
+    if kind == "conll":
+        return read_conll(path, spec, need_labels)
+    if kind == "jsonl":
+        return read_tag_jsonl(path, need_labels)
+    if kind != "lines":
+        raise UserError(f"{where(path)}: tag reads CoNLL columns, JSONL or plain lines, not {kind}")
+    if need_labels:
+        raise UserError(f"{where(path)}: plain lines have no tags; use CoNLL columns or JSONL")
+    return [TagExample(text=line, line=n) for n, line in read_lines(path)]
+
+
+def read_conll(path: str | None, spec: TagSpec, need_labels: bool) -> list[TagExample]:
+    """Sentences from a CoNLL column file: whitespace-separated columns, blank lines between."""
+    text = read_text(path)
+    if not text.strip():
+        raise UserError(f"{where(path)}: file is empty")
+    examples: list[TagExample] = []
+    columns = None
+    current: TagExample | None = None
+    docstart: list[str] = []
+    for line_no, raw in enumerate(text.split("\n"), 1):
+        line = raw.rstrip("\r").rstrip(" \t")
+        parts = COLUMN_SPLIT.split(line.lstrip(" \t")) if line.strip(" \t") else []
+        if not parts:
+            current = None
+            continue
+        if parts[0] == DOCSTART:
+            current = None
+            docstart.append(line)
+            continue
+        if columns is None:
+            columns = len(parts)
+            if need_labels and columns < 2:
+                raise UserError(f"{where(path, line_no)}: expected at least 2 columns (word and tag), found 1")
+            col = column_index(spec.tag_column, columns, path, line_no) if need_labels else None
+        elif len(parts) != columns:
+            raise UserError(f"{where(path, line_no)}: expected {columns} columns like the first line, "
+                            f"found {len(parts)}")
+        if current is None:
+            current = TagExample(words=[], tags=[] if need_labels else None, line=line_no, word_lines=[],
+                                 rows=[], docstart=docstart)
+            docstart = []
+            examples.append(current)
+        current.words.append(parts[0])
+        current.word_lines.append(line_no)
+        current.rows.append(line)
+        if need_labels:
+            tag = parts[col]
+            check_tag(tag, path, line_no)
+            current.tags.append(tag)
+    if not examples:
+        raise UserError(f"{where(path)}: no sentences")
+    return examples
+
+
+def read_tag_jsonl(path: str | None, need_labels: bool) -> list[TagExample]:
+    """`{"tokens": [...], "tags": [...]}` records (`"text"` records for prediction)."""
+    examples = []
+    for line_no, obj in read_jsonl(path):
+        tokens = next((obj[k] for k in TOKEN_KEYS if k in obj), None)
+        if tokens is None:
+            text = obj.get("text")
+            if need_labels or not isinstance(text, str):
+                raise UserError(f"{where(path, line_no)}: expected a \"tokens\" list"
+                                + ("" if need_labels else " or a \"text\" string"))
+            if not text.strip():
+                raise UserError(f"{where(path, line_no)}: empty text")
+            examples.append(TagExample(text=text, line=line_no))
+            continue
+        if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
+            raise UserError(f"{where(path, line_no)}: \"tokens\" must be a non-empty list of strings")
+        tags = next((obj[k] for k in TAG_KEYS if k in obj), None)
+        if need_labels:
+            if tags is None:
+                raise UserError(f"{where(path, line_no)}: missing \"tags\"")
+            if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+                raise UserError(f"{where(path, line_no)}: \"tags\" must be a list of strings")
+            if len(tags) != len(tokens):
+                raise UserError(f"{where(path, line_no)}: {len(tokens)} tokens but {len(tags)} tags")
+            for t in tags:
+                check_tag(t, path, line_no)
+        examples.append(TagExample(words=tokens, tags=tags if need_labels else None, line=line_no))
+    if not examples:
+        raise UserError(f"{where(path)}: no records")
+    return examples
+
+
+def column_index(tag_column: int | None, columns: int, path, line_no: int) -> int:
+    if tag_column is None:
+        return columns - 1
+    index = tag_column - 1 if tag_column > 0 else columns + tag_column
+    if tag_column == 0 or not 1 <= index < columns:
+        raise UserError(f"{where(path, line_no)}: --tag-column {tag_column} is not a tag column "
+                        f"(the line has {columns} columns; the word is column 1)")
+    return index
+
+
+def separator(line: str) -> str:
+    return "\t" if "\t" in line else " "
