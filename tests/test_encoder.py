@@ -94,3 +94,95 @@ def test_torchrun_two_processes(tiny_bert, tmp_path):
     assert '"accuracy"' in metrics
     assert proc.stdout.count("epoch 1:") == 1  # only the main process evaluates and saves
     assert proc.stdout.count("saved") == 2  # both processes finished the command
+
+
+FEATURES_UNDER_TORCHRUN = """
+import os, sys, torch, bertheads
+train, model_dir, cache, out = sys.argv[1:5]
+m = bertheads.train("classify", train, None, None, model=model_dir, mode="features", cache_dir=cache,
+                    settings=bertheads.TrainSettings(epochs=2, batch_size=4, lr=1e-2, progress=False))
+heads = {k: v.detach().clone() for k, v in m.net.heads.state_dict().items()}
+world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+torch.save({"heads": heads, "world": world}, os.path.join(out, f"heads-{os.environ['RANK']}.pt"))
+"""
+
+
+def test_torchrun_features_mode_averages_head_gradients(tiny_bert, tmp_path):
+    """Features mode under two processes: each sees half the batches, and the heads stay the
+    same on both (their gradients are averaged), as in fine-tuning."""
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    if torchrun is None:
+        pytest.skip("torchrun is not installed next to this Python")
+    data = tmp_path / "t.tsv"
+    data.write_text("sentence\tlabel\n" + "".join(f"good {i}\t1\nbad {i} bad\t0\n" for i in range(16)))
+    script = tmp_path / "run.py"
+    script.write_text(FEATURES_UNDER_TORCHRUN)
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    proc = subprocess.run(
+        [torchrun, "--nproc_per_node", "2", "--master_port", "29533", str(script), str(data), tiny_bert,
+         str(tmp_path / "cache"), str(tmp_path)], capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    saved = [torch.load(tmp_path / f"heads-{r}.pt") for r in (0, 1)]
+    assert [s["world"] for s in saved] == [2, 2]  # the processes did form one group
+    first, second = (s["heads"] for s in saved)
+    start = bertheads.train("classify", str(data), None, None, model=tiny_bert, mode="features",
+                            cache_dir=str(tmp_path / "cache"),
+                            settings=bertheads.TrainSettings(epochs=0, progress=False)).net.heads.state_dict()
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    assert any(not torch.allclose(first[k], start[k]) for k in first)  # and they did learn
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta", "electra", "distilbert"])
+def test_first_token_only_last_layer_matches_the_full_pass(kind, tmp_path, default_model_dir):
+    """A [CLS] head's fast path (last layer for position 0 alone) gives the full pass's [CLS]
+    vector, padding included; architectures it does not know keep the full pass."""
+    from transformers import (
+        AutoModel,
+        AutoTokenizer,
+        BertConfig,
+        DistilBertConfig,
+        ElectraConfig,
+        RobertaConfig,
+    )
+
+    small = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    config = {"bert": BertConfig(**small), "roberta": RobertaConfig(**small, type_vocab_size=1, pad_token_id=0),
+              "electra": ElectraConfig(**small, embedding_size=16),
+              "distilbert": DistilBertConfig(vocab_size=30522, dim=32, n_layers=2, n_heads=2, hidden_dim=64)}[kind]
+    torch.manual_seed(0)
+    AutoModel.from_config(config).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(default_model_dir).save_pretrained(tmp_path)
+    enc = Encoder.load(str(tmp_path)).eval()
+    assert enc.first_token_ready == (kind != "distilbert")
+    ids = enc.tokenizer(["a short one", "a rather longer sentence with padding for the other"],
+                        padding=True, return_tensors="pt")
+    with torch.no_grad():
+        full = enc(ids["input_ids"], ids["attention_mask"], ids.get("token_type_ids"))
+        first = enc(ids["input_ids"], ids["attention_mask"], ids.get("token_type_ids"), first_token_only=True)
+        again = enc(ids["input_ids"], ids["attention_mask"], ids.get("token_type_ids"))
+    assert torch.allclose(first[:, 0], full[:, 0], atol=1e-5)
+    assert first.shape[1] == (1 if enc.first_token_ready else full.shape[1])
+    assert torch.equal(again, full)  # the flag does not leak into the next call
+    enc.train()  # gradients flow through the fast path (fine-tuning uses it)
+    out = enc(ids["input_ids"], ids["attention_mask"], ids.get("token_type_ids"), first_token_only=True)
+    out[:, 0].sum().backward()
+    assert all(p.grad is not None for n, p in enc.named_parameters() if "embeddings" in n and "word" in n)
+
+
+def test_classify_heads_use_the_first_token_path(tiny_bert, tmp_path, write):
+    """BertHeads asks for the fast path only when every head reads [CLS] of the last layer."""
+    import bertheads.encoder as encoder_module
+
+    calls = []
+    real = encoder_module.first_token_layer
+    encoder_module.first_token_layer = lambda *a: calls.append(1) or real(*a)
+    try:
+        train = write("t.tsv", "sentence\tlabel\n" + "good film\t1\nbad film\t0\n" * 4)
+        model = bertheads.train("classify", train, None, tmp_path / "m", model=tiny_bert,
+                                settings=bertheads.TrainSettings(epochs=1, batch_size=4, progress=False))
+        trained = len(calls)
+        model.predict(["good film", "bad"])
+    finally:
+        encoder_module.first_token_layer = real
+    assert trained == 2 and len(calls) == 3  # two training batches, one prediction batch

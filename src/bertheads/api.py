@@ -13,6 +13,7 @@ from bertheads.encoder import Encoder
 from bertheads.errors import UserError
 from bertheads.features import parse_layers
 from bertheads.model import BertHeads
+from bertheads.packing import INFERENCE_BATCH
 from bertheads.train import TaskData, TrainSettings, fit
 
 
@@ -40,7 +41,7 @@ class Model:
             raise UserError(f"no head named {head!r} (heads: {', '.join(self.net.tasks)})")
         return head
 
-    def predict(self, inputs: list, head: str | None = None, batch_size: int = 64, **options) -> list[dict]:
+    def predict(self, inputs: list, head: str | None = None, batch_size: int = INFERENCE_BATCH, **options) -> list[dict]:
         """Predictions for Python inputs (texts, (text, text) pairs, or a task's own records)."""
         name = self.head_name(head)
         task = self.net.tasks[name]
@@ -48,7 +49,7 @@ class Model:
         return task.decode(task.outputs(self.net, name, examples, batch_size), examples, **options)
 
     def predict_file(self, path: str | None, head: str | None = None, fmt: str | None = None,
-                     batch_size: int = 64, progress: bool = False, **options) -> tuple[list, list[dict]]:
+                     batch_size: int = INFERENCE_BATCH, progress: bool = False, **options) -> tuple[list, list[dict]]:
         """Read a file in the task's formats (labels optional); the records and their predictions."""
         name = self.head_name(head)
         task = self.net.tasks[name]
@@ -60,7 +61,7 @@ class Model:
         """Predictions as the text `bertheads predict` writes (JSON lines unless the task has a format)."""
         return self.task(head).render(predictions, examples, fmt)
 
-    def evaluate(self, path: str, head: str | None = None, batch_size: int = 64, **options) -> dict:
+    def evaluate(self, path: str, head: str | None = None, batch_size: int = INFERENCE_BATCH, **options) -> dict:
         """The task's metrics on a labelled file."""
         name = self.head_name(head)
         task = self.net.tasks[name]
@@ -69,7 +70,7 @@ class Model:
         return task.metrics(outputs, examples, path, **options)
 
     def analyze(self, texts: list[str], second_texts: list[str] | None = None, questions: list[str] | None = None,
-                batch_size: int = 64, **options) -> list[dict]:
+                batch_size: int = INFERENCE_BATCH, **options) -> list[dict]:
         """`{head: prediction}` per text from every single-text head, one encoder pass for the heads
         whose inputs encode alike; pair heads run given `second_texts`, qa heads given `questions`."""
         from bertheads.multi import analyze
@@ -109,7 +110,7 @@ def prepare_task(kind: str, train_path: str, dev_path: str | None, encoder: Enco
     return TaskData(name or kind, task, features, dev, dev_path)
 
 
-def evaluate_task(model: BertHeads, data: TaskData, batch_size: int = 64) -> dict:
+def evaluate_task(model: BertHeads, data: TaskData, batch_size: int = INFERENCE_BATCH) -> dict:
     outputs = data.task.outputs(model, data.name, data.dev_examples, batch_size)
     return data.task.metrics(outputs, data.dev_examples, data.dev_path, during_training=True)
 

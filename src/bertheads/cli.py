@@ -11,6 +11,7 @@ import os
 import sys
 
 from bertheads.errors import UserError
+from bertheads.packing import INFERENCE_BATCH
 
 TRAIN_KINDS = ("classify", "tag", "qa")
 
@@ -26,7 +27,7 @@ def add_training_flags(p: argparse.ArgumentParser, *, max_length: int = 128, bat
     g.add_argument("--limit", type=int, default=None, help="use only the first N training examples")
     g.add_argument("--warmup-ratio", type=float, default=0.1)
     g.add_argument("--weight-decay", type=float, default=0.01)
-    g.add_argument("--eval-batch-size", type=int, default=64)
+    g.add_argument("--eval-batch-size", type=int, default=INFERENCE_BATCH)
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     f = p.add_argument_group("feature extraction")
     f.add_argument("--mode", choices=("finetune", "features"), default="finetune")
@@ -64,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--data", required=True)
     ev.add_argument("--head")
     ev.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    ev.add_argument("--batch-size", type=int, default=64)
+    ev.add_argument("--batch-size", type=int, default=INFERENCE_BATCH)
     ev.add_argument("--predictions-out", help="qa: write {id: answer} JSON here (and an n-best file beside it)")
     ev.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
 
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--question", help="qa: one question (with --context)")
     pr.add_argument("--context", help="qa: the passage for --question")
     pr.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
-    pr.add_argument("--batch-size", type=int, default=64)
+    pr.add_argument("--batch-size", type=int, default=INFERENCE_BATCH)
     from bertheads import extract  # bertheads extract
 
     COMMANDS.update(extract.add_parser(sub))

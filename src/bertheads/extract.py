@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from bertheads.errors import UserError, where
 from bertheads.features import LayerCombine, accept_layer_lists, parse_layers
-from bertheads.packing import collate, sorted_batches
+from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, collate, sorted_batches
 from bertheads.readers import file_format, read_jsonl, read_lines, read_text
 from bertheads.rowfiles import create_npy, create_safetensors
 
@@ -50,7 +50,7 @@ class ExtractSettings:
     max_length: int = 512
     dtype: str = "float32"
     tokens: bool = True  # write the per-piece vectors
-    batch_size: int = 64
+    batch_size: int = INFERENCE_BATCH
     progress: bool = True
 
 
@@ -273,7 +273,7 @@ def run_encoder(encoder, features: list[dict], layers: tuple[int, ...], combine:
     lengths = [len(f["input_ids"]) for f in features]
     bar = tqdm(total=len(features), desc="extract", unit="text", disable=not settings.progress or None,
                dynamic_ncols=True)
-    for idx in sorted_batches(lengths, settings.batch_size, max_tokens=16384):
+    for idx in sorted_batches(lengths, settings.batch_size, max_tokens=INFERENCE_TOKENS):
         batch = collate([{"input_ids": features[i]["input_ids"], "token_type_ids": features[i]["token_type_ids"]}
                          for i in idx], pad_id)
         batch = {k: v.to(device) for k, v in batch.items()}
@@ -322,7 +322,7 @@ def add_parser(sub) -> dict:
     p.add_argument("--max-length", type=int, default=512, help="pieces per input; longer inputs are cut (index: truncated)")
     p.add_argument("--dtype", choices=("float32", "float16"), default="float32")
     p.add_argument("--no-tokens", action="store_true", help="write only the pooled vectors")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=INFERENCE_BATCH)
     p.add_argument("--no-progress", action="store_true")
     accept_layer_lists(p)
     return {"extract": run}

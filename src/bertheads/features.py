@@ -35,7 +35,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertheads.errors import UserError
-from bertheads.packing import collate, sorted_batches
+from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, collate, sorted_batches
 from bertheads.rowfiles import create_npy
 
 COMBINES = ("concat", "sum", "mean", "scalar-mix")
@@ -117,8 +117,8 @@ class CacheSettings:
     dtype: str = "float16"
     max_gb: float | None = None
     progress: bool = True
-    batch_size: int = 64
-    max_tokens: int = 16384
+    batch_size: int = INFERENCE_BATCH
+    max_tokens: int = INFERENCE_TOKENS
 
     @classmethod
     def from_options(cls, options: dict, progress: bool = True) -> CacheSettings:
@@ -214,7 +214,8 @@ def attach_cache(net, data: list, options: dict, model_name: str | None = None, 
     encoder = net.encoder
     encoder_id = encoder_identity(encoder)
     pad_id = encoder.tokenizer.pad_token_id or 0
-    state = PartialState()
+    # cpu=True as in `fit`: without CUDA, that is what makes torchrun processes set up gloo.
+    state = PartialState(cpu=not torch.cuda.is_available())
     for d in data:
         head = net.heads[d.name]
         layers = normalise_layers(head.layers, encoder.info.num_layers)

@@ -10,7 +10,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertheads.encoder import Encoder
-from bertheads.packing import Feature, collate, sorted_batches
+from bertheads.features import reads_first_position_only
+from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, Feature, collate, sorted_batches
 
 
 class BertHeads(nn.Module):
@@ -29,8 +30,11 @@ class BertHeads(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor], names: Sequence[str]) -> dict[str, torch.Tensor]:
         """Run the encoder once and every named head on its output."""
         layers = sorted({i for n in names for i in self.heads[n].layers})
+        # When every head reads only [CLS] of the last layer, that layer runs for [CLS] alone.
+        first_token_only = layers == [-1] and all(reads_first_position_only(self.heads[n]) for n in names)
         states = self.encoder(
-            batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"), layers=tuple(layers)
+            batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"), layers=tuple(layers),
+            first_token_only=first_token_only,
         )
         if isinstance(states, torch.Tensor):
             states = [states]
@@ -47,8 +51,8 @@ def run_heads(
     model: BertHeads,
     features: Sequence[Feature],
     names: Sequence[str],
-    batch_size: int = 64,
-    max_tokens: int | None = 16384,
+    batch_size: int = INFERENCE_BATCH,
+    max_tokens: int | None = INFERENCE_TOKENS,
     progress: str | None = None,
 ) -> dict[str, list[np.ndarray]]:
     """Head outputs per feature, in input order.

@@ -24,6 +24,7 @@ import torch
 
 from bertheads import bundle
 from bertheads.errors import UserError, where
+from bertheads.packing import INFERENCE_BATCH
 from bertheads.readers import read_text
 
 TOP_FIELDS = ("tasks", "sampling", "temperature")
@@ -331,7 +332,7 @@ def head_input(task) -> str:
 
 
 def analyze(model, texts: list[str], second_texts: list[str] | None = None, questions: list[str] | None = None,
-            batch_size: int = 64, **options) -> list[dict]:
+            batch_size: int = INFERENCE_BATCH, **options) -> list[dict]:
     """`{head: prediction}` per text for every head that reads a single text; pair heads
     when `second_texts` are given, qa heads (the text as the passage) when `questions` are.
 

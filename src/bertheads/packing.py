@@ -105,6 +105,13 @@ def length_grouped_batches(
     return batches
 
 
+# Inference batches: at most this many examples and this many (padded) tokens. About 4k tokens
+# keeps the feed-forward activations in cache on a CPU while the matrices stay large enough for
+# several threads (bench/RESULTS.md has the measurement); 16k tokens was about 15% slower.
+INFERENCE_BATCH = 256
+INFERENCE_TOKENS = 4096
+
+
 def sorted_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[list[int]]:
     """Inference batches in order of length (longest first); `max_tokens` caps padded size."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])

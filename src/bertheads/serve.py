@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bertheads.errors import UserError
 from bertheads.multi import head_input
+from bertheads.packing import INFERENCE_BATCH
 
 log = logging.getLogger("bertheads.serve")
 
@@ -43,7 +44,7 @@ class ServeSettings:
     window_ms: float = 5.0  # how long the first request of a batch waits for company
     max_texts: int = 64  # most texts in one request
     max_text_chars: int = 10000  # longest text (or question, or passage) accepted
-    batch_size: int = 64  # encoder batch size inside a model call
+    batch_size: int = INFERENCE_BATCH  # encoder batch size inside a model call
     max_body_bytes: int = 0  # 0: derived from max_texts and max_text_chars
 
     def body_limit(self) -> int:
@@ -163,7 +164,7 @@ class Batcher:
                 job.future.set_result(result)
 
 
-def run_batch(model, key: tuple, payloads: list[dict], batch_size: int = 64) -> list[list]:
+def run_batch(model, key: tuple, payloads: list[dict], batch_size: int = INFERENCE_BATCH) -> list[list]:
     """One model call for several requests of the same key; results split per request."""
     sizes = [p["size"] for p in payloads]
     if key[0] == "analyze":

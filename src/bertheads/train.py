@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from bertheads import bundle
 from bertheads.model import BertHeads
-from bertheads.packing import collate, length_grouped_batches, shard
+from bertheads.packing import INFERENCE_BATCH, collate, length_grouped_batches, shard
 
 SAMPLINGS = ("proportional", "temperature", "round-robin")
 
@@ -37,7 +37,7 @@ class TrainSettings:
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
     seed: int = 42
-    eval_batch_size: int = 64
+    eval_batch_size: int = INFERENCE_BATCH
     sampling: str = "proportional"
     temperature: float = 2.0
     progress: bool = True
@@ -137,7 +137,9 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
     fused = True if accelerator.device.type in ("cpu", "cuda") else None
     optimizer = torch.optim.AdamW(param_groups(model, settings.weight_decay), lr=settings.lr, fused=fused)
     scheduler = get_linear_schedule_with_warmup(optimizer, int(settings.warmup_ratio * total_steps), total_steps)
-    wrapped, optimizer = accelerator.prepare(model, optimizer)
+    # Frozen encoder: only the heads learn, so only they are wrapped (under several processes
+    # their gradients are averaged); the cached states stand in for the encoder's output.
+    wrapped, optimizer = accelerator.prepare(HeadRunner(model.heads) if frozen else model, optimizer)
     pad_id = model.encoder.tokenizer.pad_token_id or 0
     trainable = [p for p in model.parameters() if p.requires_grad]
 
@@ -158,7 +160,7 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
                 states = [s.to(accelerator.device) for s in states] if isinstance(states, list) else \
                     states.to(accelerator.device)
                 batch = {k: v.to(accelerator.device) for k, v in batch.items()}
-                logits = model.heads[d.name](states, batch)
+                logits = wrapped(d.name, states, batch)
             else:
                 batch = collate([d.train_features[i] for i in idx], pad_id)
                 batch = {k: v.to(accelerator.device) for k, v in batch.items()}
@@ -201,6 +203,17 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
         accelerator.wait_for_everyone()
     model.to("cpu") if accelerator.device.type != "cpu" else None
     return metrics_file(data, best_metrics or {}, best_epoch, history)
+
+
+class HeadRunner(nn.Module):
+    """The heads alone as one module (what a distributed wrapper needs): `(name, states, batch)`."""
+
+    def __init__(self, heads: nn.ModuleDict) -> None:
+        super().__init__()
+        self.heads = heads
+
+    def forward(self, name: str, states, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.heads[name](states, batch)
 
 
 def metrics_file(data: list[TaskData], metrics: dict, best_epoch: int, history: list) -> dict:

@@ -9,6 +9,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from bertheads.packing import INFERENCE_BATCH
+
 
 @dataclass
 class HeadSettings:
@@ -75,7 +77,7 @@ class Task:
 
         return "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
 
-    def outputs(self, model, name: str, examples: list, batch_size: int = 64, progress: str | None = None) -> list:
+    def outputs(self, model, name: str, examples: list, batch_size: int = INFERENCE_BATCH, progress: str | None = None) -> list:
         """The head's outputs for each example: encode, run the encoder and head, merge windows."""
         from bertheads.model import run_heads
 
