@@ -340,7 +340,7 @@ def ours_as_transformers(ours_dir: Path, dest: Path) -> Path:
 def bench_prediction(ours_dir: Path, trainer_dir: Path, folder: Path, repeats: int, peak: float, work: Path) -> dict:
     """Dev sentences through our `predict` and through the pipeline (on the Trainer's model and
     on ours converted). The pipeline runs at batch size 32 (the issue's setting); ours with its
-    own defaults (length-sorted batches of at most 256 texts and 4096 tokens). The repeats of the three alternate, so load from
+    own defaults (length-sorted batches of at most 64 texts and 2048 tokens). The repeats of the three alternate, so load from
     elsewhere on the machine falls on all of them alike."""
     from transformers import AutoConfig, AutoTokenizer, pipeline
 
@@ -513,6 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="torch threads for every side (default: torch's)")
     parser.add_argument("--slice", type=float, default=5.0, help="seconds per turn when sides alternate")
     parser.add_argument("--name", default="classify", help="results in bench/out/NAME.json and NAME/")
+    parser.add_argument("--predict-again", metavar="RUN",
+                        help="no training: copy bench/out/RUN.json to NAME.json with SST-2 prediction "
+                             "timed again on RUN's two trained models (after a change to prediction)")
     parser.add_argument("--side", choices=("ours", "trainer"), help=argparse.SUPPRESS)
     parser.add_argument("--side-result", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -535,6 +538,15 @@ def main(argv: list[str] | None = None) -> int:
                "matmul_gflops_per_cpu_second": round(peak, 1), "tasks": {}}
     log(f"environment {results['environment']}, fp32 matmul {results['matmul_peak_gflops']:.0f} GFLOP/s "
         f"({peak:.0f} per CPU-second), load {os.getloadavg()}")
+    if args.predict_again:
+        before = json.loads((OUT / f"{args.predict_again}.json").read_text())
+        results["tasks"] = before["tasks"]
+        results["training_from"] = {"run": args.predict_again, "command": before["command"]}
+        done = OUT / args.predict_again
+        results["tasks"]["sst2"]["prediction"] = bench_prediction(
+            done / "sst2-ours", done / "sst2-trainer" / "model", require_data(*TASKS["sst2"][0]), args.repeats,
+            peak, work)
+        names = []
     for n in names:
         results["tasks"][n] = compare_task(args, n, work, peak)
         save_json(args.name, results)

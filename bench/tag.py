@@ -213,7 +213,7 @@ def time_prediction(ours_dir: Path, hf_dir: str | None, texts: list[str], repeat
     ours_s, pipe_s, ours_entities, pipe_entities = [], [], 0, 0
     for r in range(repeats):
         start = time.perf_counter()
-        out = model.predict(texts, batch_size=64)
+        out = model.predict(texts)
         ours_s.append(time.perf_counter() - start)
         ours_entities = sum(len(o["entities"]) for o in out)
         log(f"  ours predict round {r + 1}: {len(texts) / ours_s[-1]:.1f} sentences/s")

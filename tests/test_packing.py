@@ -79,3 +79,34 @@ def test_shard_splits_batches_between_processes():
     assert not set(map(tuple, a)) & set(map(tuple, b))
     assert len(a) == len(b) == 3
     assert list(shard(batches, 0, 1)) == batches
+
+
+def test_batches_on_worker_threads_match_one_thread(tiny_bert, tmp_path, write):
+    """On a CPU with 2 torch threads, inference batches run on 2 single-threaded workers: the
+    outputs are those of a serial run, in input order, and the caller's thread count stays."""
+    import torch
+
+    import bertheads
+    import bertheads.model as model_module
+
+    rows = "".join(f"{'good ' * (i % 7 + 1)}film {i}\t{i % 2}\n" for i in range(40))
+    model = bertheads.train("classify", write("t.tsv", "sentence\tlabel\n" + rows), None, tmp_path / "m",
+                            model=tiny_bert, settings=bertheads.TrainSettings(epochs=1, progress=False))
+    texts = [f"{'bad ' * (i % 9)}text number {i}" for i in range(60)]
+    used = []
+    real = model_module.cpu_workers
+    model_module.cpu_workers = lambda device, n: used.append(real(device, n)) or used[-1]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        parallel = model.predict(texts, batch_size=4)
+        assert torch.get_num_threads() == 2
+        torch.set_num_threads(1)
+        serial = model.predict(texts, batch_size=4)
+    finally:
+        model_module.cpu_workers = real
+        torch.set_num_threads(before)
+    assert used == [2, 1]
+    assert [p["label"] for p in parallel] == [p["label"] for p in serial]
+    assert all(abs(p["scores"][k] - s["scores"][k]) < 1e-5 for p, s in zip(parallel, serial) for k in p["scores"])
+    assert real(torch.device("cpu"), 1) == 1 and real(torch.device("cuda"), 9) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -46,7 +47,6 @@ class BertHeads(nn.Module):
         return out
 
 
-@torch.inference_mode()
 def run_heads(
     model: BertHeads,
     features: Sequence[Feature],
@@ -58,7 +58,9 @@ def run_heads(
     """Head outputs per feature, in input order.
 
     Features run sorted by length (each batch padded only to its own longest member);
-    token-level heads get their rows trimmed to the feature's length.
+    token-level heads get their rows trimmed to the feature's length. On a CPU with several
+    torch threads, batches run side by side on that many worker threads, each using one
+    core (see `cpu_workers`).
     """
     was_training = model.training
     model.eval()
@@ -68,16 +70,41 @@ def run_heads(
     results: dict[str, list] = {n: [None] * len(features) for n in names}
     batches = sorted_batches(lengths, batch_size, max_tokens)
     bar = tqdm(total=len(features), desc=progress, unit="ex", disable=None if progress else True, leave=False)
-    for idx in batches:
-        batch = collate([features[i] for i in idx], pad_id)
-        batch = {k: v.to(device) for k, v in batch.items()}
-        out = model(batch, names)
-        for name in names:
-            arr = out[name].float().cpu().numpy()
-            token_level = model.heads[name].token_level
-            for j, i in enumerate(idx):
-                results[name][i] = arr[j, : lengths[i]] if token_level else arr[j]
+
+    def run(idx: list[int]) -> None:
+        with torch.inference_mode():
+            batch = collate([features[i] for i in idx], pad_id)
+            batch = {k: v.to(device) for k, v in batch.items()}
+            out = model(batch, names)
+            for name in names:
+                arr = out[name].float().cpu().numpy()
+                token_level = model.heads[name].token_level
+                for j, i in enumerate(idx):
+                    results[name][i] = arr[j, : lengths[i]] if token_level else arr[j]
         bar.update(len(idx))
-    bar.close()
-    model.train(was_training)
+
+    try:
+        workers = cpu_workers(device, len(batches))
+        if workers > 1:
+            with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+                list(pool.map(run, batches))
+        else:
+            for idx in batches:
+                run(idx)
+    finally:
+        bar.close()
+        model.train(was_training)
     return results
+
+
+def cpu_workers(device: torch.device, batches: int) -> int:
+    """How many batches run at once: on a CPU, one per torch thread, each single-threaded.
+
+    Short inputs make small matrices, and a small matrix product split across cores spends a
+    good part of its time waiting; separate batches on separate cores do not (about 9% more
+    sentences per second on 2 cores, bench/RESULTS.md). The thread count is per thread, so the
+    caller's own setting is untouched. `torch.set_num_threads(1)` before a call keeps it serial.
+    """
+    if device.type != "cpu" or batches < 2:
+        return 1
+    return max(1, min(torch.get_num_threads(), batches))

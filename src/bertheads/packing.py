@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import torch
 
 Feature = dict  # one encoded input: input_ids, token_type_ids and task fields (labels, ...)
@@ -61,28 +62,32 @@ def encode_texts(
 
 
 def collate(features: Sequence[Feature], pad_id: int, label_pad: int = -100) -> dict[str, torch.Tensor]:
-    """Pad a batch to its longest member. Token-aligned list fields are padded with `label_pad`."""
+    """Pad a batch to its longest member. Token-aligned list fields are padded with `label_pad`.
+
+    Rows are filled in NumPy and handed to torch once per field (a tensor per row costs more
+    than the model's small operations on short inputs)."""
     longest = max(len(f["input_ids"]) for f in features)
     n = len(features)
-    input_ids = torch.full((n, longest), pad_id, dtype=torch.long)
-    token_type_ids = torch.zeros((n, longest), dtype=torch.long)
-    attention_mask = torch.zeros((n, longest), dtype=torch.long)
+    input_ids = np.full((n, longest), pad_id, dtype=np.int64)
+    token_type_ids = np.zeros((n, longest), dtype=np.int64)
+    attention_mask = np.zeros((n, longest), dtype=np.int64)
     for i, f in enumerate(features):
         k = len(f["input_ids"])
-        input_ids[i, :k] = torch.as_tensor(f["input_ids"])
+        input_ids[i, :k] = f["input_ids"]
         if f.get("token_type_ids") is not None:
-            token_type_ids[i, :k] = torch.as_tensor(f["token_type_ids"])
+            token_type_ids[i, :k] = f["token_type_ids"]
         attention_mask[i, :k] = 1
-    batch = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+    batch = {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(token_type_ids),
+             "attention_mask": torch.from_numpy(attention_mask)}
     for key in features[0]:
         if key in batch or key == "offset_mapping" or key.startswith("_"):
             continue
         values = [f[key] for f in features]
         if key.startswith("tok_"):  # one value per token: pad to the batch length
-            t = torch.full((n, longest), label_pad, dtype=torch.long)
+            t = np.full((n, longest), label_pad, dtype=np.int64)
             for i, v in enumerate(values):
-                t[i, : len(v)] = torch.as_tensor(v, dtype=torch.long)
-            batch[key] = t
+                t[i, : len(v)] = v
+            batch[key] = torch.from_numpy(t)
         else:
             batch[key] = torch.as_tensor(values)
     return batch
@@ -105,11 +110,12 @@ def length_grouped_batches(
     return batches
 
 
-# Inference batches: at most this many examples and this many (padded) tokens. About 4k tokens
-# keeps the feed-forward activations in cache on a CPU while the matrices stay large enough for
-# several threads (bench/RESULTS.md has the measurement); 16k tokens was about 15% slower.
-INFERENCE_BATCH = 256
-INFERENCE_TOKENS = 4096
+# Inference batches: at most this many examples and this many (padded) tokens. Measured on
+# 2 CPU cores with the default checkpoint (bench/RESULTS.md): SST-2 sentences ran fastest at
+# 32-64 a batch, SQuAD windows of 384 tokens at about 5 a batch (2048 tokens; 16k tokens was
+# 25% slower); larger batches leave the CPU caches.
+INFERENCE_BATCH = 64
+INFERENCE_TOKENS = 2048
 
 
 def sorted_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[list[int]]:
