@@ -102,18 +102,9 @@ def encoder_gflop(batch_shapes: list[tuple[int, int]], config, first_token_last:
     return total / 1e9
 
 
-def matmul_gflops_per_cpu_second(n: int = 1024, repeats: int = 9) -> float:
-    """fp32 matrix-multiply rate per CPU-second of this process (median of `repeats`)."""
-    import torch
-
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    torch.mm(a, b)
-    rates = []
-    for _ in range(repeats):
-        start = time.process_time()
-        torch.mm(a, b)
-        rates.append(2 * n**3 / max(time.process_time() - start, 1e-9) / 1e9)
-    return median(rates)
+def matmul_gflops_per_cpu_second() -> float:
+    """fp32 matrix-multiply rate per CPU-second of this process."""
+    return matmul_peak_gflops(repeats=9, clock=time.process_time)
 
 
 def flop_summary(padded: list[tuple[int, int]], lengths: list[int], seconds: float, config,
@@ -546,10 +537,10 @@ def main(argv: list[str] | None = None) -> int:
         results["tasks"]["sst2"]["prediction"] = bench_prediction(
             done / "sst2-ours", done / "sst2-trainer" / "model", require_data(*TASKS["sst2"][0]), args.repeats,
             peak, work)
-        names = []
-    for n in names:
-        results["tasks"][n] = compare_task(args, n, work, peak)
-        save_json(args.name, results)
+    else:
+        for n in names:
+            results["tasks"][n] = compare_task(args, n, work, peak)
+            save_json(args.name, results)
     results["matmul_gflops_per_cpu_second_end"] = round(matmul_gflops_per_cpu_second(), 1)
     path = save_json(args.name, results)
     print("\n" + summary(results) + f"\n\n(results: {path})", flush=True)
