@@ -16,6 +16,10 @@ Training throughput is the wall time of the training epoch only (no tokenisation
 or saving) on both sides: windows/s and training questions/s. Prediction throughput is end to
 end (questions and passages in, answer spans out) for us and the pipeline, the median of
 `--rounds` rounds that alternate the two. Results: bench/out/qa.json; Markdown on stdout.
+
+`--profile N` adds where our prediction time goes (one core, N questions: linear layers,
+attention, other ops, and the speed-up bound if the other ops were free).
+`--predict-again RUN` trains nothing: it times prediction again on bench/out/RUN's two models.
 """
 
 from __future__ import annotations
@@ -193,6 +197,74 @@ def ensure_peer() -> Path:
     return python
 
 
+def time_prediction(model, python: Path, trainer_dir: Path, inputs: list[dict], rounds: int,
+                    work: Path) -> tuple[list[float], dict]:
+    """`rounds` rounds alternating ours and the pipeline on `inputs`: our times and the
+    pipeline's first result with every round's time and the median questions/s."""
+    ours_times, pipe_times, pipe = [], [], None
+    for r in range(rounds):
+        seconds, _ = predict_ours(model, inputs)
+        ours_times.append(seconds)
+        log(f"round {r + 1}: ours {len(inputs) / seconds:.1f} questions/s")
+        got = run_pipeline(python, trainer_dir, inputs, work)
+        pipe_times.append(got["seconds"])
+        pipe = pipe or got
+        log(f"round {r + 1}: pipeline {len(inputs) / got['seconds']:.1f} questions/s")
+    pipe["predict_seconds"] = pipe_times
+    pipe["questions_per_second"] = len(inputs) / median(pipe_times)
+    return ours_times, pipe
+
+
+def profile_ours(model, inputs: list[dict]) -> dict:
+    """Where our prediction time goes, on one core (torch.profiler, self time per op).
+
+    Matrix products of the linear layers (`addmm`, FLOPs from their shapes) and attention
+    (`scaled_dot_product_attention`, 4 * length^2 * hidden FLOPs a sequence and layer) are
+    the work the encoder cannot skip; everything else (GELU, layer norm, additions, copies,
+    tokenising, decoding) is overhead. `bound_speedup` is how much faster prediction could
+    get if that overhead cost nothing and the linear layers ran at the 1024x1024 matmul rate.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        peak_one_core = matmul_peak_gflops()
+        model.predict(inputs[:20])
+        start = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            model.predict(inputs)
+        wall = time.perf_counter() - start
+    finally:
+        torch.set_num_threads(threads)
+    seconds = {"linear": 0.0, "attention": 0.0}
+    flops = {"linear": 0.0, "attention": 0.0}
+    for e in prof.events():
+        if e.name == "aten::addmm":
+            (m, k), (_, n) = e.input_shapes[1], e.input_shapes[2]
+            seconds["linear"] += e.self_cpu_time_total / 1e6
+            flops["linear"] += 2 * m * k * n
+        elif e.name.startswith("aten::_scaled_dot_product"):
+            b, h, length, d = e.input_shapes[0]
+            seconds["attention"] += e.self_cpu_time_total / 1e6
+            flops["attention"] += 4 * b * h * length * length * d
+    total = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e6
+    other = total - seconds["linear"] - seconds["attention"]
+    linear_rate = flops["linear"] / seconds["linear"] / 1e9
+    best = flops["linear"] / (peak_one_core * 1e9) + seconds["attention"]
+    return {
+        "questions": len(inputs), "wall_seconds_profiled": round(wall, 2), "op_seconds": round(total, 2),
+        "share": {"linear": round(seconds["linear"] / total, 3), "attention": round(seconds["attention"] / total, 3),
+                  "other": round(other / total, 3)},
+        "linear_gflops": round(linear_rate, 1), "attention_gflops": round(flops["attention"] / seconds["attention"] / 1e9, 1),
+        "matmul_peak_one_core_gflops": round(peak_one_core, 1),
+        "bound_speedup": round(total / best, 3),
+        "top_ops": [(a.key, round(a.self_cpu_time_total / 1e6, 3)) for a in
+                    sorted(prof.key_averages(), key=lambda a: -a.self_cpu_time_total)[:8]],
+    }
+
+
 def run_pipeline(python: Path, model_dir: Path, inputs: list[dict], work: Path) -> dict:
     job, result = work / "pipeline-job.json", work / "pipeline-result.json"
     job.write_text(json.dumps({"model": str(model_dir), "questions": inputs, "max_answer_len": MAX_ANSWER,
@@ -210,6 +282,11 @@ def main() -> None:
     parser.add_argument("--speed-limit", type=int, default=1000,
                         help="time prediction (ours, pipeline) on the first N eval questions (1000)")
     parser.add_argument("--rounds", type=int, default=3, help="prediction timing rounds (ours, pipeline)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also profile our prediction on one core over the first N speed questions")
+    parser.add_argument("--predict-again", metavar="RUN",
+                        help="no training: time prediction again (and --profile) on bench/out/RUN's two "
+                             "trained models, after a change to prediction")
     parser.add_argument("--name", default="qa")
     args = parser.parse_args()
 
@@ -232,6 +309,8 @@ def main() -> None:
     record["train_questions"], record["eval_questions"] = len(train_examples), len(eval_examples)
     record["speed_questions"] = len(speed_inputs)
     log(f"{len(train_examples)} training questions, {len(eval_examples)} eval questions")
+    if args.predict_again:
+        return predict_again(args, record, python, speed_inputs, speed_examples)
 
     log("ours: training")
     ours = train_ours(train_path, args.limit, work / "ours-model")
@@ -250,18 +329,9 @@ def main() -> None:
     log("ours: answering the eval questions")
     seconds, answers = predict_ours(model, inputs)
     ours.update(scores(answers, eval_examples), eval_predict_seconds=seconds)
-    ours_times, pipe_times, pipe = [], [], None
-    for r in range(args.rounds):
-        seconds, _ = predict_ours(model, speed_inputs)
-        ours_times.append(seconds)
-        log(f"round {r + 1}: ours {len(speed_inputs) / seconds:.1f} questions/s")
-        got = run_pipeline(python, work / "trainer-model", speed_inputs, work)
-        pipe_times.append(got["seconds"])
-        pipe = pipe or got
-        log(f"round {r + 1}: pipeline {len(speed_inputs) / got['seconds']:.1f} questions/s")
-    for side, times in ((ours, ours_times), (pipe, pipe_times)):
-        side["predict_seconds"] = times
-        side["questions_per_second"] = len(speed_inputs) / median(times)
+    ours_times, pipe = time_prediction(model, python, work / "trainer-model", speed_inputs, args.rounds, work)
+    ours["predict_seconds"] = ours_times
+    ours["questions_per_second"] = len(speed_inputs) / median(ours_times)
     pipe_result = {"questions_per_second": pipe["questions_per_second"], "predict_seconds": pipe["predict_seconds"],
                    "transformers": pipe["transformers"], "torch": pipe["torch"], "threads": pipe["threads"],
                    **scores([a["answer"] for a in pipe["answers"]], speed_examples)}
@@ -270,6 +340,8 @@ def main() -> None:
     for side in (ours, hf):
         side["train_questions_per_second"] = n_train / side["train_seconds"]
     hf["eval_questions_per_second"] = len(inputs) / hf["eval_predict_seconds"]
+    if args.profile:
+        record["profile"] = profile_ours(model, speed_inputs[: args.profile])
     record.update(ours=ours, trainer=hf, pipeline=pipe_result, load_average_end=os.getloadavg())
     record["ratios"] = {
         "train_windows_per_second_vs_trainer": ours["windows_per_second"] / hf["windows_per_second"],
@@ -280,6 +352,30 @@ def main() -> None:
     }
     path = save_json(args.name, record)
     print(markdown(record))
+    log(f"wrote {path}")
+
+
+def predict_again(args, record: dict, python: Path, speed_inputs: list[dict], speed_examples) -> None:
+    """`--predict-again RUN`: prediction timed again on RUN's models, nothing trained."""
+    import bertheads
+
+    done, work = OUT / args.predict_again, OUT / args.name
+    work.mkdir(parents=True, exist_ok=True)
+    before = json.loads((OUT / f"{args.predict_again}.json").read_text())
+    model = bertheads.load(done / "ours-model")
+    ours_times, pipe = time_prediction(model, python, done / "trainer-model", speed_inputs, args.rounds, work)
+    _, answers = predict_ours(model, speed_inputs)
+    ours = {"predict_seconds": ours_times, "questions_per_second": len(speed_inputs) / median(ours_times),
+            **scores(answers, speed_examples)}
+    piped = {"predict_seconds": pipe["predict_seconds"], "questions_per_second": pipe["questions_per_second"],
+             "transformers": pipe["transformers"], **scores([a["answer"] for a in pipe["answers"]], speed_examples)}
+    record.update(training_from={"run": args.predict_again, "command": before["command"]}, ours=ours,
+                  pipeline=piped, ratio=ours["questions_per_second"] / piped["questions_per_second"])
+    if args.profile:
+        record["profile"] = profile_ours(model, speed_inputs[: args.profile])
+    record["load_average_end"] = os.getloadavg()
+    path = save_json(args.name, record)
+    print(json.dumps({k: record[k] for k in ("ours", "pipeline", "ratio", "profile") if k in record}, indent=1))
     log(f"wrote {path}")
 
 
