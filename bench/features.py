@@ -146,6 +146,40 @@ def memory_run(train: Path, cache: Path, positions: str, limit: int | None, thre
 
 
 # -- extraction against the feature-extraction pipeline ---------------------------------------
+def last_cls_build(train: Path, tmp: Path, limit: int, repeats: int) -> dict:
+    """Cache build of [CLS] of the last layer alone (the classify default, `--layers -1`),
+    with that layer run for [CLS] only (ours) and with the full last layer (the fast path
+    switched off), rounds alternating; the two caches must agree."""
+    import numpy as np
+
+    from bertheads.encoder import Encoder
+    from bertheads.features import CacheSettings, cache_key, encoder_identity, ensure_cache
+    from bertheads.tasks.classify import ClassifySpec, ClassifyTask
+
+    encoder = Encoder.load("default")
+    task, examples = ClassifyTask.prepare(str(train), ClassifySpec(max_length=128), encoder)
+    features = task.encode(examples[:limit], encoder.tokenizer)
+    layers = (encoder.info.num_layers,)
+    key = cache_key(encoder_identity(encoder), features, layers, "cls", "float32", encoder.info.uses_token_types)
+    times: dict[str, list[float]] = {"first_token_only": [], "full_last_layer": []}
+    states = {}
+    for _ in range(repeats):
+        for side, fast in (("first_token_only", True), ("full_last_layer", False)):
+            root = tmp / f"cls-{side}"
+            shutil.rmtree(root, ignore_errors=True)
+            encoder.first_token_ready = fast
+            start = time.perf_counter()
+            directory = ensure_cache(encoder, features, key, layers, "cls", CacheSettings(root, dtype="float32",
+                                     progress=False), {})
+            times[side].append(time.perf_counter() - start)
+            states[side] = np.load(directory / "states.npy")
+    encoder.first_token_ready = True
+    fast, full = median(times["first_token_only"]), median(times["full_last_layer"])
+    return {"examples": len(features), "seconds": times, "examples_per_second_fast": round(len(features) / fast, 1),
+            "examples_per_second_full": round(len(features) / full, 1), "speedup": round(full / fast, 3),
+            "max_abs_difference": float(np.abs(states["first_token_only"] - states["full_last_layer"]).max())}
+
+
 def extract_compare(texts: list[str], tmp: Path, repeats: int) -> dict:
     import numpy as np
     import torch
@@ -200,7 +234,8 @@ def main() -> None:
     p.add_argument("--extract-texts", type=int, default=2000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    p.add_argument("--parts", default="memory,sst2,conll,extract")
+    p.add_argument("--parts", default="memory,sst2,conll,extract",
+                   help="comma-separated: memory, sst2, conll, extract, last-cls (not in the default)")
     p.add_argument("--cache-dir", default=str(OUT / "feature-cache"))
     p.add_argument("--keep-token-cache", action="store_true")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -277,6 +312,10 @@ def main() -> None:
                     median(result["conll_finetune"]["epoch_seconds"])
                     / median(result[f"conll_features_{head}"]["epoch_seconds"]), 1)
             save_json(args.name, result)
+        if "last-cls" in parts:
+            log(f"cache build, [CLS] of the last layer, first {args.limit} SST-2 train sentences: fast path on/off")
+            result["last_cls_build"] = last_cls_build(sst2 / "train.tsv", tmp, args.limit, args.repeats)
+            log(json.dumps(result["last_cls_build"]))
         if "extract" in parts:
             texts = [line.split("\t")[0] for line in
                      (sst2 / "train.tsv").read_text(encoding="utf-8").splitlines()[1 : args.extract_texts + 1]]
@@ -319,6 +358,11 @@ def summary(r: dict) -> str:
                         f"{a['dev']['f1']:.4f} / {b['dev']['f1']:.4f} |")
             rows.append(f"| CoNLL epoch: features ({head}) / fine-tune | {median(a['epoch_seconds']):.1f} s / "
                         f"{median(b['epoch_seconds']):.1f} s = {r[f'conll_epoch_speedup_{head}']}x |")
+    if "last_cls_build" in r:
+        c = r["last_cls_build"]
+        rows.append(f"| cache build, [CLS] of the last layer, {c['examples']} SST-2 sentences: last layer for [CLS] "
+                    f"only / full | {c['examples_per_second_fast']} / {c['examples_per_second_full']} ex/s = "
+                    f"{c['speedup']}x (max abs diff {c['max_abs_difference']:.1e}) |")
     if "extract" in r:
         e = r["extract"]
         rows.append(f"| extract, {e['texts']} texts: ours / pipeline | {e['ours_texts_per_second']} / "

@@ -34,6 +34,17 @@ def count_encoder_calls(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def count_first_token_layers(monkeypatch):
+    """A list that grows by one entry each time a last layer runs for [CLS] alone."""
+    import bertheads.encoder as encoder_module
+
+    calls: list[int] = []
+    real = encoder_module.first_token_layer
+    monkeypatch.setattr(encoder_module, "first_token_layer", lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
 def sentiment(write, n: int = 16, name: str = "train.tsv") -> str:
     rows = "".join(f"a good fun film number {i}\t1\nan awful dull bore {i} times over\t0\n" for i in range(n))
     return write(name, "sentence\tlabel\n" + rows)
@@ -106,6 +117,34 @@ def test_cached_states_equal_the_live_encoder(tiny_bert, tmp_path, dtype, tolera
                 torch.testing.assert_close(first_batch["states"][layer][j, 0], live[layer][0, 0],
                                            atol=tolerance, rtol=tolerance)
     assert first_batch["states"][0].shape == (3, 1, 32)
+
+
+def test_cls_of_the_last_layer_is_cached_and_extracted_by_the_first_token_path(tiny_bert, tmp_path, write,
+                                                                               count_first_token_layers):
+    """A cache (or extract output) of [CLS] of the last layer alone runs that layer for [CLS]
+    only, and gives the same vectors as the full pass."""
+    from bertheads.extract import ExtractSettings, extract
+
+    encoder = Encoder.load(tiny_bert).eval()
+    texts = ["short one", "a somewhat longer sentence with more pieces in it", "mid length text here"]
+    features = encode_texts(encoder.tokenizer, texts, [None, "with a pair", None], max_length=32)
+    for f in features:
+        f["labels"] = 0
+    first = build(encoder, features, (2,), "cls", tmp_path / "a")
+    assert len(count_first_token_layers) == 2  # batches of 2: one call per batch
+    full = build(encoder, features, (2,), "tokens", tmp_path / "b")
+    assert len(count_first_token_layers) == 2
+    idx = [0, 1, 2]
+    torch.testing.assert_close(first.batch(idx, features)["states"][:, 0],
+                               full.batch(idx, features)["states"][:, 0], atol=1e-5, rtol=1e-5)
+
+    src = write("texts.txt", "\n".join(texts))
+    extract(tiny_bert, src, tmp_path / "x", ExtractSettings(format="npy", pool="cls", progress=False))
+    calls = len(count_first_token_layers)
+    extract(tiny_bert, src, tmp_path / "y", ExtractSettings(format="npy", pool="cls", tokens=False, progress=False))
+    assert len(count_first_token_layers) > calls
+    np.testing.assert_allclose(np.load(tmp_path / "y" / "pooled.npy"), np.load(tmp_path / "x" / "pooled.npy"),
+                               atol=1e-5)
 
 
 def test_every_part_of_the_key_counts(tiny_bert):

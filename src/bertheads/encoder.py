@@ -148,14 +148,15 @@ class Encoder(nn.Module):
     ) -> torch.Tensor | list[torch.Tensor]:
         """Hidden states `[batch, tokens, hidden]` of the last layer, or a list for `layers`.
 
-        `first_token_only` (last layer only): that layer is computed for the first token
-        alone (its query reads every token's key and value, as usual), and the result is
-        `[batch, 1, hidden]`. A [CLS] head gets the same vector for about 1/7 less work.
+        `first_token_only` (when the last layer is the only one asked for, as `-1` or by its
+        index): that layer is computed for the first token alone (its query reads every
+        token's key and value, as usual), and the result is `[batch, 1, hidden]`. A [CLS]
+        head gets the same vector for about 1/7 less work. With other layers it is ignored.
         """
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None and self.info.uses_token_types:
             kwargs["token_type_ids"] = token_type_ids
-        if not layers or tuple(layers) == (-1,):
+        if not layers or tuple(layers) in ((-1,), (self.info.num_layers,)):
             self._first_token.on = first_token_only and self.first_token_ready
             try:
                 out = self.model(**kwargs, return_dict=True)

@@ -271,13 +271,15 @@ def run_encoder(encoder, features: list[dict], layers: tuple[int, ...], combine:
     encoder.to(device)
     pad_id = encoder.tokenizer.pad_token_id or 0
     lengths = [len(f["input_ids"]) for f in features]
+    cls_only = settings.pool == "cls" and not settings.tokens
     bar = tqdm(total=len(features), desc="extract", unit="text", disable=not settings.progress or None,
                dynamic_ncols=True)
     for idx in sorted_batches(lengths, settings.batch_size, max_tokens=INFERENCE_TOKENS):
         batch = collate([{"input_ids": features[i]["input_ids"], "token_type_ids": features[i]["token_type_ids"]}
                          for i in idx], pad_id)
         batch = {k: v.to(device) for k, v in batch.items()}
-        states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers)
+        states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers,
+                         first_token_only=cls_only)  # T = 1 when only [CLS] of the last layer is kept
         vectors = combine(states).float()  # [B, T, dim]
         if settings.pool == "cls":
             pooled = vectors[:, 0]

@@ -294,7 +294,9 @@ def write_states(encoder, features: Sequence[dict], layers: tuple[int, ...], pos
             batch = collate([{"input_ids": features[i]["input_ids"],
                               "token_type_ids": features[i].get("token_type_ids")} for i in idx], pad_id)
             batch = {k: v.to(device) for k, v in batch.items()}
-            states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers)
+            # [CLS] of the last layer alone: that layer runs for [CLS] only
+            states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers,
+                             first_token_only=positions == "cls")
             if isinstance(states, torch.Tensor):
                 states = [states]
             if torch_dtype == torch.float16 and any(s.abs().max() > 65000 for s in states):

@@ -31,8 +31,9 @@ class BertHeads(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor], names: Sequence[str]) -> dict[str, torch.Tensor]:
         """Run the encoder once and every named head on its output."""
         layers = sorted({i for n in names for i in self.heads[n].layers})
-        # When every head reads only [CLS] of the last layer, that layer runs for [CLS] alone.
-        first_token_only = layers == [-1] and all(reads_first_position_only(self.heads[n]) for n in names)
+        # When every head reads only [CLS] and the last layer is the only one read, that layer
+        # runs for [CLS] alone (the encoder ignores the request when other layers are read).
+        first_token_only = all(reads_first_position_only(self.heads[n]) for n in names)
         states = self.encoder(
             batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"), layers=tuple(layers),
             first_token_only=first_token_only,
