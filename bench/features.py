@@ -148,10 +148,12 @@ def memory_run(train: Path, cache: Path, positions: str, limit: int | None, thre
 # -- extraction against the feature-extraction pipeline ---------------------------------------
 def last_cls_build(train: Path, tmp: Path, limit: int, repeats: int) -> dict:
     """Cache build of [CLS] of the last layer alone (the classify default, `--layers -1`),
-    with that layer run for [CLS] only (ours) and with the full last layer (the fast path
-    switched off), rounds alternating; the two caches must agree."""
+    with that layer run for [CLS] only (ours), with the full last layer (the fast path
+    switched off), and with batches one at a time on all threads (the CPU workers switched
+    off), rounds alternating; the caches must agree."""
     import numpy as np
 
+    import bertheads.packing as packing
     from bertheads.encoder import Encoder
     from bertheads.features import CacheSettings, cache_key, encoder_identity, ensure_cache
     from bertheads.tasks.classify import ClassifySpec, ClassifyTask
@@ -161,23 +163,31 @@ def last_cls_build(train: Path, tmp: Path, limit: int, repeats: int) -> dict:
     features = task.encode(examples[:limit], encoder.tokenizer)
     layers = (encoder.info.num_layers,)
     key = cache_key(encoder_identity(encoder), features, layers, "cls", "float32", encoder.info.uses_token_types)
-    times: dict[str, list[float]] = {"first_token_only": [], "full_last_layer": []}
+    sides = {"first_token_only": (True, True), "full_last_layer": (False, True), "serial_batches": (True, False)}
+    times: dict[str, list[float]] = {side: [] for side in sides}
     states = {}
-    for _ in range(repeats):
-        for side, fast in (("first_token_only", True), ("full_last_layer", False)):
-            root = tmp / f"cls-{side}"
-            shutil.rmtree(root, ignore_errors=True)
-            encoder.first_token_ready = fast
-            start = time.perf_counter()
-            directory = ensure_cache(encoder, features, key, layers, "cls", CacheSettings(root, dtype="float32",
-                                     progress=False), {})
-            times[side].append(time.perf_counter() - start)
-            states[side] = np.load(directory / "states.npy")
-    encoder.first_token_ready = True
-    fast, full = median(times["first_token_only"]), median(times["full_last_layer"])
-    return {"examples": len(features), "seconds": times, "examples_per_second_fast": round(len(features) / fast, 1),
-            "examples_per_second_full": round(len(features) / full, 1), "speedup": round(full / fast, 3),
-            "max_abs_difference": float(np.abs(states["first_token_only"] - states["full_last_layer"]).max())}
+    workers = packing.cpu_workers
+    try:
+        for _ in range(repeats):
+            for side, (fast, parallel) in sides.items():
+                root = tmp / f"cls-{side}"
+                shutil.rmtree(root, ignore_errors=True)
+                encoder.first_token_ready = fast
+                packing.cpu_workers = workers if parallel else (lambda device, batches: 1)
+                start = time.perf_counter()
+                directory = ensure_cache(encoder, features, key, layers, "cls",
+                                         CacheSettings(root, dtype="float32", progress=False), {})
+                times[side].append(time.perf_counter() - start)
+                states[side] = np.load(directory / "states.npy")
+    finally:
+        encoder.first_token_ready, packing.cpu_workers = True, workers
+    rate = {side: round(len(features) / median(t), 1) for side, t in times.items()}
+    return {"examples": len(features), "seconds": times, "examples_per_second": rate,
+            "examples_per_second_fast": rate["first_token_only"], "examples_per_second_full": rate["full_last_layer"],
+            "speedup": round(rate["first_token_only"] / rate["full_last_layer"], 3),
+            "workers_speedup": round(rate["first_token_only"] / rate["serial_batches"], 3),
+            "max_abs_difference": max(float(np.abs(states["first_token_only"] - states[side]).max())
+                                      for side in ("full_last_layer", "serial_batches"))}
 
 
 def extract_compare(texts: list[str], tmp: Path, repeats: int) -> dict:
@@ -363,6 +373,9 @@ def summary(r: dict) -> str:
         rows.append(f"| cache build, [CLS] of the last layer, {c['examples']} SST-2 sentences: last layer for [CLS] "
                     f"only / full | {c['examples_per_second_fast']} / {c['examples_per_second_full']} ex/s = "
                     f"{c['speedup']}x (max abs diff {c['max_abs_difference']:.1e}) |")
+        rows.append(f"| the same, batches side by side on the cores / one at a time on all threads | "
+                    f"{c['examples_per_second_fast']} / {c['examples_per_second']['serial_batches']} ex/s = "
+                    f"{c['workers_speedup']}x |")
     if "extract" in r:
         e = r["extract"]
         rows.append(f"| extract, {e['texts']} texts: ours / pipeline | {e['ours_texts_per_second']} / "

@@ -147,6 +147,37 @@ def test_cls_of_the_last_layer_is_cached_and_extracted_by_the_first_token_path(t
                                atol=1e-5)
 
 
+def test_cache_builds_and_extract_run_batches_on_cpu_workers(tiny_bert, tmp_path, write, monkeypatch):
+    """With 2 torch threads, cache and extract batches run on 2 single-threaded workers and
+    write the same rows, in the same places, as a serial run."""
+    import bertheads.packing as packing_module
+    from bertheads.extract import ExtractSettings, extract
+
+    used: list[int] = []
+    real = packing_module.cpu_workers
+    monkeypatch.setattr(packing_module, "cpu_workers", lambda device, n: used.append(real(device, n)) or used[-1])
+    encoder = Encoder.load(tiny_bert).eval()
+    texts = [f"{'very ' * (i % 7)}text number {i}" for i in range(15)]
+    features = encode_texts(encoder.tokenizer, texts, max_length=32)
+    src = write("texts.txt", "\n".join(texts))
+    before = torch.get_num_threads()
+    try:
+        outputs = {}
+        for threads in (2, 1):
+            torch.set_num_threads(threads)
+            outputs[threads] = (build(encoder, features, (1, 2), "tokens", tmp_path / f"c{threads}"),
+                                extract(tiny_bert, src, tmp_path / f"x{threads}",
+                                        ExtractSettings(format="npy", pool="mean", progress=False, batch_size=2)))
+            assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    assert used == [2, 2, 1, 1]  # cache build, extract; with 2 threads, then with 1
+    np.testing.assert_allclose(outputs[2][0].states, outputs[1][0].states, atol=1e-5)
+    for name in ("tokens", "pooled"):
+        np.testing.assert_allclose(np.load(tmp_path / "x2" / f"{name}.npy"), np.load(tmp_path / "x1" / f"{name}.npy"),
+                                   atol=1e-5)
+
+
 def test_every_part_of_the_key_counts(tiny_bert):
     encoder = Encoder.load(tiny_bert)
     ident = encoder_identity(encoder)

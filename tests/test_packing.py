@@ -87,15 +87,15 @@ def test_batches_on_worker_threads_match_one_thread(tiny_bert, tmp_path, write):
     import torch
 
     import bertheads
-    import bertheads.model as model_module
+    import bertheads.packing as packing_module
 
     rows = "".join(f"{'good ' * (i % 7 + 1)}film {i}\t{i % 2}\n" for i in range(40))
     model = bertheads.train("classify", write("t.tsv", "sentence\tlabel\n" + rows), None, tmp_path / "m",
                             model=tiny_bert, settings=bertheads.TrainSettings(epochs=1, progress=False))
     texts = [f"{'bad ' * (i % 9)}text number {i}" for i in range(60)]
     used = []
-    real = model_module.cpu_workers
-    model_module.cpu_workers = lambda device, n: used.append(real(device, n)) or used[-1]
+    real = packing_module.cpu_workers
+    packing_module.cpu_workers = lambda device, n: used.append(real(device, n)) or used[-1]
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
@@ -104,7 +104,7 @@ def test_batches_on_worker_threads_match_one_thread(tiny_bert, tmp_path, write):
         torch.set_num_threads(1)
         serial = model.predict(texts, batch_size=4)
     finally:
-        model_module.cpu_workers = real
+        packing_module.cpu_workers = real
         torch.set_num_threads(before)
     assert used == [2, 1]
     assert [p["label"] for p in parallel] == [p["label"] for p in serial]

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from bertheads.errors import UserError, where
 from bertheads.features import LayerCombine, accept_layer_lists, parse_layers
-from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, collate, sorted_batches
+from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, collate, run_batches, sorted_batches
 from bertheads.readers import file_format, read_jsonl, read_lines, read_text
 from bertheads.rowfiles import create_npy, create_safetensors
 
@@ -262,10 +262,10 @@ def extract(model: str, path: str | None, out: str | Path, settings: ExtractSett
     return meta
 
 
-@torch.inference_mode()
 def run_encoder(encoder, features: list[dict], layers: tuple[int, ...], combine: LayerCombine,
                 settings: ExtractSettings, arrays: dict, starts: np.ndarray) -> None:
-    """Encoder over length-sorted batches; each text's rows go straight to their place on disk."""
+    """Encoder over length-sorted batches (side by side on a CPU: `packing.run_batches`); each
+    text's rows go straight to their place on disk."""
     encoder.eval()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     encoder.to(device)
@@ -274,26 +274,32 @@ def run_encoder(encoder, features: list[dict], layers: tuple[int, ...], combine:
     cls_only = settings.pool == "cls" and not settings.tokens
     bar = tqdm(total=len(features), desc="extract", unit="text", disable=not settings.progress or None,
                dynamic_ncols=True)
-    for idx in sorted_batches(lengths, settings.batch_size, max_tokens=INFERENCE_TOKENS):
-        batch = collate([{"input_ids": features[i]["input_ids"], "token_type_ids": features[i]["token_type_ids"]}
-                         for i in idx], pad_id)
-        batch = {k: v.to(device) for k, v in batch.items()}
-        states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers,
-                         first_token_only=cls_only)  # T = 1 when only [CLS] of the last layer is kept
-        vectors = combine(states).float()  # [B, T, dim]
-        if settings.pool == "cls":
-            pooled = vectors[:, 0]
-        elif settings.pool == "mean":
-            mask = batch["attention_mask"].unsqueeze(-1).to(vectors.dtype)
-            pooled = (vectors * mask).sum(1) / mask.sum(1)
-        vectors = vectors.cpu().numpy()
-        for j, i in enumerate(idx):
-            if settings.tokens:
-                arrays["tokens"].write(int(starts[i]), vectors[j, : lengths[i]])
-            if settings.pool != "none":
-                arrays["pooled"].write(i, pooled[j : j + 1].cpu().numpy())
+
+    def run(idx: list[int]) -> None:
+        with torch.inference_mode():
+            batch = collate([{"input_ids": features[i]["input_ids"], "token_type_ids": features[i]["token_type_ids"]}
+                             for i in idx], pad_id)
+            batch = {k: v.to(device) for k, v in batch.items()}
+            states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers,
+                             first_token_only=cls_only)  # T = 1 when only [CLS] of the last layer is kept
+            vectors = combine(states).float()  # [B, T, dim]
+            if settings.pool == "cls":
+                pooled = vectors[:, 0]
+            elif settings.pool == "mean":
+                mask = batch["attention_mask"].unsqueeze(-1).to(vectors.dtype)
+                pooled = (vectors * mask).sum(1) / mask.sum(1)
+            vectors = vectors.cpu().numpy()
+            for j, i in enumerate(idx):
+                if settings.tokens:
+                    arrays["tokens"].write(int(starts[i]), vectors[j, : lengths[i]])
+                if settings.pool != "none":
+                    arrays["pooled"].write(i, pooled[j : j + 1].cpu().numpy())
         bar.update(len(idx))
-    bar.close()
+
+    try:
+        run_batches(sorted_batches(lengths, settings.batch_size, max_tokens=INFERENCE_TOKENS), run, device)
+    finally:
+        bar.close()
 
 
 def write_index(path: Path, inputs: list[TextInput], features: list[dict], starts: np.ndarray, tokenizer) -> None:

@@ -35,7 +35,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertheads.errors import UserError
-from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, collate, sorted_batches
+from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, collate, run_batches, sorted_batches
 from bertheads.rowfiles import create_npy
 
 COMBINES = ("concat", "sum", "mean", "scalar-mix")
@@ -275,10 +275,10 @@ def ensure_cache(encoder, features: Sequence[dict], key: str, layers: tuple[int,
     return final
 
 
-@torch.inference_mode()
 def write_states(encoder, features: Sequence[dict], layers: tuple[int, ...], positions: str,
                  offsets: np.ndarray, out, settings: CacheSettings, device=None) -> None:
-    """Run the encoder over `features` in length-sorted batches and store each feature's rows."""
+    """Run the encoder over `features` in length-sorted batches and store each feature's rows
+    (with `pwrite`, so batches may finish in any order: see `packing.run_batches`)."""
     was_training = encoder.training
     encoder.eval()
     if device is not None:
@@ -289,8 +289,8 @@ def write_states(encoder, features: Sequence[dict], layers: tuple[int, ...], pos
     torch_dtype = getattr(torch, settings.dtype)
     bar = tqdm(total=len(features), desc="feature cache", unit="ex", disable=not settings.progress or None,
                dynamic_ncols=True)
-    try:
-        for idx in sorted_batches(lengths, settings.batch_size, settings.max_tokens):
+    def run(idx: list[int]) -> None:
+        with torch.inference_mode():
             batch = collate([{"input_ids": features[i]["input_ids"],
                               "token_type_ids": features[i].get("token_type_ids")} for i in idx], pad_id)
             batch = {k: v.to(device) for k, v in batch.items()}
@@ -309,7 +309,10 @@ def write_states(encoder, features: Sequence[dict], layers: tuple[int, ...], pos
                 block = torch.stack(states, dim=2).to(torch_dtype).cpu().numpy()  # [B, T, L, H]
                 for j, i in enumerate(idx):
                     out.write(int(offsets[i]), block[j, : lengths[i]])
-            bar.update(len(idx))
+        bar.update(len(idx))
+
+    try:
+        run_batches(sorted_batches(lengths, settings.batch_size, settings.max_tokens), run, device)
     finally:
         bar.close()
         encoder.train(was_training)

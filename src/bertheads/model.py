@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -12,7 +11,7 @@ from tqdm.auto import tqdm
 
 from bertheads.encoder import Encoder
 from bertheads.features import reads_first_position_only
-from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, Feature, collate, sorted_batches
+from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, Feature, collate, run_batches, sorted_batches
 
 
 class BertHeads(nn.Module):
@@ -61,7 +60,7 @@ def run_heads(
     Features run sorted by length (each batch padded only to its own longest member);
     token-level heads get their rows trimmed to the feature's length. On a CPU with several
     torch threads, batches run side by side on that many worker threads, each using one
-    core (see `cpu_workers`).
+    core (`packing.run_batches`).
     """
     was_training = model.training
     model.eval()
@@ -85,27 +84,8 @@ def run_heads(
         bar.update(len(idx))
 
     try:
-        workers = cpu_workers(device, len(batches))
-        if workers > 1:
-            with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-                list(pool.map(run, batches))
-        else:
-            for idx in batches:
-                run(idx)
+        run_batches(batches, run, device)
     finally:
         bar.close()
         model.train(was_training)
     return results
-
-
-def cpu_workers(device: torch.device, batches: int) -> int:
-    """How many batches run at once: on a CPU, one per torch thread, each single-threaded.
-
-    Short inputs make small matrices, and a small matrix product split across cores spends a
-    good part of its time waiting; separate batches on separate cores do not (about 9% more
-    sentences per second on 2 cores, bench/RESULTS.md). The thread count is per thread, so the
-    caller's own setting is untouched. `torch.set_num_threads(1)` before a call keeps it serial.
-    """
-    if device.type != "cpu" or batches < 2:
-        return 1
-    return max(1, min(torch.get_num_threads(), batches))
