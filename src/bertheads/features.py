@@ -289,6 +289,7 @@ def write_states(encoder, features: Sequence[dict], layers: tuple[int, ...], pos
     torch_dtype = getattr(torch, settings.dtype)
     bar = tqdm(total=len(features), desc="feature cache", unit="ex", disable=not settings.progress or None,
                dynamic_ncols=True)
+
     def run(idx: list[int]) -> None:
         with torch.inference_mode():
             batch = collate([{"input_ids": features[i]["input_ids"],
