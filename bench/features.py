@@ -245,7 +245,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--parts", default="memory,sst2,conll,extract",
-                   help="comma-separated: memory, sst2, conll, extract, last-cls (not in the default)")
+                   help="comma-separated: memory, sst2, conll, extract; also last-cls, lstm-size (not in the default)")
+    p.add_argument("--lstm-sizes", default="128,384", help="BiLSTM sizes per direction for --parts lstm-size")
     p.add_argument("--cache-dir", default=str(OUT / "feature-cache"))
     p.add_argument("--keep-token-cache", action="store_true")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -322,6 +323,16 @@ def main() -> None:
                     median(result["conll_finetune"]["epoch_seconds"])
                     / median(result[f"conll_features_{head}"]["epoch_seconds"]), 1)
             save_json(args.name, result)
+        if "lstm-size" in parts:
+            common = dict(layers=LAYERS, cache_dir=str(cache), max_length=128)
+            for size in (int(x) for x in args.lstm_sizes.split(",")):
+                log(f"CoNLL features mode, bilstm head of {size} per direction, full train set, "
+                    f"{args.conll_full_epochs} epochs")
+                run = train_run("tag", conll / "train.txt", conll / "dev.txt", tmp / "m", args.conll_full_epochs,
+                                args.features_lr, 32, mode="features", head_type="bilstm", lstm_size=size, **common)
+                result.setdefault("lstm_size", {})[str(size)] = run
+                log(f"lstm {size}: dev F1 {run['dev']['f1']:.4f}, epoch {median(run['epoch_seconds']):.1f} s")
+                save_json(args.name, result)
         if "last-cls" in parts:
             log(f"cache build, [CLS] of the last layer, first {args.limit} SST-2 train sentences: fast path on/off")
             result["last_cls_build"] = last_cls_build(sst2 / "train.tsv", tmp, args.limit, args.repeats)
@@ -376,6 +387,11 @@ def summary(r: dict) -> str:
         rows.append(f"| the same, batches side by side on the cores / one at a time on all threads | "
                     f"{c['examples_per_second_fast']} / {c['examples_per_second']['serial_batches']} ex/s = "
                     f"{c['workers_speedup']}x |")
+    for size, run in r.get("lstm_size", {}).items():
+        by_epoch = ", ".join(f"{next(iter(d.values()))['f1']:.4f}" for d in run["dev_by_epoch"])  # {task: metrics}
+        rows.append(f"| CoNLL dev F1, features (bilstm {size} per direction), full train, epochs "
+                    f"{len(run['epoch_seconds'])} | {run['dev']['f1']:.4f} (by epoch {by_epoch}; "
+                    f"epoch {median(run['epoch_seconds']):.1f} s) |")
     if "extract" in r:
         e = r["extract"]
         rows.append(f"| extract, {e['texts']} texts: ours / pipeline | {e['ours_texts_per_second']} / "
