@@ -197,10 +197,10 @@ def ensure_peer() -> Path:
     return python
 
 
-def time_prediction(model, python: Path, trainer_dir: Path, inputs: list[dict], rounds: int,
+def time_prediction(model, python: Path, trainer_dir: Path, inputs: list[dict], examples, rounds: int,
                     work: Path) -> tuple[list[float], dict]:
-    """`rounds` rounds alternating ours and the pipeline on `inputs`: our times and the
-    pipeline's first result with every round's time and the median questions/s."""
+    """`rounds` rounds alternating ours and the pipeline on `inputs`: our times, and the
+    pipeline's every round's time, median questions/s, versions and EM/F1 on `examples`."""
     ours_times, pipe_times, pipe = [], [], None
     for r in range(rounds):
         seconds, _ = predict_ours(model, inputs)
@@ -210,9 +210,9 @@ def time_prediction(model, python: Path, trainer_dir: Path, inputs: list[dict], 
         pipe_times.append(got["seconds"])
         pipe = pipe or got
         log(f"round {r + 1}: pipeline {len(inputs) / got['seconds']:.1f} questions/s")
-    pipe["predict_seconds"] = pipe_times
-    pipe["questions_per_second"] = len(inputs) / median(pipe_times)
-    return ours_times, pipe
+    return ours_times, {"questions_per_second": len(inputs) / median(pipe_times), "predict_seconds": pipe_times,
+                        "transformers": pipe["transformers"], "torch": pipe["torch"], "threads": pipe["threads"],
+                        **scores([a["answer"] for a in pipe["answers"]], examples)}
 
 
 def profile_ours(model, inputs: list[dict]) -> dict:
@@ -220,9 +220,10 @@ def profile_ours(model, inputs: list[dict]) -> dict:
 
     Matrix products of the linear layers (`addmm`, FLOPs from their shapes) and attention
     (`scaled_dot_product_attention`, 4 * length^2 * hidden FLOPs a sequence and layer) are
-    the work the encoder cannot skip; everything else (GELU, layer norm, additions, copies,
-    tokenising, decoding) is overhead. `bound_speedup` is how much faster prediction could
-    get if that overhead cost nothing and the linear layers ran at the 1024x1024 matmul rate.
+    the work the encoder cannot skip; every other op (GELU, layer norm, additions, copies) is
+    overhead. Shares are of the ops' total self time (tokenising and decoding are outside it:
+    compare `wall_seconds_profiled`). `bound_speedup` is how much faster that op time could get
+    if the overhead cost nothing and the linear layers ran at the 1024x1024 matmul rate.
     """
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -329,12 +330,10 @@ def main() -> None:
     log("ours: answering the eval questions")
     seconds, answers = predict_ours(model, inputs)
     ours.update(scores(answers, eval_examples), eval_predict_seconds=seconds)
-    ours_times, pipe = time_prediction(model, python, work / "trainer-model", speed_inputs, args.rounds, work)
+    ours_times, pipe_result = time_prediction(model, python, work / "trainer-model", speed_inputs, speed_examples,
+                                              args.rounds, work)
     ours["predict_seconds"] = ours_times
     ours["questions_per_second"] = len(speed_inputs) / median(ours_times)
-    pipe_result = {"questions_per_second": pipe["questions_per_second"], "predict_seconds": pipe["predict_seconds"],
-                   "transformers": pipe["transformers"], "torch": pipe["torch"], "threads": pipe["threads"],
-                   **scores([a["answer"] for a in pipe["answers"]], speed_examples)}
     pipe_result["trainer_on_same_questions"] = scores(hf_answers[: len(speed_inputs)], speed_examples)
     n_train = len(train_examples)
     for side in (ours, hf):
@@ -363,12 +362,11 @@ def predict_again(args, record: dict, python: Path, speed_inputs: list[dict], sp
     work.mkdir(parents=True, exist_ok=True)
     before = json.loads((OUT / f"{args.predict_again}.json").read_text())
     model = bertheads.load(done / "ours-model")
-    ours_times, pipe = time_prediction(model, python, done / "trainer-model", speed_inputs, args.rounds, work)
+    ours_times, piped = time_prediction(model, python, done / "trainer-model", speed_inputs, speed_examples,
+                                        args.rounds, work)
     _, answers = predict_ours(model, speed_inputs)
     ours = {"predict_seconds": ours_times, "questions_per_second": len(speed_inputs) / median(ours_times),
             **scores(answers, speed_examples)}
-    piped = {"predict_seconds": pipe["predict_seconds"], "questions_per_second": pipe["questions_per_second"],
-             "transformers": pipe["transformers"], **scores([a["answer"] for a in pipe["answers"]], speed_examples)}
     record.update(training_from={"run": args.predict_again, "command": before["command"]}, ours=ours,
                   pipeline=piped, ratio=ours["questions_per_second"] / piped["questions_per_second"])
     if args.profile:
