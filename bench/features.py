@@ -166,21 +166,21 @@ def last_cls_build(train: Path, tmp: Path, limit: int, repeats: int) -> dict:
     sides = {"first_token_only": (True, True), "full_last_layer": (False, True), "serial_batches": (True, False)}
     times: dict[str, list[float]] = {side: [] for side in sides}
     states = {}
-    workers = packing.cpu_workers
+    workers, ready = packing.cpu_workers, encoder.first_token_ready
     try:
         for _ in range(repeats):
             for side, (fast, parallel) in sides.items():
                 root = tmp / f"cls-{side}"
                 shutil.rmtree(root, ignore_errors=True)
                 encoder.first_token_ready = fast
-                packing.cpu_workers = workers if parallel else (lambda device, batches: 1)
+                packing.cpu_workers = workers if parallel else (lambda device, batches: (1, 1))
                 start = time.perf_counter()
                 directory = ensure_cache(encoder, features, key, layers, "cls",
                                          CacheSettings(root, dtype="float32", progress=False), {})
                 times[side].append(time.perf_counter() - start)
                 states[side] = np.load(directory / "states.npy")
     finally:
-        encoder.first_token_ready, packing.cpu_workers = True, workers
+        encoder.first_token_ready, packing.cpu_workers = ready, workers
     rate = {side: round(len(features) / median(t), 1) for side, t in times.items()}
     return {"examples": len(features), "seconds": times, "examples_per_second": rate,
             "examples_per_second_fast": rate["first_token_only"], "examples_per_second_full": rate["full_last_layer"],

@@ -198,21 +198,21 @@ def ensure_peer() -> Path:
 
 
 def time_prediction(model, python: Path, trainer_dir: Path, inputs: list[dict], examples, rounds: int,
-                    work: Path) -> tuple[list[float], dict]:
-    """`rounds` rounds alternating ours and the pipeline on `inputs`: our times, and the
-    pipeline's every round's time, median questions/s, versions and EM/F1 on `examples`."""
+                    work: Path) -> tuple[list[float], list[str], dict]:
+    """`rounds` rounds alternating ours and the pipeline on `inputs`: our times and answers, and
+    the pipeline's every round's time, median questions/s, versions and EM/F1 on `examples`."""
     ours_times, pipe_times, pipe = [], [], None
     for r in range(rounds):
-        seconds, _ = predict_ours(model, inputs)
+        seconds, answers = predict_ours(model, inputs)
         ours_times.append(seconds)
         log(f"round {r + 1}: ours {len(inputs) / seconds:.1f} questions/s")
         got = run_pipeline(python, trainer_dir, inputs, work)
         pipe_times.append(got["seconds"])
         pipe = pipe or got
         log(f"round {r + 1}: pipeline {len(inputs) / got['seconds']:.1f} questions/s")
-    return ours_times, {"questions_per_second": len(inputs) / median(pipe_times), "predict_seconds": pipe_times,
-                        "transformers": pipe["transformers"], "torch": pipe["torch"], "threads": pipe["threads"],
-                        **scores([a["answer"] for a in pipe["answers"]], examples)}
+    return ours_times, answers, {"questions_per_second": len(inputs) / median(pipe_times), "predict_seconds": pipe_times,
+                                 "transformers": pipe["transformers"], "torch": pipe["torch"],
+                                 "threads": pipe["threads"], **scores([a["answer"] for a in pipe["answers"]], examples)}
 
 
 def profile_ours(model, inputs: list[dict]) -> dict:
@@ -247,9 +247,9 @@ def profile_ours(model, inputs: list[dict]) -> dict:
             seconds["linear"] += e.self_cpu_time_total / 1e6
             flops["linear"] += 2 * m * k * n
         elif e.name.startswith("aten::_scaled_dot_product"):
-            b, h, length, d = e.input_shapes[0]
+            (b, h, queries, d), keys = e.input_shapes[0], e.input_shapes[1][2]
             seconds["attention"] += e.self_cpu_time_total / 1e6
-            flops["attention"] += 4 * b * h * length * length * d
+            flops["attention"] += 4 * b * h * queries * keys * d
     total = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1e6
     other = total - seconds["linear"] - seconds["attention"]
     linear_rate = flops["linear"] / seconds["linear"] / 1e9
@@ -311,6 +311,8 @@ def main() -> None:
     record["speed_questions"] = len(speed_inputs)
     log(f"{len(train_examples)} training questions, {len(eval_examples)} eval questions")
     if args.predict_again:
+        if args.name == args.predict_again:
+            parser.error("--predict-again RUN needs a --name other than RUN (RUN's results would be overwritten)")
         return predict_again(args, record, python, speed_inputs, speed_examples)
 
     log("ours: training")
@@ -330,7 +332,7 @@ def main() -> None:
     log("ours: answering the eval questions")
     seconds, answers = predict_ours(model, inputs)
     ours.update(scores(answers, eval_examples), eval_predict_seconds=seconds)
-    ours_times, pipe_result = time_prediction(model, python, work / "trainer-model", speed_inputs, speed_examples,
+    ours_times, _, pipe_result = time_prediction(model, python, work / "trainer-model", speed_inputs, speed_examples,
                                               args.rounds, work)
     ours["predict_seconds"] = ours_times
     ours["questions_per_second"] = len(speed_inputs) / median(ours_times)
@@ -362,9 +364,8 @@ def predict_again(args, record: dict, python: Path, speed_inputs: list[dict], sp
     work.mkdir(parents=True, exist_ok=True)
     before = json.loads((OUT / f"{args.predict_again}.json").read_text())
     model = bertheads.load(done / "ours-model")
-    ours_times, piped = time_prediction(model, python, done / "trainer-model", speed_inputs, speed_examples,
-                                        args.rounds, work)
-    _, answers = predict_ours(model, speed_inputs)
+    ours_times, answers, piped = time_prediction(model, python, done / "trainer-model", speed_inputs,
+                                                 speed_examples, args.rounds, work)
     ours = {"predict_seconds": ours_times, "questions_per_second": len(speed_inputs) / median(ours_times),
             **scores(answers, speed_examples)}
     record.update(training_from={"run": args.predict_again, "command": before["command"]}, ours=ours,

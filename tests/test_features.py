@@ -171,7 +171,7 @@ def test_cache_builds_and_extract_run_batches_on_cpu_workers(tiny_bert, tmp_path
             assert torch.get_num_threads() == threads
     finally:
         torch.set_num_threads(before)
-    assert used == [2, 2, 1, 1]  # cache build, extract; with 2 threads, then with 1
+    assert used == [(2, 1), (2, 1), (1, 1), (1, 1)]  # cache build, extract; with 2 threads, then with 1
     np.testing.assert_allclose(outputs[2][0].states, outputs[1][0].states, atol=1e-5)
     for name in ("tokens", "pooled"):
         np.testing.assert_allclose(np.load(tmp_path / "x2" / f"{name}.npy"), np.load(tmp_path / "x1" / f"{name}.npy"),

@@ -106,7 +106,34 @@ def test_batches_on_worker_threads_match_one_thread(tiny_bert, tmp_path, write):
     finally:
         packing_module.cpu_workers = real
         torch.set_num_threads(before)
-    assert used == [2, 1]
+    assert used == [(2, 1), (1, 1)]  # two single-threaded workers, then serial
     assert [p["label"] for p in parallel] == [p["label"] for p in serial]
     assert all(abs(p["scores"][k] - s["scores"][k]) < 1e-5 for p, s in zip(parallel, serial) for k in p["scores"])
-    assert real(torch.device("cpu"), 1) == 1 and real(torch.device("cuda"), 9) == 1
+    assert real(torch.device("cpu"), 1)[0] == 1 and real(torch.device("cuda"), 9)[0] == 1
+
+
+def test_worker_threads_do_not_leak_and_are_capped():
+    """Threads started after a parallel run get the caller's thread count, not the workers'
+    one; past MAX_CPU_WORKERS batches in flight, workers share the threads out."""
+    import threading
+
+    import torch
+
+    from bertheads.packing import MAX_CPU_WORKERS, cpu_workers, run_batches
+
+    before = torch.get_num_threads()
+    seen: list[int] = []
+    try:
+        torch.set_num_threads(2)
+        run_batches([[0], [1], [2]], lambda idx: seen.append(torch.get_num_threads()), torch.device("cpu"))
+        assert seen == [1, 1, 1] and torch.get_num_threads() == 2
+        later: list[int] = []
+        thread = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+        assert later == [2]
+        torch.set_num_threads(4 * MAX_CPU_WORKERS)
+        assert cpu_workers(torch.device("cpu"), 1000) == (MAX_CPU_WORKERS, 4)
+        assert cpu_workers(torch.device("cpu"), 3) == (3, 4 * MAX_CPU_WORKERS // 3)
+    finally:
+        torch.set_num_threads(before)

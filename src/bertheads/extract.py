@@ -276,28 +276,26 @@ def run_encoder(encoder, features: list[dict], layers: tuple[int, ...], combine:
                dynamic_ncols=True)
 
     def run(idx: list[int]) -> None:
-        with torch.inference_mode():
-            batch = collate([{"input_ids": features[i]["input_ids"], "token_type_ids": features[i]["token_type_ids"]}
-                             for i in idx], pad_id)
-            batch = {k: v.to(device) for k, v in batch.items()}
-            states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers,
-                             first_token_only=cls_only)  # T = 1 when only [CLS] of the last layer is kept
-            vectors = combine(states).float()  # [B, T, dim]
-            if settings.pool == "cls":
-                pooled = vectors[:, 0]
-            elif settings.pool == "mean":
-                mask = batch["attention_mask"].unsqueeze(-1).to(vectors.dtype)
-                pooled = (vectors * mask).sum(1) / mask.sum(1)
-            vectors = vectors.cpu().numpy()
-            for j, i in enumerate(idx):
-                if settings.tokens:
-                    arrays["tokens"].write(int(starts[i]), vectors[j, : lengths[i]])
-                if settings.pool != "none":
-                    arrays["pooled"].write(i, pooled[j : j + 1].cpu().numpy())
-        bar.update(len(idx))
+        batch = collate([{"input_ids": features[i]["input_ids"], "token_type_ids": features[i]["token_type_ids"]}
+                         for i in idx], pad_id)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers,
+                         first_token_only=cls_only)  # T = 1 when only [CLS] of the last layer is kept
+        vectors = combine(states).float()  # [B, T, dim]
+        if settings.pool == "cls":
+            pooled = vectors[:, 0]
+        elif settings.pool == "mean":
+            mask = batch["attention_mask"].unsqueeze(-1).to(vectors.dtype)
+            pooled = (vectors * mask).sum(1) / mask.sum(1)
+        vectors = vectors.cpu().numpy()
+        for j, i in enumerate(idx):
+            if settings.tokens:
+                arrays["tokens"].write(int(starts[i]), vectors[j, : lengths[i]])
+            if settings.pool != "none":
+                arrays["pooled"].write(i, pooled[j : j + 1].cpu().numpy())
 
     try:
-        run_batches(sorted_batches(lengths, settings.batch_size, max_tokens=INFERENCE_TOKENS), run, device)
+        run_batches(sorted_batches(lengths, settings.batch_size, max_tokens=INFERENCE_TOKENS), run, device, bar)
     finally:
         bar.close()
 

@@ -291,29 +291,27 @@ def write_states(encoder, features: Sequence[dict], layers: tuple[int, ...], pos
                dynamic_ncols=True)
 
     def run(idx: list[int]) -> None:
-        with torch.inference_mode():
-            batch = collate([{"input_ids": features[i]["input_ids"],
-                              "token_type_ids": features[i].get("token_type_ids")} for i in idx], pad_id)
-            batch = {k: v.to(device) for k, v in batch.items()}
-            # [CLS] of the last layer alone: that layer runs for [CLS] only
-            states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers,
-                             first_token_only=positions == "cls")
-            if isinstance(states, torch.Tensor):
-                states = [states]
-            if torch_dtype == torch.float16 and any(s.abs().max() > 65000 for s in states):
-                raise UserError("the encoder's hidden states exceed the float16 range; use --cache-dtype float32")
-            if positions == "cls":
-                block = torch.stack([s[:, 0] for s in states], dim=1).to(torch_dtype).cpu().numpy()  # [B, L, H]
-                for j, i in enumerate(idx):
-                    out.write(int(offsets[i]), block[j : j + 1])
-            else:
-                block = torch.stack(states, dim=2).to(torch_dtype).cpu().numpy()  # [B, T, L, H]
-                for j, i in enumerate(idx):
-                    out.write(int(offsets[i]), block[j, : lengths[i]])
-        bar.update(len(idx))
+        batch = collate([{"input_ids": features[i]["input_ids"],
+                          "token_type_ids": features[i].get("token_type_ids")} for i in idx], pad_id)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        # [CLS] of the last layer alone: that layer runs for [CLS] only
+        states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers,
+                         first_token_only=positions == "cls")
+        if isinstance(states, torch.Tensor):
+            states = [states]
+        if torch_dtype == torch.float16 and any(s.abs().max() > 65000 for s in states):
+            raise UserError("the encoder's hidden states exceed the float16 range; use --cache-dtype float32")
+        if positions == "cls":
+            block = torch.stack([s[:, 0] for s in states], dim=1).to(torch_dtype).cpu().numpy()  # [B, L, H]
+            for j, i in enumerate(idx):
+                out.write(int(offsets[i]), block[j : j + 1])
+        else:
+            block = torch.stack(states, dim=2).to(torch_dtype).cpu().numpy()  # [B, T, L, H]
+            for j, i in enumerate(idx):
+                out.write(int(offsets[i]), block[j, : lengths[i]])
 
     try:
-        run_batches(sorted_batches(lengths, settings.batch_size, settings.max_tokens), run, device)
+        run_batches(sorted_batches(lengths, settings.batch_size, settings.max_tokens), run, device, bar)
     finally:
         bar.close()
         encoder.train(was_training)

@@ -72,19 +72,17 @@ def run_heads(
     bar = tqdm(total=len(features), desc=progress, unit="ex", disable=None if progress else True, leave=False)
 
     def run(idx: list[int]) -> None:
-        with torch.inference_mode():
-            batch = collate([features[i] for i in idx], pad_id)
-            batch = {k: v.to(device) for k, v in batch.items()}
-            out = model(batch, names)
-            for name in names:
-                arr = out[name].float().cpu().numpy()
-                token_level = model.heads[name].token_level
-                for j, i in enumerate(idx):
-                    results[name][i] = arr[j, : lengths[i]] if token_level else arr[j]
-        bar.update(len(idx))
+        batch = collate([features[i] for i in idx], pad_id)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        out = model(batch, names)
+        for name in names:
+            arr = out[name].float().cpu().numpy()
+            token_level = model.heads[name].token_level
+            for j, i in enumerate(idx):
+                results[name][i] = arr[j, : lengths[i]] if token_level else arr[j]
 
     try:
-        run_batches(batches, run, device)
+        run_batches(batches, run, device, bar)
     finally:
         bar.close()
         model.train(was_training)

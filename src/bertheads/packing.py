@@ -135,31 +135,59 @@ def sorted_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | No
     return batches
 
 
-def run_batches(batches: list[list[int]], run: Callable[[list[int]], None], device: torch.device) -> None:
-    """Call `run(idx)` for every inference batch: on a CPU with several torch threads, batches
-    run side by side on that many single-threaded worker threads (`cpu_workers`), otherwise in
-    order. `run` runs in the worker's thread, so it enters `torch.inference_mode()` itself
-    (grad modes are per thread) and writes its results where they belong."""
-    workers = cpu_workers(device, len(batches))
+# At most this many batches in flight on a CPU: each holds its own activations, so memory
+# grows with their number; beyond it, each worker gets several threads instead.
+MAX_CPU_WORKERS = 8
+
+
+def run_batches(batches: list[list[int]], run: Callable[[list[int]], None], device: torch.device,
+                bar=None) -> None:
+    """Call `run(idx)` for every inference batch, under `torch.inference_mode()`.
+
+    On a CPU with several torch threads, batches run side by side on worker threads (see
+    `cpu_workers`), otherwise in order; `run` must write its results where they belong.
+    `bar` (a tqdm bar) advances by each batch's size, from the calling thread. The workers'
+    thread setting does not leak: the caller's count is set again afterwards, which is also
+    what threads started later inherit.
+    """
+
+    def job(idx: list[int]) -> int:
+        with torch.inference_mode():
+            run(idx)
+        return len(idx)
+
+    workers, threads = cpu_workers(device, len(batches))
     if workers > 1:
-        with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-            list(pool.map(run, batches))
+        before = torch.get_num_threads()
+        try:
+            with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(threads,)) as pool:
+                for done in pool.map(job, batches):
+                    if bar is not None:
+                        bar.update(done)
+        finally:
+            torch.set_num_threads(before)
     else:
         for idx in batches:
-            run(idx)
+            done = job(idx)
+            if bar is not None:
+                bar.update(done)
 
 
-def cpu_workers(device: torch.device, batches: int) -> int:
-    """How many batches run at once: on a CPU, one per torch thread, each single-threaded.
+def cpu_workers(device: torch.device, batches: int) -> tuple[int, int]:
+    """How many batches run at once, and with how many torch threads each.
 
-    Short inputs make small matrices, and a small matrix product split across cores spends a
-    good part of its time waiting; separate batches on separate cores do not (about 9% more
-    sentences per second on 2 cores, bench/RESULTS.md). The thread count is per thread, so the
-    caller's own setting is untouched. `torch.set_num_threads(1)` before a call keeps it serial.
+    On a CPU, one batch per torch thread, each single-threaded (up to `MAX_CPU_WORKERS`
+    batches; past that, the threads are shared out among them). Short inputs make small
+    matrices, and a small matrix product split across cores spends a good part of its time
+    waiting; separate batches on separate cores do not (about 9% more sentences per second on
+    2 cores, bench/RESULTS.md). The thread count is per thread, so the caller's own setting
+    is untouched. `torch.set_num_threads(1)` before a call keeps it serial.
     """
-    if device.type != "cpu" or batches < 2:
-        return 1
-    return max(1, min(torch.get_num_threads(), batches))
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or batches < 2 or threads < 2:
+        return 1, threads
+    workers = min(threads, batches, MAX_CPU_WORKERS)
+    return workers, max(1, threads // workers)
 
 
 def shard(batches: list[list[int]], rank: int, world: int) -> Iterator[list[int]]:
