@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from bertheads.errors import UserError, where
 from bertheads.features import LayerCombine, accept_layer_lists, parse_layers
-from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, collate, run_batches, sorted_batches
+from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, encoder_batch, run_batches, sorted_batches
 from bertheads.readers import file_format, read_jsonl, read_lines, read_text
 from bertheads.rowfiles import create_npy, create_safetensors
 
@@ -276,9 +276,7 @@ def run_encoder(encoder, features: list[dict], layers: tuple[int, ...], combine:
                dynamic_ncols=True)
 
     def run(idx: list[int]) -> None:
-        batch = collate([{"input_ids": features[i]["input_ids"], "token_type_ids": features[i]["token_type_ids"]}
-                         for i in idx], pad_id)
-        batch = {k: v.to(device) for k, v in batch.items()}
+        batch = encoder_batch([features[i] for i in idx], pad_id, device)
         states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers,
                          first_token_only=cls_only)  # T = 1 when only [CLS] of the last layer is kept
         vectors = combine(states).float()  # [B, T, dim]

@@ -35,7 +35,14 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertheads.errors import UserError
-from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, collate, run_batches, sorted_batches
+from bertheads.packing import (
+    INFERENCE_BATCH,
+    INFERENCE_TOKENS,
+    collate,
+    encoder_batch,
+    run_batches,
+    sorted_batches,
+)
 from bertheads.rowfiles import create_npy
 
 COMBINES = ("concat", "sum", "mean", "scalar-mix")
@@ -291,9 +298,7 @@ def write_states(encoder, features: Sequence[dict], layers: tuple[int, ...], pos
                dynamic_ncols=True)
 
     def run(idx: list[int]) -> None:
-        batch = collate([{"input_ids": features[i]["input_ids"],
-                          "token_type_ids": features[i].get("token_type_ids")} for i in idx], pad_id)
-        batch = {k: v.to(device) for k, v in batch.items()}
+        batch = encoder_batch([features[i] for i in idx], pad_id, device)
         # [CLS] of the last layer alone: that layer runs for [CLS] only
         states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers,
                          first_token_only=positions == "cls")

@@ -111,6 +111,14 @@ def length_grouped_batches(
     return batches
 
 
+def encoder_batch(features: Sequence[Feature], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """The encoder's inputs alone (ids, segments, mask) for these features, padded, on `device`
+    (labels and task fields are left out: for runs that need only the encoder's states)."""
+    batch = collate([{"input_ids": f["input_ids"], "token_type_ids": f.get("token_type_ids")} for f in features],
+                    pad_id)
+    return {k: v.to(device) for k, v in batch.items()}
+
+
 # Inference batches: at most this many examples and this many (padded) tokens. Measured on
 # 2 CPU cores with the default checkpoint (bench/RESULTS.md): SST-2 sentences ran fastest at
 # 32-64 a batch, SQuAD windows of 384 tokens at about 5 a batch (2048 tokens; 16k tokens was
