@@ -172,6 +172,7 @@ def our_padded_batches(lengths: list[int], hyper: Hyper) -> list[tuple[int, int]
 # -- the Hugging Face Trainer -------------------------------------------------------------
 def run_trainer(name: str, folder: Path, hyper: Hyper, limit: int | None, out: Path) -> dict:
     import torch
+    import transformers
     from transformers import (
         AutoModelForSequenceClassification,
         AutoTokenizer,
@@ -181,10 +182,10 @@ def run_trainer(name: str, folder: Path, hyper: Hyper, limit: int | None, out: P
         TrainingArguments,
     )
 
-    from bertheads.encoder import default_model_path, quiet_transformers
+    from bertheads.encoder import default_model_path
     from bertheads.tasks.classify import label_metrics
 
-    quiet_transformers()
+    transformers.logging.set_verbosity_error()
     source = default_model_path()
     texts, pairs, gold, labels = read_split(folder / "train.tsv")
     if limit:

@@ -68,7 +68,7 @@ def train_run(kind: str, train: Path, dev: Path, out: Path, epochs: int, lr: flo
     start = time.perf_counter()
     model = bertheads.train(kind, str(train), str(dev), None, model="default", settings=settings, **options)
     wall = time.perf_counter() - start
-    metrics = model.net.metrics
+    metrics = model.metrics
     task = model.task()
     examples = task.read(str(train))
     n = len(task.encode(examples, model.net.encoder.tokenizer))  # what the loop counts (windows)
@@ -88,8 +88,8 @@ def memory_child(args) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    from bertheads.cache import CacheSettings, encoder_identity, ensure_cache
     from bertheads.encoder import Encoder
-    from bertheads.features import CacheSettings, encoder_identity, ensure_cache
     from bertheads.tasks.classify import ClassifySpec, ClassifyTask
 
     proc = psutil.Process()
@@ -109,7 +109,7 @@ def memory_child(args) -> None:
     features = task.encode(examples, encoder.tokenizer)
     layers = tuple(i % (encoder.info.num_layers + 1) for i in (-1, -2, -3, -4))
     settings = CacheSettings(Path(args.child_cache), progress=False)
-    from bertheads.features import cache_key
+    from bertheads.cache import cache_key
 
     key = cache_key(encoder_identity(encoder), features, layers, args.child_positions, "float16",
                     encoder.info.uses_token_types)
@@ -154,8 +154,8 @@ def last_cls_build(train: Path, tmp: Path, limit: int, repeats: int) -> dict:
     import numpy as np
 
     import bertheads.packing as packing
+    from bertheads.cache import CacheSettings, cache_key, encoder_identity, ensure_cache
     from bertheads.encoder import Encoder
-    from bertheads.features import CacheSettings, cache_key, encoder_identity, ensure_cache
     from bertheads.tasks.classify import ClassifySpec, ClassifyTask
 
     encoder = Encoder.load("default")

@@ -76,7 +76,7 @@ def bench_texts(n: int) -> list[str]:
 def train_model(out: Path, limit: int, epochs: int) -> Path:
     """Both heads trained jointly on the default checkpoint with `train multi`."""
     import bertheads
-    from bertheads.multi import train_multi
+    from bertheads.api import train_multi
 
     config = OUT / "multi-config.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)

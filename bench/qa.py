@@ -125,6 +125,7 @@ class Windows:
 
 def run_trainer(model_dir: str, train_examples, eval_examples, out: Path) -> dict:
     import torch
+    import transformers
     from transformers import (
         AutoModelForQuestionAnswering,
         AutoTokenizer,
@@ -133,9 +134,7 @@ def run_trainer(model_dir: str, train_examples, eval_examples, out: Path) -> dic
         default_data_collator,
     )
 
-    from bertheads.encoder import quiet_transformers
-
-    quiet_transformers()
+    transformers.logging.set_verbosity_error()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     enc, _, _ = hf_windows(tokenizer, train_examples, train=True)
     keys = ["input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions"]

@@ -188,7 +188,7 @@ def training_speed(train, labels: list[str], model_dir: str, out: Path, sentence
         loads.append(round(os.getloadavg()[0], 2))
         model = bertheads.train("tag", str(path), None, None, model="default", settings=settings,
                                 max_length=HYPER["max_length"])
-        ours.append(model.net.metrics["history"][0]["train_examples_per_second"])
+        ours.append(model.metrics["history"][0]["train_examples_per_second"])
         del model
         peer.append(make_trainer(rows, labels, model_dir, out, 1).train().metrics["train_samples_per_second"])
         log(f"  speed round {r + 1}: ours {ours[-1]:.1f} ex/s, Trainer {peer[-1]:.1f} ex/s")

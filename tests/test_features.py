@@ -12,9 +12,9 @@ import torch
 
 import bertheads
 from bertheads import cli
+from bertheads.cache import CachedFeatures, CacheSettings, cache_key, encoder_identity, ensure_cache
 from bertheads.encoder import Encoder
 from bertheads.errors import UserError
-from bertheads.features import CachedFeatures, CacheSettings, cache_key, encoder_identity, ensure_cache
 from bertheads.packing import encode_texts
 
 QUICK = bertheads.TrainSettings(epochs=2, batch_size=8, lr=5e-3, progress=False)

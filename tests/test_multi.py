@@ -9,9 +9,10 @@ from helpers_multi import EncoderCalls, save_heads
 
 import bertheads
 from bertheads import bundle
+from bertheads.api import combine
 from bertheads.cli import main
 from bertheads.errors import UserError
-from bertheads.multi import combine, read_config
+from bertheads.multitask import read_config
 
 POS, NEG = ["good", "great", "fun", "lovely", "superb", "wonderful"], ["awful", "dull", "bore", "bad", "terrible", "boring"]
 SENTIMENT = "sentence\tlabel\n" + "".join(f"{POS[i % 6]} {POS[(i + 1) % 6]} film\tpos\n{NEG[i % 6]} {NEG[(i + 2) % 6]} film\tneg\n"
@@ -51,7 +52,7 @@ def test_train_multi_cli(default_model_dir, tmp_path, capsys, monkeypatch):
     code = main(["train", "multi", "--config", str(config), "--out", str(out), "--model", default_model_dir,
                  "--epochs", "2", "--batch-size", "8", "--lr", "2e-4", "--warmup-ratio", "0", "--no-progress"])
     assert code == 0
-    assert "heads: sentiment, topic" in capsys.readouterr().out
+    assert "heads: sentiment, topic" in capsys.readouterr().err
     manifest = json.loads((out / "bertheads.json").read_text())
     assert list(manifest["heads"]) == ["sentiment", "topic"]
     assert manifest["heads"]["topic"]["spec"]["max_length"] == 48  # the task's own setting
@@ -78,7 +79,7 @@ def test_read_config_options_and_overrides(tmp_path):
     assert config.tasks[1].limit == 12 and config.tasks[1].options == {"max_length": 48}
     assert config.tasks[0].train == str((tmp_path / "conf" / "data" / "sent.tsv").resolve())
     assert (config.sampling, config.temperature) == ("temperature", 3.0)
-    from bertheads.multi import task_settings
+    from bertheads.multitask import task_settings
 
     # command-line head flags apply to every task; a task's own entry wins
     assert task_settings(config.tasks[0], {"max_length": 64})["max_length"] == 64
@@ -102,7 +103,7 @@ BAD = [
     ("tasks:\n  s: {kind: classify, train: data/nope.tsv}\n", "tasks.s.train: no such file"),
     ("tasks:\n  s:\n    kind: classify\n    train: data/sent.tsv\n    limit: -3\n", "5: tasks.s.limit: expected a positive"),
     ("tasks:\n  s: {kind: classify, train: data/sent.tsv, max_length: long}\n",
-     "tasks.s.max_length: expected int, got 'long'"),
+     "tasks.s.max_length: expected a positive integer, got 'long'"),
     ("tasks:\n  s: {kind: classify, train: data/sent.tsv, colour: red}\n", "tasks.s.colour: unknown field for a classify"),
     ("tasks:\n  s: {kind: classify, train: data/sent.tsv}\nsampling: random\n", "sampling: expected one of"),
     ("tasks:\n  s: {kind: classify, train: data/sent.tsv}\ntemperature: 0\n", "temperature: expected a positive"),
@@ -133,15 +134,15 @@ def test_train_multi_features_mode_keeps_the_encoder(tiny_bert, tmp_path):
     manifest = bundle.read_manifest(out)
     assert manifest["multi_task"]["sampling"] == "proportional"  # the flag overrides the file
     assert any((tmp_path / "cache").iterdir())
-    from bertheads.encoder import Encoder
+    from bertheads.encoder import Encoder, encoder_hash
 
-    assert manifest["encoder_hash"] == bundle.encoder_hash(Encoder.load(tiny_bert))
+    assert manifest["encoder_hash"] == encoder_hash(Encoder.load(tiny_bert))
 
 
 def test_mixed_modes_refused(tmp_path, tiny_bert):
     text = GOOD.replace("    limit: 12\n", "    limit: 12\n    mode: features\n")
     with pytest.raises(UserError, match="mix --mode finetune and features"):
-        bertheads.multi.train_multi(write_config(tmp_path, text), tmp_path / "m", model=tiny_bert)
+        bertheads.train_multi(write_config(tmp_path, text), tmp_path / "m", model=tiny_bert)
 
 
 # -- analyze -------------------------------------------------------------------------------------
@@ -236,7 +237,7 @@ def test_combine_heads_trained_in_features_mode(tiny_bert, tmp_path, write, caps
     for directory in (a, b):  # each holds one head named after its kind: --names renames them
         assert list(json.loads((directory / "bertheads.json").read_text())["heads"]) == ["classify"]
     assert main(["combine", str(a), str(b), "--out", str(tmp_path / "ab"), "--names", "sentiment", "topic"]) == 0
-    assert "sentiment (classify), topic (classify)" in capsys.readouterr().out
+    assert "sentiment (classify), topic (classify)" in capsys.readouterr().err
     combined = bertheads.load(tmp_path / "ab")
     assert combined.heads == {"sentiment": "classify", "topic": "classify"}
     sources = json.loads((tmp_path / "ab" / "bertheads.json").read_text())["combined_from"]

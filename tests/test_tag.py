@@ -10,6 +10,7 @@ import pytest
 
 import bertheads
 from bertheads.cli import main
+from bertheads.model import head_outputs
 from bertheads.packing import encode_texts
 from bertheads.tasks.tag import (
     TagSpec,
@@ -136,10 +137,10 @@ def test_trains_and_metrics_equal_seqeval_on_predictions(tagger, tag_data):
 
     model = bertheads.load(tagger)
     saved = json.loads((tag_data / "model" / "metrics.json").read_text())["dev"]
-    assert set(saved) == {"f1", "precision", "recall", "per_type", "accuracy"}
+    assert set(saved) == {"f1", "precision", "recall", "per_type", "accuracy", "loss"}
     task = model.task()
     examples = task.read(str(tag_data / "dev.txt"))
-    outputs = task.outputs(model.net, "tag", examples)
+    outputs = head_outputs(model.net, "tag", examples)
     pred = task.predicted_tags(outputs)
     metrics = model.evaluate(str(tag_data / "dev.txt"))
     assert metrics["f1"] == f1_score([e.tags for e in examples], pred)
@@ -173,11 +174,11 @@ def test_long_sentence_every_word_gets_one_tag_from_its_best_window(tagger):
     ex = task.from_inputs([words])
     feats, owner = task.encode_for_inference(ex, model.net.encoder.tokenizer)
     assert len(feats) > 2 and set(owner) == {0}
-    outs = task.outputs(model.net, "tag", ex)[0].probs
+    outs = head_outputs(model.net, "tag", ex)[0].probs
     assert outs.shape[0] == len(words)
     assert len(model.predict([words])[0]["tags"]) == len(words)
-    first = task.outputs(model.net, "tag", task.from_inputs([words[:10]]))[0].probs  # window 1 alone
-    last = task.outputs(model.net, "tag", task.from_inputs([words[-10:]]))[0].probs  # last window alone
+    first = head_outputs(model.net, "tag", task.from_inputs([words[:10]]))[0].probs  # window 1 alone
+    last = head_outputs(model.net, "tag", task.from_inputs([words[-10:]]))[0].probs  # last window alone
     np.testing.assert_allclose(outs[:4], first[:4], atol=1e-5)  # most context in the first window
     np.testing.assert_allclose(outs[-4:], last[-4:], atol=1e-5)
     assert not np.allclose(outs[9], first[9], atol=1e-4)  # window 1's last word comes from window 2

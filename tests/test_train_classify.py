@@ -9,6 +9,7 @@ import torch
 
 import bertheads
 from bertheads import bundle
+from bertheads.encoder import Encoder
 from bertheads.errors import UserError
 
 FAST = dict(epochs=8, batch_size=8, lr=3e-3, progress=False, seed=3)
@@ -29,7 +30,7 @@ def trained(tiny_bert, tmp_path_factory):
     d = tmp_path_factory.mktemp("cls")
     data = d / "train.tsv"
     data.write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in sentiment_rows()))
-    before = {k: v.clone() for k, v in bertheads.api.Encoder.load(tiny_bert).model.state_dict().items()}
+    before = {k: v.clone() for k, v in Encoder.load(tiny_bert).model.state_dict().items()}
     model = bertheads.train("classify", str(data), str(data), d / "model", model=tiny_bert,
                             settings=bertheads.TrainSettings(**FAST))
     return d, model, before

@@ -1,20 +1,20 @@
-"""The Python API: `train(...)` a head on an encoder, `load(DIR)` a saved model, then
-`predict`, `evaluate` (and, with several heads, `analyze`)."""
+"""The Python API: `train(...)` a head on an encoder (or `train_multi(...)` several), `load(DIR)`
+a saved model, then `predict`, `evaluate` and, with several heads, `analyze`."""
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
 
 import torch
 
 from bertheads import bundle
-from bertheads.encoder import Encoder
+from bertheads.analyze import analyze
+from bertheads.combine import combine as combine_models
 from bertheads.errors import UserError
-from bertheads.features import parse_layers
-from bertheads.model import BertHeads
+from bertheads.model import BertHeads, evaluate_head, head_outputs
+from bertheads.multitask import MultiConfig, multi_task_manifest, read_config, single_task, train_tasks
 from bertheads.packing import INFERENCE_BATCH
-from bertheads.train import TaskData, TrainSettings, fit
+from bertheads.train import TrainSettings
 
 
 class Model:
@@ -23,6 +23,7 @@ class Model:
     def __init__(self, net: BertHeads, directory: str | Path | None = None) -> None:
         self.net = net
         self.directory = Path(directory) if directory else None
+        self.metrics: dict | None = None  # what training returned, for a model not saved
 
     @property
     def heads(self) -> dict[str, str]:
@@ -46,7 +47,7 @@ class Model:
         name = self.head_name(head)
         task = self.net.tasks[name]
         examples = task.from_inputs(list(inputs), **options)
-        return task.decode(task.outputs(self.net, name, examples, batch_size), examples, **options)
+        return task.decode(head_outputs(self.net, name, examples, batch_size), examples, **options)
 
     def predict_file(self, path: str | None, head: str | None = None, fmt: str | None = None,
                      batch_size: int = INFERENCE_BATCH, progress: bool = False, **options) -> tuple[list, list[dict]]:
@@ -54,7 +55,7 @@ class Model:
         name = self.head_name(head)
         task = self.net.tasks[name]
         examples = task.read(path, need_labels=False, fmt=fmt, **options)
-        outputs = task.outputs(self.net, name, examples, batch_size, progress="predict" if progress else None)
+        outputs = head_outputs(self.net, name, examples, batch_size, progress="predict" if progress else None)
         return examples, task.decode(outputs, examples, **options)
 
     def render(self, predictions: list[dict], examples: list, fmt: str | None = None, head: str | None = None) -> str:
@@ -62,20 +63,16 @@ class Model:
         return self.task(head).render(predictions, examples, fmt)
 
     def evaluate(self, path: str, head: str | None = None, batch_size: int = INFERENCE_BATCH, **options) -> dict:
-        """The task's metrics on a labelled file."""
+        """The task's metrics on a labelled file, and the mean loss."""
         name = self.head_name(head)
-        task = self.net.tasks[name]
-        examples = task.read(path, need_labels=True)
-        outputs = task.outputs(self.net, name, examples, batch_size)
-        return task.metrics(outputs, examples, path, **options)
+        examples = self.net.tasks[name].read(path, need_labels=True)
+        return evaluate_head(self.net, name, examples, path, batch_size, **options)
 
     def analyze(self, texts: list[str], second_texts: list[str] | None = None, questions: list[str] | None = None,
                 batch_size: int = INFERENCE_BATCH, **options) -> list[dict]:
         """`{head: prediction}` per text from every single-text head, one encoder pass for the heads
         whose inputs encode alike; pair heads run given `second_texts`, qa heads given `questions`."""
-        from bertheads.multi import analyze
-
-        return analyze(self, texts, second_texts, questions, batch_size, **options)
+        return analyze(self.net, texts, second_texts, questions, batch_size, **options)
 
 
 def load(directory: str | Path, device: str | torch.device | None = None) -> Model:
@@ -83,57 +80,36 @@ def load(directory: str | Path, device: str | torch.device | None = None) -> Mod
     return Model(bundle.load(directory, device), directory)
 
 
-def make_spec(cls, options: dict, encoder: Encoder):
-    """The task's spec from CLI/API options (unknown keys are ignored)."""
-    names = {f.name for f in fields(cls.spec_type)}
-    spec = cls.spec_type(**{k: v for k, v in options.items() if k in names and v is not None})
-    if isinstance(spec.layers, str) or spec.layers is None:
-        spec.layers = list(parse_layers(spec.layers, encoder.info.num_layers))
-    if spec.mode not in ("finetune", "features"):
-        raise UserError(f"--mode: expected finetune or features, got {spec.mode!r}")
-    return spec
-
-
-def prepare_task(kind: str, train_path: str, dev_path: str | None, encoder: Encoder, options: dict,
-                 limit: int | None = None, name: str | None = None) -> TaskData:
-    """Read and encode one task's training (and dev) data and build its head."""
-    cls = bundle.task_class(kind)
-    spec = make_spec(cls, options, encoder)
-    task, examples = cls.prepare(train_path, spec, encoder, **{k: v for k, v in options.items()
-                                                                 if k in cls.prepare_options})
-    if limit:
-        examples = examples[:limit]
-    features = task.encode(examples, encoder.tokenizer, with_labels=True, path=train_path)
-    if not features:
-        raise UserError(f"{train_path}: no usable training examples")
-    dev = task.read(dev_path, need_labels=True) if dev_path else None
-    return TaskData(name or kind, task, features, dev, dev_path)
-
-
-def evaluate_task(model: BertHeads, data: TaskData, batch_size: int = INFERENCE_BATCH) -> dict:
-    outputs = data.task.outputs(model, data.name, data.dev_examples, batch_size)
-    return data.task.metrics(outputs, data.dev_examples, data.dev_path, during_training=True)
+def trained(net: BertHeads, out: str | Path | None, result: dict) -> Model:
+    if out is not None:
+        return load(out)
+    model = Model(net)
+    model.metrics = result
+    return model
 
 
 def train(kind: str, train: str, dev: str | None = None, out: str | Path | None = None, model: str = "default",
           settings: TrainSettings | None = None, limit: int | None = None, **options) -> Model:
     """Fine-tune (or, with mode="features", train a head on a frozen encoder) and save to `out`.
 
-    `options` are the task's settings (max_length, text_column, problem, layers, ...).
+    `options` are the task's settings (max_length, text_column, problem, layers, ...); this is
+    joint training with a single task, the head named after its kind.
     """
-    settings = settings or TrainSettings()
-    if out is not None:
-        bundle.check_writable_out(out)
-    torch.manual_seed(settings.seed)
-    encoder = Encoder.load(model)
-    data = prepare_task(kind, train, dev, encoder, options, limit)
-    net = BertHeads(encoder, {data.name: data.task})
-    if data.task.spec.mode == "features":
-        from bertheads.features import attach_cache
+    config = single_task(kind, train, dev, options, limit)
+    net, result = train_tasks(config, out, model, settings)
+    return trained(net, out, result)
 
-        attach_cache(net, [data], options, model, train, progress=settings.progress)
-    result = fit(net, [data], settings, out, evaluate_task, {"source_model": model})
-    if out is not None:
-        return load(out)
-    net.metrics = result
-    return Model(net)
+
+def train_multi(config: MultiConfig | str | Path, out: str | Path | None, model: str = "default",
+                settings: TrainSettings | None = None, limit: int | None = None, **cli_options) -> Model:
+    """Train every task of a multi-task config on one shared encoder; save the kept epoch to `out`.
+    `cli_options` (max_length, mode, layers, ...) apply to every task unless a task sets its own."""
+    if not isinstance(config, MultiConfig):
+        config = read_config(config)
+    net, result = train_tasks(config, out, model, settings, limit, cli_options, multi_task_manifest(config))
+    return trained(net, out, result)
+
+
+def combine(directories: list[str | Path], out: str | Path, names: list[str] | None = None) -> Model:
+    """One model holding the heads of several models whose encoders are identical."""
+    return load(combine_models(directories, out, names))

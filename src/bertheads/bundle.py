@@ -14,27 +14,25 @@ never unpickles: weights are safetensors, settings JSON.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
-import tempfile
+import re
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertheads.encoder import Encoder
+from bertheads.atomic import atomic_directory
+from bertheads.encoder import Encoder, encoder_hash
 from bertheads.errors import UserError
 from bertheads.model import BertHeads
+from bertheads.tasks import TASKS
 
 MANIFEST = "bertheads.json"
 FORMAT_VERSION = 1
+HEAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # head names: also file names under heads/
 
 
 def task_class(kind: str):
-    from bertheads.tasks import TASKS
-
     if kind not in TASKS:
         raise UserError(f"unknown task kind {kind!r} (known: {', '.join(TASKS)})")
     return TASKS[kind]
@@ -51,44 +49,15 @@ def check_writable_out(out: str | Path) -> Path:
     return out
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write a file through a temporary file in the same directory, then rename it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def encoder_hash(encoder: Encoder) -> str:
-    """Content hash of the encoder weights (names, shapes and values)."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(encoder.model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(str(tuple(tensor.shape)).encode())
-        digest.update(tensor.detach().cpu().contiguous().float().numpy().tobytes())
-    return digest.hexdigest()
-
-
 def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: dict | None = None) -> Path:
     """Write `model` to `out` atomically (replacing an earlier bertheads model there)."""
     out = check_writable_out(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    tmp.chmod(0o755)
-    try:
+    with atomic_directory(out) as tmp:
         model.encoder.save(tmp / "encoder")
         (tmp / "heads").mkdir()
         for name, head in model.heads.items():
             state = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
             save_file(state, str(tmp / "heads" / f"{name}.safetensors"))
-        for path in tmp.rglob("*"):  # mkstemp-style private modes -> ordinary ones
-            path.chmod(0o755 if path.is_dir() else 0o644)
         manifest = {
             "format_version": FORMAT_VERSION,
             "heads": {name: task.to_manifest() for name, task in model.tasks.items()},
@@ -98,21 +67,7 @@ def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: 
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
         if metrics is not None:
             (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        swap_into_place(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
-
-
-def swap_into_place(tmp: Path, out: Path) -> None:
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.rename(out, old / "model")
-        os.rename(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, out)
 
 
 def read_manifest(directory: str | Path) -> dict:

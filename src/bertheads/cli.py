@@ -1,123 +1,196 @@
-"""`bertheads train | evaluate | predict` (and the commands later issues add).
+"""Every `bertheads` command: its parser and its handler.
 
-Bad input ends with one line `bertheads: error: ...` naming the file and line, exit status 2.
+```
+bertheads train KIND --train F [--dev F] --out DIR    KIND: classify, tag, qa, or multi --config F
+bertheads evaluate DIR --data F                        metrics of a saved model
+bertheads predict DIR [--input F] [--output F]         predictions as JSON lines, in input order
+bertheads extract --input F --out DIR                  frozen-encoder vectors for other tools
+bertheads combine DIR DIR ... --out DIR                one model from several sharing an encoder
+bertheads serve DIR                                    HTTP API and web page
+```
+Bad input ends with one line `bertheads: error: ...` naming the file and line (or the option),
+exit status 2; `-v` shows more of what happens, `-q` only warnings and errors.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+from pathlib import Path
 
+from bertheads import __version__
+from bertheads.api import combine, load, train, train_multi
+from bertheads.atomic import atomic_write_text
+from bertheads.bundle import MANIFEST
 from bertheads.errors import UserError
+from bertheads.extract import INPUT_FORMATS, POOLS, ExtractSettings, extract
+from bertheads.flags import (
+    HEAD_FLAGS,
+    Parser,
+    accept_layer_lists,
+    add_training_flags,
+    positive_float,
+    positive_int,
+    settings_from,
+    task_options,
+)
+from bertheads.multitask import read_config
 from bertheads.packing import INFERENCE_BATCH
+from bertheads.tasks import TASKS
+from bertheads.train import SAMPLINGS
 
-TRAIN_KINDS = ("classify", "tag", "qa")
-
-
-def add_training_flags(p: argparse.ArgumentParser, *, max_length: int = 128, batch_size: int = 32) -> None:
-    g = p.add_argument_group("training")
-    g.add_argument("--model", default="default", help="'default' (embedded MiniLM-L6), a checkpoint directory or a hub name")
-    g.add_argument("--epochs", type=int, default=3)
-    g.add_argument("--batch-size", type=int, default=batch_size)
-    g.add_argument("--lr", type=float, default=5e-5)
-    g.add_argument("--max-length", type=int, default=max_length)
-    g.add_argument("--seed", type=int, default=42)
-    g.add_argument("--limit", type=int, default=None, help="use only the first N training examples")
-    g.add_argument("--warmup-ratio", type=float, default=0.1)
-    g.add_argument("--weight-decay", type=float, default=0.01)
-    g.add_argument("--eval-batch-size", type=int, default=INFERENCE_BATCH)
-    g.add_argument("--no-progress", action="store_true", help="no progress bars")
-    f = p.add_argument_group("feature extraction")
-    f.add_argument("--mode", choices=("finetune", "features"), default="finetune")
-    f.add_argument("--layers", default=None, help="hidden layers the head reads: -1 (default), -1,-2,-3,-4, all")
-    f.add_argument("--combine", choices=("concat", "sum", "mean", "scalar-mix"), default="concat")
-    f.add_argument("--cache-dir", default=None, help="feature cache (default: $BERTHEADS_CACHE or ~/.cache/bertheads)")
-    f.add_argument("--cache-dtype", choices=("float16", "float32"), default="float16")
-    f.add_argument("--cache-max-gb", type=float, default=None)
-    from bertheads.features import accept_layer_lists
-
-    accept_layer_lists(p)
+log = logging.getLogger("bertheads")
+PREDICT_FORMATS = ("auto", "tsv", "csv", "jsonl", "lines", "conll", "json", "squad")
 
 
+# -- parsers ---------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertheads", description="One BERT encoder, many task heads.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="bertheads", description="One pretrained BERT encoder, many task heads: fine-tune or "
+                                                  "train on frozen features, evaluate, predict, extract, serve.")
+    parser.add_argument("--version", action="version", version=f"bertheads {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    verbosity = common.add_mutually_exclusive_group()
+    verbosity.add_argument("-v", "--verbose", action="store_true", help="more messages (debug level)")
+    verbosity.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    train = sub.add_parser("train", help="fine-tune a head (or train it on frozen features)")
-    kinds = train.add_subparsers(dest="kind", required=True)
-    from bertheads.tasks import TASKS
-
+    train_p = sub.add_parser("train", help="fine-tune a head (or train it on frozen features)",
+                             description="Train a head of one task kind, or several heads at once (multi).")
+    kinds = train_p.add_subparsers(dest="kind", required=True, metavar="KIND")
     for kind, cls in TASKS.items():
-        p = kinds.add_parser(kind, help=cls.help)
-        p.add_argument("--train", required=True)
-        p.add_argument("--dev")
-        p.add_argument("--out", required=True)
+        p = kinds.add_parser(kind, help=cls.help, description=cls.help, parents=[common])
+        p.add_argument("--train", required=True, help="training file (formats: see the README)")
+        p.add_argument("--dev", help="labelled file evaluated after every epoch; the best epoch is kept")
+        p.add_argument("--out", required=True, help="model directory to write (replaced atomically)")
         cls.add_arguments(p)
         add_training_flags(p, **cls.training_defaults)
-    from bertheads import multi  # train multi, combine, serve
+        p.set_defaults(handler=cmd_train)
+    add_train_multi(kinds, common)
 
-    COMMANDS.update(multi.add_parsers(sub, kinds, add_training_flags))
-
-    ev = sub.add_parser("evaluate", help="metrics of a saved model on labelled data")
-    ev.add_argument("model_dir")
-    ev.add_argument("--data", required=True)
-    ev.add_argument("--head")
+    ev = sub.add_parser("evaluate", help="metrics of a saved model on labelled data", parents=[common])
+    ev.add_argument("model_dir", help="a model directory written by `bertheads train`")
+    ev.add_argument("--data", required=True, help="labelled file in one of the task's formats")
+    ev.add_argument("--head", help="which head, for a model with several")
     ev.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    ev.add_argument("--batch-size", type=int, default=INFERENCE_BATCH)
+    ev.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
     ev.add_argument("--predictions-out", help="qa: write {id: answer} JSON here (and an n-best file beside it)")
     ev.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
+    ev.set_defaults(handler=cmd_evaluate)
 
-    pr = sub.add_parser("predict", help="predictions as JSON lines, in input order")
-    pr.add_argument("model_dir")
+    pr = sub.add_parser("predict", help="predictions as JSON lines, in input order", parents=[common])
+    pr.add_argument("model_dir", help="a model directory written by `bertheads train`")
     pr.add_argument("--input", help="file in a training format or plain lines (TAB separates a pair); default stdin")
     pr.add_argument("--output", help="JSONL file (written atomically); default stdout")
-    pr.add_argument("--head")
-    pr.add_argument("--format", default="auto", help="input format: auto, tsv, csv, jsonl, lines, conll")
+    pr.add_argument("--head", help="which head, for a model with several")
+    pr.add_argument("--format", choices=PREDICT_FORMATS, default="auto",
+                    help="input format (tag: --format conll also writes CoNLL columns)")
     pr.add_argument("--question", help="qa: one question (with --context)")
     pr.add_argument("--context", help="qa: the passage for --question")
     pr.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
-    pr.add_argument("--batch-size", type=int, default=INFERENCE_BATCH)
-    from bertheads import extract  # bertheads extract
+    pr.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
+    pr.set_defaults(handler=cmd_predict)
 
-    COMMANDS.update(extract.add_parser(sub))
+    add_extract(sub, common)
+    add_combine(sub, common)
+    add_serve(sub, common)
     return parser
 
 
-def settings_from(args):
-    from bertheads.train import TrainSettings
+def add_train_multi(kinds, common) -> None:
+    p = kinds.add_parser("multi", help="several heads on one encoder, trained jointly from a YAML config",
+                         parents=[common])
+    p.add_argument("--config", required=True, help="YAML (or TOML) naming the tasks; see the README")
+    p.add_argument("--out", required=True, help="model directory to write (replaced atomically)")
+    p.add_argument("--sampling", choices=SAMPLINGS, help="override the config's rule for mixing the tasks' batches")
+    p.add_argument("--temperature", type=positive_float, help="override the config's sampling temperature")
+    add_training_flags(p)
+    # head flags given on the command line apply to every task; unset ones leave each kind's default
+    p.set_defaults(**{flag: None for flag in HEAD_FLAGS}, handler=cmd_train_multi)
 
-    return TrainSettings(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                         warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
-                         eval_batch_size=args.eval_batch_size, progress=not args.no_progress)
+
+def add_extract(sub, common) -> None:
+    p = sub.add_parser("extract", help="frozen-encoder vectors per word piece and per text, for other tools",
+                       parents=[common])
+    p.add_argument("--model", default="default", help="'default', a checkpoint directory or a saved bertheads model")
+    p.add_argument("--input", help="plain lines (TAB separates a pair), TSV/CSV/JSONL, CoNLL or SQuAD JSON; "
+                                   "default stdin")
+    p.add_argument("--input-format", choices=INPUT_FORMATS, default="auto", help="format of --input")
+    p.add_argument("--out", required=True, help="output directory (replaced atomically)")
+    p.add_argument("--layers", default=None, help="hidden layers: -1 (the last; default), -1,-2,-3,-4, all; "
+                                                  "0 is the embeddings")
+    p.add_argument("--combine", choices=("concat", "sum", "mean"), default="concat", help="how several layers merge")
+    p.add_argument("--pool", choices=POOLS, default="mean",
+                   help="per-text vector: mean of the pieces, the [CLS] piece, or none")
+    p.add_argument("--format", choices=("safetensors", "npy"), default="safetensors", help="array file format")
+    p.add_argument("--max-length", type=positive_int, default=512,
+                   help="pieces per input; longer inputs are cut (index: truncated)")
+    p.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="precision of the vectors")
+    p.add_argument("--no-tokens", action="store_true", help="write only the pooled vectors")
+    p.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    accept_layer_lists(p)
+    p.set_defaults(handler=cmd_extract)
 
 
-def task_options(args) -> dict:
-    skip = {"command", "kind", "train", "dev", "out", "model", "epochs", "batch_size", "lr", "seed", "limit",
-            "warmup_ratio", "weight_decay", "eval_batch_size", "no_progress"}
-    return {k: v for k, v in vars(args).items() if k not in skip}
+def add_combine(sub, common) -> None:
+    p = sub.add_parser("combine", help="one model from several that share an identical encoder", parents=[common])
+    p.add_argument("model_dirs", nargs="+", help="model directories whose encoders are identical")
+    p.add_argument("--out", required=True, help="model directory to write (replaced atomically)")
+    p.add_argument("--names", nargs="+", help="new head names, one per head in input order")
+    p.set_defaults(handler=cmd_combine)
+
+
+def add_serve(sub, common) -> None:
+    p = sub.add_parser("serve", help="HTTP API (FastAPI) and web page for a saved model", parents=[common])
+    p.add_argument("model_dir", help="a model directory written by `bertheads train`")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on")
+    p.add_argument("--max-batch", type=positive_int, default=64, help="most texts run together in one model call")
+    p.add_argument("--batch-window-ms", type=float, default=5.0, help="how long to gather concurrent requests")
+    p.add_argument("--max-texts", type=positive_int, default=64, help="most texts in one request")
+    p.add_argument("--max-text-chars", type=positive_int, default=10000, help="longest text accepted, in characters")
+    p.set_defaults(handler=cmd_serve)
+
+
+# -- handlers --------------------------------------------------------------------------
+def report_saved(model, out: str, heads: bool = False) -> None:
+    """`saved DIR` on stderr, then the kept dev metrics as one JSON line on stdout (once, from
+    the main process under torchrun)."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    names = f" (heads: {', '.join(model.heads)})" if heads else ""
+    log.info(f"saved {out}{names}")
+    path = Path(out) / "metrics.json"
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if saved.get("dev"):
+            print(json.dumps({"dev": saved["dev"], "kept": saved.get("kept")}))
 
 
 def cmd_train(args) -> int:
-    if args.kind == "multi":
-        return args.run(args)
-    from bertheads.api import train
-
     model = train(args.kind, args.train, args.dev, args.out, model=args.model, settings=settings_from(args),
                   limit=args.limit, **task_options(args))
-    metrics = getattr(model, "directory", None) and (model.directory / "metrics.json").read_text()
-    print(f"saved {args.out}")
-    if metrics:
-        dev = json.loads(metrics).get("dev")
-        if dev:
-            print(json.dumps({"dev": dev}))
+    report_saved(model, args.out)
+    return 0
+
+
+def cmd_train_multi(args) -> int:
+    config = read_config(args.config)
+    if args.sampling:
+        config.sampling = args.sampling
+    if args.temperature is not None:
+        config.temperature = args.temperature
+    cli_options = {flag: getattr(args, flag) for flag in HEAD_FLAGS}
+    model = train_multi(config, args.out, model=args.model, settings=settings_from(args), limit=args.limit,
+                        **cli_options)
+    report_saved(model, args.out, heads=True)
     return 0
 
 
 def cmd_evaluate(args) -> int:
-    from bertheads.api import load
-
     model = load(args.model_dir)
     metrics = model.evaluate(args.data, head=args.head, batch_size=args.batch_size,
                              **present(args, "predictions_out", "null_threshold"))
@@ -135,13 +208,12 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    from bertheads.api import load
-    from bertheads.bundle import atomic_write_text
-
+    if args.output and Path(args.output).is_dir():
+        raise UserError(f"--output {args.output}: is a directory; name a file")
     model = load(args.model_dir)
     options = present(args, "question", "context", "null_threshold")
-    examples, predictions = model.predict_file(args.input, head=args.head, fmt=args.format, batch_size=args.batch_size,
-                                     progress=bool(args.output), **options)
+    examples, predictions = model.predict_file(args.input, head=args.head, fmt=args.format,
+                                               batch_size=args.batch_size, progress=bool(args.output), **options)
     text = model.render(predictions, examples, args.format, head=args.head)
     if args.output:
         atomic_write_text(args.output, text)
@@ -150,19 +222,61 @@ def cmd_predict(args) -> int:
     return 0
 
 
+def cmd_extract(args) -> int:
+    model = args.model
+    if model not in (None, "", "default") and (Path(model) / MANIFEST).is_file():
+        model = str(Path(model) / "encoder")  # a saved bertheads model: its (fine-tuned) encoder
+    settings = ExtractSettings(layers=args.layers, combine=args.combine, pool=args.pool, format=args.format,
+                               max_length=args.max_length, dtype=args.dtype, tokens=not args.no_tokens,
+                               batch_size=args.batch_size, progress=not args.no_progress)
+    meta = extract(model, args.input, args.out, settings, args.input_format)
+    cut = f", {meta['truncated']} cut at --max-length {meta['max_length']}" if meta["truncated"] else ""
+    log.info(f"wrote {args.out}: {meta['texts']} texts, {meta['tokens']} pieces, dim {meta['dim']}{cut}")
+    return 0
+
+
+def cmd_combine(args) -> int:
+    model = combine(args.model_dirs, args.out, args.names)
+    log.info(f"saved {args.out} (heads: {', '.join(f'{n} ({k})' for n, k in model.heads.items())})")
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from bertheads.serve import ServeSettings, serve  # the web stack loads only for this command
+
+    settings = ServeSettings(max_batch=args.max_batch, window_ms=args.batch_window_ms, max_texts=args.max_texts,
+                             max_text_chars=args.max_text_chars)
+    serve(args.model_dir, args.host, args.port, settings)
+    return 0
+
+
 def present(args, *names: str) -> dict:
     """The named options that were given on the command line."""
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
 
-COMMANDS = {"train": cmd_train, "evaluate": cmd_evaluate, "predict": cmd_predict}
+# -- running ---------------------------------------------------------------------------
+class OneLine(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+        return f"bertheads: {prefix}{record.getMessage()}"
+
+
+def set_up_logging(verbose: bool = False, quiet: bool = False) -> None:
+    """bertheads' messages on stderr, one line each (`-v`: debug too; `-q`: warnings and errors)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLine())
+    log.handlers[:] = [handler]
+    log.propagate = False
+    log.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
 
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
+    set_up_logging(getattr(args, "verbose", False), getattr(args, "quiet", False))
     try:
-        return COMMANDS[args.command](args)
+        return args.handler(args)
     except UserError as exc:
         print(f"bertheads: error: {exc}", file=sys.stderr)
         return 2

@@ -9,9 +9,11 @@ when a network exists.
 from __future__ import annotations
 
 import functools
-import logging
+import hashlib
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,23 +54,32 @@ def resolve_model(name_or_path: str) -> str:
     return name_or_path
 
 
-def quiet_transformers() -> None:
-    """Silence transformers' load reports (missing pooler weights and the like)."""
-    import transformers
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' load reports (missing pooler weights and the like) while loading;
+    the process's own logging settings are restored afterwards."""
+    from transformers.utils import logging as hf_logging
 
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    logging.getLogger("transformers").setLevel(logging.ERROR)
+    verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def load_tokenizer(name_or_path: str):
     """The fast tokenizer of a checkpoint (offset mappings need a fast one)."""
     from transformers import AutoTokenizer
 
-    quiet_transformers()
     source = resolve_model(name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
     except (OSError, ValueError) as exc:
         raise UserError(f"{name_or_path}: cannot load a tokenizer ({first_line(exc)})") from None
     if not getattr(tokenizer, "is_fast", False):
@@ -80,7 +91,6 @@ def load_encoder_model(name_or_path: str) -> nn.Module:
     """The bare Transformer encoder (`AutoModel`), in fp32, with SDPA attention where supported."""
     from transformers import AutoConfig, AutoModel
 
-    quiet_transformers()
     source = resolve_model(name_or_path)
     try:
         config = AutoConfig.from_pretrained(source)
@@ -89,7 +99,8 @@ def load_encoder_model(name_or_path: str) -> nn.Module:
     if getattr(config, "is_encoder_decoder", False) or getattr(config, "is_decoder", False):
         raise UserError(f"{name_or_path}: {config.model_type} is not an encoder-only model")
     try:
-        model = AutoModel.from_pretrained(source, config=config, dtype=torch.float32)
+        with quiet_transformers():
+            model = AutoModel.from_pretrained(source, config=config, dtype=torch.float32)
     except (OSError, ValueError) as exc:
         raise UserError(f"{name_or_path}: cannot load the encoder weights ({first_line(exc)})") from None
     return model
@@ -169,9 +180,19 @@ class Encoder(nn.Module):
     def save(self, directory: Path) -> None:
         """Write a directory that `AutoModel`/`AutoTokenizer.from_pretrained` load."""
         directory.mkdir(parents=True, exist_ok=True)
-        quiet_transformers()
-        self.model.save_pretrained(str(directory), safe_serialization=True)
-        self.tokenizer.save_pretrained(str(directory))
+        with quiet_transformers():
+            self.model.save_pretrained(str(directory), safe_serialization=True)
+            self.tokenizer.save_pretrained(str(directory))
+
+
+def encoder_hash(encoder: Encoder) -> str:
+    """Content hash of the encoder weights (names, shapes and values)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(encoder.model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().float().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def install_first_token_layer(model: nn.Module, flag: threading.local) -> bool:

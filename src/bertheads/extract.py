@@ -21,20 +21,21 @@ The output directory is written whole into a temporary sibling and renamed into 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
+from bertheads.atomic import atomic_directory
+from bertheads.encoder import Encoder
 from bertheads.errors import UserError, where
-from bertheads.features import LayerCombine, accept_layer_lists, parse_layers
-from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, encoder_batch, run_batches, sorted_batches
-from bertheads.readers import file_format, read_jsonl, read_lines, read_text
+from bertheads.layers import LayerCombine, parse_layers
+from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, encoder_batch, run_in_length_order
+from bertheads.readers import file_format, read_jsonl, read_lines
 from bertheads.rowfiles import create_npy, create_safetensors
+from bertheads.tasks import TASKS
+from bertheads.tasks.base import TextInput
 
 MARKER = "bertheads_extract"
 INPUT_FORMATS = ("auto", "lines", "tsv", "csv", "jsonl", "conll", "squad")
@@ -54,18 +55,11 @@ class ExtractSettings:
     progress: bool = True
 
 
-@dataclass
-class TextInput:
-    text: str
-    pair: str | None = None
-    line: int | None = None
-    extra: dict = field(default_factory=dict)  # "id", "words" (character spans of given words)
-
-
 # -- reading ---------------------------------------------------------------------------
 def read_inputs(path: str | None, fmt: str = "auto") -> list[TextInput]:
-    """Plain lines (a TAB separates a pair), the classify tables (TSV/CSV/JSONL), tag files
-    (CoNLL, JSONL with "tokens") and qa files (SQuAD JSON, JSONL with question/context)."""
+    """Plain lines (a TAB separates a pair), or any task kind's own formats: the classify
+    tables (TSV/CSV/JSONL), tag files (CoNLL, JSONL with "tokens"), qa files (SQuAD JSON,
+    JSONL with question/context). Each kind says which formats and records are its own."""
     if fmt not in INPUT_FORMATS:
         raise UserError(f"--input-format: expected one of {', '.join(INPUT_FORMATS)}, got {fmt!r}")
     fmt = detect_format(path) if fmt == "auto" else fmt
@@ -77,62 +71,23 @@ def read_inputs(path: str | None, fmt: str = "auto") -> list[TextInput]:
                 raise UserError(f"{where(path, line_no)}: empty text")
             out.append(TextInput(text, pair if tab else None, line_no))
         return out
-    if fmt == "conll":
-        from bertheads.tasks.tag import TagSpec, read_tagged
-
-        return [words_input(e.words, e.line) for e in read_tagged(path, TagSpec(), "conll", need_labels=False)]
-    if fmt == "squad":
-        from bertheads.tasks.qa import read_examples
-
-        return [TextInput(e.question, e.context, None, {"id": e.id}) for e in read_examples(path, False, fmt="squad")]
+    keys: set[str] = set()
     if fmt == "jsonl":
-        records = list(read_jsonl(path))
-        keys = set().union(*(obj.keys() for _, obj in records)) if records else set()
-        if keys & {"tokens", "words"}:
-            return [words_input(jsonl_words(obj, path, line), line) for line, obj in records]
-        if {"question", "context"} <= keys:
-            return [TextInput(required(obj, "question", path, line), required(obj, "context", path, line), line,
-                              {"id": obj["id"]} if "id" in obj else {}) for line, obj in records]
-    from bertheads.tasks.classify import ClassifySpec, ClassifyTask
-
-    return [TextInput(e.text, e.pair, e.line) for e in ClassifyTask.read_file(path, ClassifySpec(), fmt,
-                                                                              need_labels=False)]
+        keys = set().union(*(obj.keys() for _, obj in read_jsonl(path)))
+    kinds = [cls for cls in TASKS.values() if fmt in cls.text_formats]
+    own = [cls for cls in kinds if not cls.generic_reader and (fmt != "jsonl" or cls.claims_records(keys))]
+    reader = (own or [cls for cls in kinds if cls.generic_reader])[0]
+    return reader.read_texts(path, fmt)
 
 
 def detect_format(path: str | None) -> str:
     if path in (None, "-"):
         return "lines"
-    from bertheads.tasks.tag import CONLL_SUFFIXES
-
-    suffix = Path(path).suffix.lower()
-    if suffix in CONLL_SUFFIXES:
-        return "conll"
-    if suffix == ".json" and read_text(path).lstrip().startswith("{"):
-        return "squad"
+    for cls in TASKS.values():
+        fmt = cls.sniff_format(path)
+        if fmt:
+            return fmt
     return file_format(path)
-
-
-def words_input(words: list[str], line: int | None) -> TextInput:
-    """Given words joined by single spaces; `extra["words"]` holds each word's span."""
-    spans, position = [], 0
-    for word in words:
-        spans.append([position, position + len(word)])
-        position += len(word) + 1
-    return TextInput(" ".join(words), None, line, {"words": spans})
-
-
-def jsonl_words(obj: dict, path, line: int) -> list[str]:
-    words = obj.get("tokens", obj.get("words"))
-    if not isinstance(words, list) or not words or not all(isinstance(w, str) and w for w in words):
-        raise UserError(f"{where(path, line)}: 'tokens' must be a non-empty list of non-empty strings")
-    return words
-
-
-def required(obj: dict, key: str, path, line: int) -> str:
-    value = obj.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise UserError(f"{where(path, line)}: missing or empty {key!r}")
-    return value
 
 
 # -- encoding --------------------------------------------------------------------------
@@ -186,9 +141,6 @@ def check_out(out: Path) -> None:
 def extract(model: str, path: str | None, out: str | Path, settings: ExtractSettings | None = None,
             input_format: str = "auto", encoder=None) -> dict:
     """Write the features of every input in `path` to the directory `out`; returns its meta."""
-    from bertheads.bundle import swap_into_place
-    from bertheads.encoder import Encoder
-
     settings = settings or ExtractSettings()
     out = Path(out)
     check_out(out)
@@ -232,10 +184,7 @@ def extract(model: str, path: str | None, out: str | Path, settings: ExtractSett
                       else [f"{name}.npy" for name in shapes]) + ["index.jsonl", "meta.json"],
             "arrays": {name: {"shape": list(shape), "dtype": dtype} for name, (shape, dtype) in shapes.items()}}
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        tmp.chmod(0o755)
+    with atomic_directory(out) as tmp:
         if settings.format == "safetensors":
             files = [create_safetensors(tmp / "features.safetensors", shapes, {"format": "pt", MARKER: "1"})]
             arrays = files[0].arrays
@@ -253,12 +202,6 @@ def extract(model: str, path: str | None, out: str | Path, settings: ExtractSett
                 f.close()
         write_index(tmp / "index.jsonl", inputs, features, starts, encoder.tokenizer)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-        for p in tmp.iterdir():
-            p.chmod(0o644)
-        swap_into_place(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return meta
 
 
@@ -272,8 +215,6 @@ def run_encoder(encoder, features: list[dict], layers: tuple[int, ...], combine:
     pad_id = encoder.tokenizer.pad_token_id or 0
     lengths = [len(f["input_ids"]) for f in features]
     cls_only = settings.pool == "cls" and not settings.tokens
-    bar = tqdm(total=len(features), desc="extract", unit="text", disable=not settings.progress or None,
-               dynamic_ncols=True)
 
     def run(idx: list[int]) -> None:
         batch = encoder_batch([features[i] for i in idx], pad_id, device)
@@ -292,10 +233,8 @@ def run_encoder(encoder, features: list[dict], layers: tuple[int, ...], combine:
             if settings.pool != "none":
                 arrays["pooled"].write(i, pooled[j : j + 1].cpu().numpy())
 
-    try:
-        run_batches(sorted_batches(lengths, settings.batch_size, max_tokens=INFERENCE_TOKENS), run, device, bar)
-    finally:
-        bar.close()
+    run_in_length_order(features, run, device, settings.batch_size, INFERENCE_TOKENS,
+                        progress="extract" if settings.progress else None, unit="text")
 
 
 def write_index(path: Path, inputs: list[TextInput], features: list[dict], starts: np.ndarray, tokenizer) -> None:
@@ -308,41 +247,3 @@ def write_index(path: Path, inputs: list[TextInput], features: list[dict], start
             if "words" in x.extra:
                 record["words"] = x.extra["words"]
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-
-
-# -- command line ----------------------------------------------------------------------
-def add_parser(sub) -> dict:
-    """Add `bertheads extract` to the CLI's subcommands; returns {"extract": handler}."""
-    p = sub.add_parser("extract", help="frozen-encoder vectors per word piece and per text, for other tools")
-    p.add_argument("--model", default="default", help="'default', a checkpoint directory or a saved bertheads model")
-    p.add_argument("--input", help="plain lines (TAB separates a pair), TSV/CSV/JSONL, CoNLL or SQuAD JSON; default stdin")
-    p.add_argument("--input-format", choices=INPUT_FORMATS, default="auto")
-    p.add_argument("--out", required=True, help="output directory (replaced atomically)")
-    p.add_argument("--layers", default=None, help="hidden layers: -1 (default), -1,-2,-3,-4, all; 0 is the embeddings")
-    p.add_argument("--combine", choices=("concat", "sum", "mean"), default="concat")
-    p.add_argument("--pool", choices=POOLS, default="mean", help="per-text vector: mean of the pieces (default), "
-                                                                 "the [CLS] piece, or none")
-    p.add_argument("--format", choices=("safetensors", "npy"), default="safetensors")
-    p.add_argument("--max-length", type=int, default=512, help="pieces per input; longer inputs are cut (index: truncated)")
-    p.add_argument("--dtype", choices=("float32", "float16"), default="float32")
-    p.add_argument("--no-tokens", action="store_true", help="write only the pooled vectors")
-    p.add_argument("--batch-size", type=int, default=INFERENCE_BATCH)
-    p.add_argument("--no-progress", action="store_true")
-    accept_layer_lists(p)
-    return {"extract": run}
-
-
-def run(args) -> int:
-    import sys
-
-    model = args.model
-    if model not in (None, "", "default") and (Path(model) / "bertheads.json").is_file():
-        model = str(Path(model) / "encoder")  # a saved bertheads model: its (fine-tuned) encoder
-    settings = ExtractSettings(layers=args.layers, combine=args.combine, pool=args.pool, format=args.format,
-                               max_length=args.max_length, dtype=args.dtype, tokens=not args.no_tokens,
-                               batch_size=args.batch_size, progress=not args.no_progress)
-    meta = extract(model, args.input, args.out, settings, args.input_format)
-    cut = f", {meta['truncated']} cut at --max-length {meta['max_length']}" if meta["truncated"] else ""
-    print(f"wrote {args.out}: {meta['texts']} texts, {meta['tokens']} pieces, dim {meta['dim']}{cut}",
-          file=sys.stderr)
-    return 0

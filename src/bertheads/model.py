@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from bertheads.encoder import Encoder
-from bertheads.features import reads_first_position_only
-from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, Feature, collate, run_batches, sorted_batches
+from bertheads.layers import reads_first_position_only
+from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, Feature, collate, run_in_length_order
 
 
 class BertHeads(nn.Module):
@@ -54,13 +55,15 @@ def run_heads(
     batch_size: int = INFERENCE_BATCH,
     max_tokens: int | None = INFERENCE_TOKENS,
     progress: str | None = None,
+    losses: dict[str, list[float]] | None = None,
 ) -> dict[str, list[np.ndarray]]:
     """Head outputs per feature, in input order.
 
     Features run sorted by length (each batch padded only to its own longest member);
     token-level heads get their rows trimmed to the feature's length. On a CPU with several
     torch threads, batches run side by side on that many worker threads, each using one
-    core (`packing.run_batches`).
+    core (`packing.run_batches`). With `losses` (features carrying their labels), each named
+    head's loss is computed on every batch too: `losses[name]` collects `[sum, examples]`.
     """
     was_training = model.training
     model.eval()
@@ -68,22 +71,50 @@ def run_heads(
     pad_id = model.encoder.tokenizer.pad_token_id or 0
     lengths = [len(f["input_ids"]) for f in features]
     results: dict[str, list] = {n: [None] * len(features) for n in names}
-    batches = sorted_batches(lengths, batch_size, max_tokens)
-    bar = tqdm(total=len(features), desc=progress, unit="ex", disable=None if progress else True, leave=False)
+    lock = threading.Lock()
+    if losses is not None:
+        for name in names:
+            losses[name] = [0.0, 0]
 
     def run(idx: list[int]) -> None:
         batch = collate([features[i] for i in idx], pad_id)
         batch = {k: v.to(device) for k, v in batch.items()}
         out = model(batch, names)
         for name in names:
+            if losses is not None:
+                value = float(model.tasks[name].loss(out[name], batch))
+                with lock:  # batches may run on several threads
+                    losses[name][0] += value * len(idx)
+                    losses[name][1] += len(idx)
             arr = out[name].float().cpu().numpy()
             token_level = model.heads[name].token_level
             for j, i in enumerate(idx):
                 results[name][i] = arr[j, : lengths[i]] if token_level else arr[j]
 
     try:
-        run_batches(batches, run, device, bar)
+        run_in_length_order(features, run, device, batch_size, max_tokens, progress)
     finally:
-        bar.close()
         model.train(was_training)
     return results
+
+
+def head_outputs(model: BertHeads, name: str, examples: list, batch_size: int = INFERENCE_BATCH,
+                 progress: str | None = None) -> list:
+    """One head's outputs for each example: encode, run the encoder and the head, merge windows."""
+    task = model.tasks[name]
+    features, owner = task.encode_for_inference(examples, model.encoder.tokenizer)
+    feature_outputs = run_heads(model, features, [name], batch_size, progress=progress)[name]
+    return task.collect(feature_outputs, owner, examples, features)
+
+
+def evaluate_head(model: BertHeads, name: str, examples: list, path: str | None = None,
+                  batch_size: int = INFERENCE_BATCH, **options) -> dict:
+    """One head's metrics on labelled examples, with its mean `loss` (from the same pass)."""
+    task = model.tasks[name]
+    features, owner = task.encode_for_inference(examples, model.encoder.tokenizer, with_labels=True)
+    losses: dict[str, list[float]] = {}
+    outputs = run_heads(model, features, [name], batch_size, losses=losses)[name]
+    metrics = task.metrics(task.collect(outputs, owner, examples, features), examples, path, **options)
+    total, count = losses[name]
+    metrics["loss"] = total / count if count else math.nan
+    return metrics

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 Feature = dict  # one encoded input: input_ids, token_type_ids and task fields (labels, ...)
 
@@ -196,6 +197,21 @@ def cpu_workers(device: torch.device, batches: int) -> tuple[int, int]:
         return 1, threads
     workers = min(threads, batches, MAX_CPU_WORKERS)
     return workers, max(1, threads // workers)
+
+
+def run_in_length_order(features: Sequence[Feature], run: Callable[[list[int]], None], device: torch.device,
+                        batch_size: int = INFERENCE_BATCH, max_tokens: int | None = INFERENCE_TOKENS,
+                        progress: str | None = None, unit: str = "ex") -> None:
+    """The one inference batch loop: `run(idx)` for batches of `features` sorted by length
+    (each padded only to its own longest member), side by side on a CPU (`run_batches`), with
+    a progress bar named `progress` (none when it is None)."""
+    lengths = [len(f["input_ids"]) for f in features]
+    bar = tqdm(total=len(features), desc=progress, unit=unit, disable=True if progress is None else None,
+               leave=False, dynamic_ncols=True)
+    try:
+        run_batches(sorted_batches(lengths, batch_size, max_tokens), run, device, bar)
+    finally:
+        bar.close()
 
 
 def shard(batches: list[list[int]], rank: int, world: int) -> Iterator[list[int]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,13 +27,14 @@ from importlib import resources
 from typing import Any
 
 import numpy as np
+import uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from bertheads.api import load
 from bertheads.errors import UserError
-from bertheads.multi import head_input
 from bertheads.packing import INFERENCE_BATCH
 
 log = logging.getLogger("bertheads.serve")
@@ -234,18 +236,7 @@ ERRORS = {400: {"model": Problem}, 404: {"model": Problem}, 413: {"model": Probl
 
 # -- the app -----------------------------------------------------------------------------
 def describe_heads(model) -> list[dict]:
-    out = []
-    for name, task in model.net.tasks.items():
-        spec = task.spec
-        entry = {"name": name, "kind": task.kind, "inputs": head_input(task)}
-        if task.kind == "classify":
-            entry["labels"] = plain(list(spec.labels))
-            entry["problem"] = spec.problem
-        elif task.kind == "tag":
-            entry["labels"] = list(spec.tags)
-            entry["entity_types"] = sorted({t.split("-", 1)[1] for t in spec.tags if "-" in t})
-        out.append(entry)
-    return out
+    return [{"name": name, **plain(task.describe())} for name, task in model.net.tasks.items()]
 
 
 def validation_message(exc: RequestValidationError) -> str:
@@ -384,10 +375,6 @@ def create_app(model, settings: ServeSettings | None = None) -> FastAPI:
 # -- running ------------------------------------------------------------------------------
 def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None) -> None:
     """Load the model in `directory` and serve it until interrupted."""
-    import uvicorn
-
-    from bertheads.api import load
-
     model = load(directory)
     check_port(host, port)
     app = create_app(model, settings)
@@ -398,8 +385,6 @@ def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: S
 
 def check_port(host: str, port: int) -> None:
     """A clear error when the address cannot be served on (in use, not ours, bad port)."""
-    import socket
-
     if not 0 <= port <= 65535:
         raise UserError(f"--port: expected 0..65535, got {port}")
     try:
@@ -418,10 +403,6 @@ def check_port(host: str, port: int) -> None:
 @contextmanager
 def running_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0) -> Iterator[str]:
     """Serve `app` with uvicorn in a background thread; yields its base URL and stops it after."""
-    import socket
-
-    import uvicorn
-
     if port == 0:
         with socket.socket() as sock:
             sock.bind((host, 0))

@@ -9,6 +9,7 @@ main process evaluates and saves.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -22,10 +23,14 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertheads import bundle
-from bertheads.model import BertHeads
+from bertheads.atomic import atomic_write_text
+from bertheads.errors import UserError
+from bertheads.model import BertHeads, evaluate_head
 from bertheads.packing import INFERENCE_BATCH, collate, length_grouped_batches, shard
 
 SAMPLINGS = ("proportional", "temperature", "round-robin")
+KEEP_CHOICES = ("best", "last")
+LOWER_IS_BETTER = ("loss", "mse")  # dev metrics where smaller is better
 
 
 @dataclass
@@ -41,6 +46,8 @@ class TrainSettings:
     sampling: str = "proportional"
     temperature: float = 2.0
     progress: bool = True
+    keep: str = "best"  # "best": the best dev evaluation; "last": the final epoch's model
+    select_metric: str | None = None  # dev metric that picks the best (default: each task's main one)
 
 
 @dataclass
@@ -52,7 +59,7 @@ class TaskData:
     train_features: list
     dev_examples: list | None = None
     dev_path: str | None = None
-    cached: object = None  # features.CachedFeatures when the encoder is frozen and cached
+    cached: object = None  # cache.CachedFeatures when the encoder is frozen and cached
     extra: dict = field(default_factory=dict)
 
 
@@ -108,14 +115,34 @@ def cycle(items) -> Iterator:
         yield from items
 
 
-def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: str | Path | None,
-        evaluate, extra_manifest: dict | None = None) -> dict:
-    """Train `model` on `data`; evaluate each task after every epoch and keep the best.
+@dataclass
+class Run:
+    """What `set_up` prepares for a training run."""
 
-    `evaluate(model, task_data)` returns the dev metrics dict of one task. The best epoch is
-    chosen by the task's main metric (the mean over tasks when there are several) and saved
-    to `out`. Returns `{"dev": metrics, "best_epoch": n, "history": [...]}`.
-    """
+    accelerator: object
+    wrapped: nn.Module  # the model (or, features mode, the heads) as Accelerate wraps it
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    trainable: list
+    pad_id: int
+    frozen: bool
+    rank: int
+    world: int
+
+
+@dataclass
+class Choice:
+    """The evaluation kept so far and why (see `better`)."""
+
+    epoch: int = 0
+    score: float = -math.inf
+    loss: float = math.inf
+    metrics: dict = field(default_factory=dict)
+    by: str = ""
+
+
+def set_up(model: BertHeads, data: list[TaskData], settings: TrainSettings) -> Run:
+    """Accelerate (device, processes), AdamW and the linear warm-up/decay schedule."""
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs, set_seed
     from transformers import get_linear_schedule_with_warmup
@@ -129,7 +156,6 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
     if frozen:
         model.encoder.requires_grad_(False)
     model.to(accelerator.device)
-
     steps_per_epoch = len(plan_epoch(data, settings, 0, rank, world))
     total_steps = max(1, steps_per_epoch * settings.epochs)
     # The fused AdamW kernel (also the Trainer's default) updates each tensor in one pass; the
@@ -140,69 +166,142 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
     # Frozen encoder: only the heads learn, so only they are wrapped (under several processes
     # their gradients are averaged); the cached states stand in for the encoder's output.
     wrapped, optimizer = accelerator.prepare(HeadRunner(model.heads) if frozen else model, optimizer)
-    pad_id = model.encoder.tokenizer.pad_token_id or 0
-    trainable = [p for p in model.parameters() if p.requires_grad]
+    return Run(accelerator, wrapped, optimizer, scheduler, [p for p in model.parameters() if p.requires_grad],
+               model.encoder.tokenizer.pad_token_id or 0, frozen, rank, world)
 
-    best_score, best_epoch, best_metrics, history = -math.inf, 0, None, []
+
+def train_epoch(run: Run, model: BertHeads, data: list[TaskData], settings: TrainSettings, epoch: int) -> dict:
+    """One pass over this process's share of the batches; the running loss and speed."""
+    device = run.accelerator.device
+    model.train()
+    if run.frozen:
+        model.encoder.eval()
+    plan = plan_epoch(data, settings, epoch - 1, run.rank, run.world)
+    bar = tqdm(total=len(plan), desc=f"epoch {epoch}/{settings.epochs}", unit="batch",
+               disable=not (settings.progress and run.accelerator.is_main_process), dynamic_ncols=True)
+    seen, started, running = 0, time.perf_counter(), None
+    for t, idx in plan:
+        d = data[t]
+        if d.cached is not None:
+            batch = d.cached.batch(idx, d.train_features)
+            states = batch.pop("states")
+            states = [s.to(device) for s in states] if isinstance(states, list) else states.to(device)
+            batch = {k: v.to(device) for k, v in batch.items()}
+            logits = run.wrapped(d.name, states, batch)
+        else:
+            batch = collate([d.train_features[i] for i in idx], run.pad_id)
+            batch = {k: v.to(device) for k, v in batch.items()}
+            logits = run.wrapped(batch, [d.name])[d.name]
+        loss = d.task.loss(logits, batch)
+        run.accelerator.backward(loss)
+        if settings.max_grad_norm:
+            run.accelerator.clip_grad_norm_(run.trainable, settings.max_grad_norm)
+        run.optimizer.step()
+        run.scheduler.step()
+        run.optimizer.zero_grad(set_to_none=True)
+        seen += len(idx)
+        value = float(loss.detach())
+        running = value if running is None else 0.98 * running + 0.02 * value
+        bar.set_postfix(loss=f"{running:.4f}", ex_s=f"{seen / (time.perf_counter() - started):.1f}", refresh=False)
+        bar.update(1)
+    bar.close()
+    seconds = time.perf_counter() - started
+    return {"train_examples_per_second": round(seen * run.world / max(seconds, 1e-9), 2), "train_loss": running}
+
+
+def evaluate_task(model: BertHeads, data: TaskData, batch_size: int = INFERENCE_BATCH) -> dict:
+    """A task's dev metrics after an epoch, with its mean dev `loss`."""
+    return evaluate_head(model, data.name, data.dev_examples, data.dev_path, batch_size, during_training=True)
+
+
+def selection_metric(data: list[TaskData], settings: TrainSettings, metrics: dict) -> dict[str, str]:
+    """The dev metric that ranks evaluations, per task (`--select-metric` or the task's main one)."""
+    chosen = {}
+    for d in data:
+        if d.name not in metrics:
+            continue
+        name = settings.select_metric or d.task.main_metric
+        value = metrics[d.name].get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            known = sorted(k for k, v in metrics[d.name].items() if isinstance(v, (int, float))
+                           and not isinstance(v, bool))
+            raise UserError(f"--select-metric {name}: head {d.name!r} has no such dev metric (has: {', '.join(known)})")
+        chosen[d.name] = name
+    return chosen
+
+
+def score_of(metrics: dict, chosen: dict[str, str]) -> tuple[float, float]:
+    """(score, dev loss) of one evaluation: the mean over tasks of the selection metric (negated
+    where smaller is better) and of the dev loss."""
+    scores = [(-1 if name in LOWER_IS_BETTER else 1) * float(metrics[t][name]) for t, name in chosen.items()]
+    losses = [float(metrics[t].get("loss", math.nan)) for t in chosen]
+    return float(np.mean(scores)), float(np.mean(losses))
+
+
+def better(score: float, loss: float, kept: Choice) -> bool:
+    """A higher score wins; an equal score wins with a lower dev loss (so a later epoch that
+    only grew more confident replaces an earlier tie)."""
+    if math.isclose(score, kept.score, rel_tol=1e-12, abs_tol=1e-12):
+        return not math.isnan(loss) and (math.isnan(kept.loss) or loss < kept.loss)
+    return score > kept.score
+
+
+def evaluate_and_save(model: BertHeads, data: list[TaskData], settings: TrainSettings, epoch: int,
+                      record: dict, kept: Choice, history: list, out: str | Path | None, evaluate,
+                      extra_manifest: dict | None) -> Choice:
+    """Evaluate every task with a dev set, record the epoch, and save the model to `out` when it
+    is the one to keep (`settings.keep`); otherwise refresh the saved model's metrics.json."""
+    metrics = {d.name: evaluate(model, d) for d in data if d.dev_examples is not None}
+    record = {"epoch": epoch, **record, "dev": metrics}
+    history.append(record)
+    if metrics:
+        chosen = selection_metric(data, settings, metrics)
+        score, loss = score_of(metrics, chosen)
+        names = sorted(set(chosen.values()))
+        rule = f"{', '.join(names)}{' (mean over heads)' if len(chosen) > 1 else ''}, then dev loss"
+        summary = "  ".join(f"{n}: " + ", ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float))
+                            for n, m in metrics.items())
+    else:
+        score, loss, rule, summary = float(epoch), math.nan, "last epoch (no dev set)", ""
+    if settings.keep == "last":
+        keep_now, rule = True, "last epoch (--keep last)"
+    else:
+        keep_now = better(score, loss, kept)
+    if keep_now:
+        kept = Choice(epoch, score, loss, metrics, rule)
+    if summary or keep_now:
+        note = "kept" if keep_now else f"epoch {kept.epoch} stays kept"
+        tqdm.write(f"epoch {epoch}: {summary}{'  ' if summary else ''}({note}: {rule})")
+    if out is not None:
+        result = metrics_file(data, kept, history)
+        if keep_now:
+            bundle.save(model, out, result, extra_manifest)
+        else:  # keep the saved model, refresh its history
+            atomic_write_text(Path(out) / "metrics.json", json.dumps(result, indent=2) + "\n")
+    return kept
+
+
+def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: str | Path | None,
+        evaluate=evaluate_task, extra_manifest: dict | None = None) -> dict:
+    """Train `model` on `data`; evaluate each task after every epoch and keep the best (or,
+    with `settings.keep == "last"`, the last) to save at `out`.
+
+    `evaluate(model, task_data)` returns the dev metrics dict of one task, with its "loss".
+    Returns `{"dev": metrics, "best_epoch": n, "kept": {"epoch", "by"}, "history": [...]}`.
+    """
+    if settings.keep not in KEEP_CHOICES:
+        raise UserError(f"--keep: expected one of {', '.join(KEEP_CHOICES)}, got {settings.keep!r}")
+    run = set_up(model, data, settings)
+    kept, history = Choice(), []
     for epoch in range(1, settings.epochs + 1):
-        model.train()
-        if frozen:
-            model.encoder.eval()
-        plan = plan_epoch(data, settings, epoch - 1, rank, world)
-        bar = tqdm(total=len(plan), desc=f"epoch {epoch}/{settings.epochs}", unit="batch",
-                   disable=not (settings.progress and accelerator.is_main_process), dynamic_ncols=True)
-        seen, started, running = 0, time.perf_counter(), None
-        for t, idx in plan:
-            d = data[t]
-            if d.cached is not None:
-                batch = d.cached.batch(idx, d.train_features)
-                states = batch.pop("states")
-                states = [s.to(accelerator.device) for s in states] if isinstance(states, list) else \
-                    states.to(accelerator.device)
-                batch = {k: v.to(accelerator.device) for k, v in batch.items()}
-                logits = wrapped(d.name, states, batch)
-            else:
-                batch = collate([d.train_features[i] for i in idx], pad_id)
-                batch = {k: v.to(accelerator.device) for k, v in batch.items()}
-                logits = wrapped(batch, [d.name])[d.name]
-            loss = d.task.loss(logits, batch)
-            accelerator.backward(loss)
-            if settings.max_grad_norm:
-                accelerator.clip_grad_norm_(trainable, settings.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            seen += len(idx)
-            value = float(loss.detach())
-            running = value if running is None else 0.98 * running + 0.02 * value
-            bar.set_postfix(loss=f"{running:.4f}", ex_s=f"{seen / (time.perf_counter() - started):.1f}",
-                            refresh=False)
-            bar.update(1)
-        bar.close()
-        train_seconds = time.perf_counter() - started
-
-        if accelerator.is_main_process:
-            metrics = {d.name: evaluate(model, d) for d in data if d.dev_examples is not None}
-            record = {"epoch": epoch, "train_examples_per_second": round(seen * world / train_seconds, 2),
-                      "train_loss": running, "dev": metrics}
-            history.append(record)
-            if metrics:
-                score = float(np.mean([metrics[d.name][d.task.main_metric] for d in data if d.name in metrics]))
-                summary = "  ".join(f"{n}: " + ", ".join(f"{k}={v:.4f}" for k, v in m.items()
-                                                          if isinstance(v, float)) for n, m in metrics.items())
-                tqdm.write(f"epoch {epoch}: {summary}")
-            else:
-                score = float(epoch)  # no dev set: keep the last epoch
-            if score > best_score:
-                best_score, best_epoch, best_metrics = score, epoch, metrics
-                if out is not None:
-                    bundle.save(model, out, metrics_file(data, best_metrics, best_epoch, history), extra_manifest)
-            elif out is not None:  # keep the saved best, refresh its history
-                bundle.atomic_write_text(Path(out) / "metrics.json",
-                                         _json(metrics_file(data, best_metrics, best_epoch, history)))
-        accelerator.wait_for_everyone()
-    model.to("cpu") if accelerator.device.type != "cpu" else None
-    return metrics_file(data, best_metrics or {}, best_epoch, history)
+        record = train_epoch(run, model, data, settings, epoch)
+        if run.accelerator.is_main_process:
+            kept = evaluate_and_save(model, data, settings, epoch, record, kept, history, out, evaluate,
+                                     extra_manifest)
+        run.accelerator.wait_for_everyone()
+    if run.accelerator.device.type != "cpu":
+        model.to("cpu")
+    return metrics_file(data, kept, history)
 
 
 class HeadRunner(nn.Module):
@@ -216,12 +315,9 @@ class HeadRunner(nn.Module):
         return self.heads[name](states, batch)
 
 
-def metrics_file(data: list[TaskData], metrics: dict, best_epoch: int, history: list) -> dict:
+def metrics_file(data: list[TaskData], kept: Choice, history: list) -> dict:
+    """What metrics.json holds: the kept evaluation's dev metrics, which epoch it was and why,
+    and every epoch's record."""
+    metrics = kept.metrics
     dev = metrics[data[0].name] if len(data) == 1 and metrics else metrics
-    return {"dev": dev, "best_epoch": best_epoch, "history": history}
-
-
-def _json(obj) -> str:
-    import json
-
-    return json.dumps(obj, indent=2) + "\n"
+    return {"dev": dev, "best_epoch": kept.epoch, "kept": {"epoch": kept.epoch, "by": kept.by}, "history": history}

@@ -3,13 +3,23 @@ and metrics. The training loop and the bundle only talk to this interface."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from bertheads.packing import INFERENCE_BATCH
+
+@dataclass
+class TextInput:
+    """One encoder input as read from a file: a text, an optional second text, its line, and
+    what the format adds ("id", "words": character spans of given words)."""
+
+    text: str
+    pair: str | None = None
+    line: int | None = None
+    extra: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -34,16 +44,24 @@ class Task:
       from_inputs(inputs, **options) -> examples             Python values for `predict`
       encode(examples, tokenizer, with_labels=True, path=None) -> list of features
       loss(logits, batch) -> scalar tensor
-      encode_for_inference(examples, tokenizer) -> (features, owner): owner[i] is the index of
-          the example feature i belongs to (several when an input is cut into windows)
+      encode_for_inference(examples, tokenizer, with_labels=False) -> (features, owner): owner[i]
+          is the index of the example feature i belongs to (several when an input is cut into
+          windows); with_labels adds the loss's targets (for the dev loss)
       collect(feature_outputs, owner, examples, features) -> one output per example (head
           outputs of the features of each example merged: windows joined, spans chosen, ...)
-      (`outputs(model, name, examples)` = encode_for_inference + run_heads + collect, below; a
-       multi-head model runs several heads in one pass when their features are identical)
+      (`model.head_outputs(model, name, examples)` = encode_for_inference + run_heads + collect;
+       a multi-head model runs several heads in one pass when their features are identical)
       decode(outputs, examples, **options) -> list of JSON-able dicts (what `predict` writes)
       metrics(outputs, examples, path=None, **options) -> dict (what `evaluate` reports);
           `during_training=True` when called after an epoch
       render(predictions, examples, fmt) -> str              text `predict` writes (JSONL default)
+      describe() -> dict                                     what the server's /heads shows
+      read_texts(path, fmt) -> list[TextInput]               (classmethod) plain encoder inputs
+          from the kind's own file formats, for `extract` (`text_formats` lists them)
+
+    Class attributes: `kind`, `help`, `main_metric`, `spec_type`, `training_defaults` (CLI
+    defaults that differ, e.g. qa's max_length 384), `input_form` (what one input is: "text",
+    "pair" or "question"; a classify head trained on pairs reads pairs), `text_formats`.
     """
 
     help: ClassVar[str] = ""
@@ -53,6 +71,8 @@ class Task:
     main_metric: ClassVar[str]
     spec_type: ClassVar[type]
     reads_pairs: ClassVar[bool] = False
+    text_formats: ClassVar[tuple[str, ...]] = ()  # formats `read_texts` reads for `extract`
+    generic_reader: ClassVar[bool] = False  # reads tables no other kind claims (classify)
     prepare_options: ClassVar[tuple[str, ...]] = ()  # extra keyword options `prepare` takes
 
     def __init__(self, spec: Any, head: nn.Module) -> None:
@@ -73,17 +93,31 @@ class Task:
         """Kind-specific `bertheads train KIND` flags (their dests match spec fields)."""
 
     def render(self, predictions: list[dict], examples: list, fmt: str | None = None) -> str:
-        import json
-
         return "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
 
-    def outputs(self, model, name: str, examples: list, batch_size: int = INFERENCE_BATCH, progress: str | None = None) -> list:
-        """The head's outputs for each example: encode, run the encoder and head, merge windows."""
-        from bertheads.model import run_heads
+    @property
+    def input_form(self) -> str:
+        """What one input is: "text", "pair" (two texts) or "question" (a question and a passage)."""
+        return "pair" if getattr(self.spec, "pair", False) else "text"
 
-        features, owner = self.encode_for_inference(examples, model.encoder.tokenizer)
-        feature_outputs = run_heads(model, features, [name], batch_size, progress=progress)[name]
-        return self.collect(feature_outputs, owner, examples, features)
+    def describe(self) -> dict:
+        """The head as the server's `/heads` lists it (the name is added by the caller)."""
+        return {"kind": self.kind, "inputs": self.input_form}
+
+    # -- what `extract` asks of a kind (plain encoder inputs from the kind's own formats) ----
+    @classmethod
+    def sniff_format(cls, path: str) -> str | None:
+        """The kind's own format a file's name (or first bytes) shows, else None."""
+        return None
+
+    @classmethod
+    def claims_records(cls, keys: set[str]) -> bool:
+        """Whether JSON Lines records with these keys are inputs of this kind."""
+        return False
+
+    @classmethod
+    def read_texts(cls, path: str | None, fmt: str) -> list[TextInput]:  # pragma: no cover - interface
+        raise NotImplementedError
 
     # -- what each kind implements ------------------------------------------------------
     @classmethod

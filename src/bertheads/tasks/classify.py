@@ -17,10 +17,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from bertheads.errors import UserError, where
-from bertheads.features import LayerCombine
+from bertheads.layers import LayerCombine
 from bertheads.packing import encode_texts
 from bertheads.readers import file_format, find_column, read_jsonl, read_lines, read_table
-from bertheads.tasks.base import HeadSettings, Task, init_linear
+from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
 
 TEXT_COLUMNS = ["sentence", "text", "sentence1", "#1 string", "premise", "question1", "text_a", "sentence_a",
                 "question", "content", "review"]
@@ -75,7 +75,6 @@ class ClassifyHead(nn.Module):
 class ClassifyTask(Task):
     kind = "classify"
     spec_type = ClassifySpec
-    reads_pairs = True
     prepare_options = ("problem",)
     help = "labels or scores for a text or a text pair, read from [CLS]"
 
@@ -216,9 +215,22 @@ class ClassifyTask(Task):
             return F.binary_cross_entropy_with_logits(logits, labels.float())
         return F.cross_entropy(logits, labels.long())
 
-    def encode_for_inference(self, examples: list[ClassifyExample], tokenizer) -> tuple[list[dict], list[int]]:
+    def encode_for_inference(self, examples: list[ClassifyExample], tokenizer,
+                             with_labels: bool = False) -> tuple[list[dict], list[int]]:
         """One feature per example (longer inputs are truncated, as in training)."""
-        return self.encode(examples, tokenizer, with_labels=False), list(range(len(examples)))
+        return self.encode(examples, tokenizer, with_labels=with_labels), list(range(len(examples)))
+
+    def describe(self) -> dict:
+        return {**super().describe(), "labels": [str(x) if not isinstance(x, (int, str)) else x
+                                                 for x in self.spec.labels], "problem": self.spec.problem}
+
+    # -- plain inputs for `extract`: classify's tables are the generic reader -----------------
+    text_formats = ("tsv", "csv", "jsonl")
+    generic_reader = True
+
+    @classmethod
+    def read_texts(cls, path: str | None, fmt: str) -> list[TextInput]:
+        return [TextInput(e.text, e.pair, e.line) for e in cls.read_file(path, ClassifySpec(), fmt, need_labels=False)]
 
     def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples, features) -> list[np.ndarray]:
         return list(feature_outputs)

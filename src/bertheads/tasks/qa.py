@@ -24,9 +24,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from bertheads.atomic import atomic_write_text
 from bertheads.errors import UserError
-from bertheads.features import LayerCombine
-from bertheads.tasks.base import HeadSettings, Task, init_linear
+from bertheads.layers import LayerCombine
+from bertheads.readers import read_text
+from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
 from bertheads.tasks.qa_formats import QAExample, check_text, read_examples
 from bertheads.tasks.qa_metrics import (
     best_threshold,
@@ -84,9 +86,10 @@ class QATask(Task):
     kind = "qa"
     spec_type = QASpec
     main_metric = "f1"
-    reads_pairs = True
     help = "answer spans in a passage for a question (SQuAD v1.1 / v2.0)"
     training_defaults = {"max_length": 384, "batch_size": 16}
+    input_form = "question"
+    text_formats = ("squad", "jsonl")
 
     @classmethod
     def add_arguments(cls, parser) -> None:
@@ -170,14 +173,32 @@ class QATask(Task):
                path: str | None = None) -> list[dict]:
         """Training windows: one holding the whole (first) answer points at its start and end
         tokens, any other at [CLS] (position 0)."""
+        return self.encode_for_inference(examples, tokenizer, with_labels)[0]
+
+    def encode_for_inference(self, examples: list[QAExample], tokenizer,
+                             with_labels: bool = False) -> tuple[list[dict], list[int]]:
         feats, owner = self.windows(examples, tokenizer)
         if with_labels:
             for f, i in zip(feats, owner):
                 f["start_positions"], f["end_positions"] = answer_tokens(f, examples[i])
-        return feats
+        return feats, owner
 
-    def encode_for_inference(self, examples: list[QAExample], tokenizer) -> tuple[list[dict], list[int]]:
-        return self.windows(examples, tokenizer)
+    # -- plain inputs for `extract` ---------------------------------------------------------
+    @classmethod
+    def sniff_format(cls, path: str) -> str | None:
+        if Path(path).suffix.lower() == ".json" and read_text(path).lstrip().startswith("{"):
+            return "squad"
+        return None
+
+    @classmethod
+    def claims_records(cls, keys: set[str]) -> bool:
+        return {"question", "context"} <= keys
+
+    @classmethod
+    def read_texts(cls, path: str | None, fmt: str) -> list[TextInput]:
+        """Each question with its passage as a pair (and its id)."""
+        return [TextInput(e.question, e.context, line_of(e.record), {"id": e.id} if e.has_id or fmt == "squad" else {})
+                for e in read_examples(path, need_labels=False, fmt=fmt)]
 
     def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples: list[QAExample],
                 features: list[dict]) -> list[QAOutput]:
@@ -383,11 +404,15 @@ def answers_nothing(o: QAOutput, threshold: float | None) -> bool:
     return threshold is not None and null_minus_best(o) > threshold
 
 
+def line_of(record: str) -> int | None:
+    """The line number in a "FILE:LINE" record name, if it has one."""
+    tail = record.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else None
+
+
 def write_predictions(path: str, preds: list[str], outputs: list[QAOutput], examples: list[QAExample]) -> None:
     """`{id: answer}` (what the official scripts read), and beside it `NAME.nbest.json`:
     `{id: [{"text", "start", "end", "score"}, ...]}` with the null score."""
-    from bertheads.bundle import atomic_write_text
-
     target = Path(path)
     answers = {e.id: p for e, p in zip(examples, preds)}
     atomic_write_text(target, json.dumps(answers, ensure_ascii=False, indent=1) + "\n")

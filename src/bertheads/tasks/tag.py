@@ -23,10 +23,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from bertheads.errors import UserError, where
-from bertheads.features import LayerCombine
-from bertheads.tasks.base import HeadSettings, Task, init_linear
+from bertheads.layers import LayerCombine
+from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
 from bertheads.tasks.tag_formats import (
-    CONLL_SUFFIXES,  # noqa: F401  (re-exported: extract.py imports it from here)
+    CONLL_SUFFIXES,
     TagExample,
     read_tagged,
     separator,
@@ -170,17 +170,50 @@ class TagTask(Task):
             self.labelled_per_window = max(labelled / len(features), 1.0)
         return features
 
-    def encode_for_inference(self, examples: list[TagExample], tokenizer) -> tuple[list[dict], list[int]]:
-        return self.encode_windows(examples, tokenizer, with_labels=False)
+    def encode_for_inference(self, examples: list[TagExample], tokenizer,
+                             with_labels: bool = False) -> tuple[list[dict], list[int]]:
+        return self.encode_windows(examples, tokenizer, with_labels=with_labels, for_inference=True)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "labels": list(self.spec.tags),
+                "entity_types": sorted({t.split("-", 1)[1] for t in self.spec.tags if "-" in t})}
+
+    # -- plain inputs for `extract` ---------------------------------------------------------
+    text_formats = ("conll", "jsonl")
+
+    @classmethod
+    def sniff_format(cls, path: str) -> str | None:
+        return "conll" if str(path).lower().endswith(CONLL_SUFFIXES) else None
+
+    @classmethod
+    def claims_records(cls, keys: set[str]) -> bool:
+        return bool(keys & {"tokens", "words"})
+
+    @classmethod
+    def read_texts(cls, path: str | None, fmt: str) -> list[TextInput]:
+        """Each sentence's words joined by single spaces; `extra["words"]` holds each word's span."""
+        out = []
+        for e in read_tagged(path, TagSpec(), fmt, need_labels=False):
+            if e.words is None:
+                raise UserError(f"{where(path, e.line)}: 'tokens' must be a non-empty list of non-empty strings")
+            spans, position = [], 0
+            for word in e.words:
+                spans.append([position, position + len(word)])
+                position += len(word) + 1
+            out.append(TextInput(" ".join(e.words), None, e.line, {"words": spans}))
+        return out
 
     def encode_windows(self, examples: list[TagExample], tokenizer, with_labels: bool,
-                       path: str | None = None) -> tuple[list[dict], list[int]]:
+                       path: str | None = None, for_inference: bool | None = None) -> tuple[list[dict], list[int]]:
         """Features (one per window) and the example each belongs to.
 
         The whole input is tokenized once with offsets; raw texts take the tokenizer's words,
         pre-tokenized inputs are joined with spaces and each token is mapped to its word by
         offset (a word that yields no piece is encoded as the unknown token). A text that fits
-        gets exactly the ids `packing.encode_texts` gives it."""
+        gets exactly the ids `packing.encode_texts` gives it. `for_inference` (default: when
+        without labels) adds what `collect` needs to put word scores together."""
+        if for_inference is None:
+            for_inference = not with_labels
         spec = self.spec
         n_prefix, n_suffix = special_layout(tokenizer)
         capacity = spec.max_length - n_prefix - n_suffix
@@ -233,7 +266,7 @@ class TagTask(Task):
                         rest = np.flatnonzero(valid[s:t] & ~first[s:t])
                         lab[n_prefix + rest] = cont[word[s:t][rest]]
                     f["tok_labels"] = lab.tolist()
-                else:
+                if for_inference:
                     left = pos if s > 0 else np.full(len(pos), BIG)
                     right = (t - s - 1 - pos) if t < n else np.full(len(pos), BIG)
                     f["_pos"] = pos + n_prefix

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from bertheads.errors import UserError, where
 from bertheads.readers import file_format, read_jsonl, read_lines, read_text
 from bertheads.tasks.tag_scheme import check_tag
-
-if TYPE_CHECKING:
-    from bertheads.tasks.tag import TagSpec
 
 COLUMN_SPLIT = re.compile(r"[ \t]+")  # CoNLL columns; other white space belongs to the word
 DOCSTART = "-DOCSTART-"
@@ -33,8 +29,9 @@ class TagExample:
     docstart: list[str] = field(default_factory=list)  # -DOCSTART- lines before the sentence
 
 
-def read_tagged(path: str | None, spec: TagSpec, fmt: str | None, need_labels: bool) -> list[TagExample]:
+def read_tagged(path: str | None, spec, fmt: str | None, need_labels: bool) -> list[TagExample]:
     """CoNLL or JSONL sentences; for prediction also raw text (lines or JSONL "text").
+    `spec` is the tag head's settings (its `tag_column` says which CoNLL column holds the tag).
 
     Without a format: `.jsonl`/`.json` files are JSONL; files to train or evaluate on, and
     `.conll`/`.iob`/`.bio`/`.tsv`-like files, are CoNLL; anything else to predict is raw text."""
@@ -55,7 +52,7 @@ def read_tagged(path: str | None, spec: TagSpec, fmt: str | None, need_labels: b
     return [TagExample(text=line, line=n) for n, line in read_lines(path)]
 
 
-def read_conll(path: str | None, spec: TagSpec, need_labels: bool) -> list[TagExample]:
+def read_conll(path: str | None, spec, need_labels: bool) -> list[TagExample]:
     """Sentences from a CoNLL column file: whitespace-separated columns, blank lines between."""
     text = read_text(path)
     if not text.strip():

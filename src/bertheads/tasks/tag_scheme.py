@@ -4,12 +4,8 @@ and entity-level metrics as seqeval's default mode computes them."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from bertheads.errors import UserError, where
-
-if TYPE_CHECKING:
-    from bertheads.tasks.tag_formats import TagExample
 
 TAG_RE = re.compile(r"^(?:O|([BIESLU])-(.+))$")
 PREFIX_ORDER = "BIESLU"
@@ -25,7 +21,7 @@ def split_tag(tag: str) -> tuple[str, str]:
     return ("O", "") if tag == "O" else (tag[0], tag[2:])
 
 
-def detect_scheme(examples: list[TagExample], path) -> str:
+def detect_scheme(examples: list, path) -> str:
     """BILOU, IOBES, IOB1 (an I- tag may begin an entity) or IOB2."""
     prefixes = {split_tag(t)[0] for e in examples for t in e.tags}
     if prefixes & set("LU") and prefixes & set("ES"):
@@ -49,7 +45,7 @@ def inside(tag: str) -> str:
     return "O" if tag == "O" else "I-" + tag[2:]
 
 
-def tag_list(examples: list[TagExample], with_inside: bool) -> list[str]:
+def tag_list(examples: list, with_inside: bool) -> list[str]:
     """"O" first, then by type and prefix (B, I, E, S, L, U)."""
     seen = {t for e in examples for t in e.tags}
     if with_inside:

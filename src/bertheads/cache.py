@@ -1,5 +1,4 @@
-"""Frozen-encoder features: which hidden layers a head reads and how they are merged, and the
-on-disk cache of encoder states that `--mode features` trains from.
+"""The on-disk cache of frozen-encoder states that `--mode features` trains from.
 
 Cache layout (`--cache-dir`, else `$BERTHEADS_CACHE`, else `~/.cache/bertheads`):
 ```
@@ -20,10 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import struct
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,83 +30,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
-from tqdm.auto import tqdm
 
+from bertheads.atomic import atomic_directory
+from bertheads.encoder import encoder_hash
 from bertheads.errors import UserError
-from bertheads.packing import (
-    INFERENCE_BATCH,
-    INFERENCE_TOKENS,
-    collate,
-    encoder_batch,
-    run_batches,
-    sorted_batches,
-)
+from bertheads.layers import normalise_layers, reads_first_position_only
+from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, collate, encoder_batch, run_in_length_order
 from bertheads.rowfiles import create_npy
 
-COMBINES = ("concat", "sum", "mean", "scalar-mix")
+log = logging.getLogger(__name__)
 
-
-def parse_layers(text: str | None, num_layers: int) -> tuple[int, ...]:
-    """`-1` (default), `-1,-2,-3,-4`, `all` -> layer indices; 0 is the embedding output."""
-    if text in (None, "", "-1"):
-        return (-1,)
-    if text == "all":
-        return tuple(range(num_layers + 1))
-    try:
-        layers = tuple(int(p) for p in str(text).split(",") if p.strip())
-    except ValueError:
-        raise UserError(f"--layers: expected comma-separated integers or 'all', got {text!r}") from None
-    for i in layers:
-        if not -(num_layers + 1) <= i <= num_layers:
-            raise UserError(f"--layers: layer {i} does not exist (the encoder has layers 0..{num_layers})")
-    return layers
-
-
-def accept_layer_lists(parser) -> None:
-    """Let `--layers -1,-2,-3,-4` parse: argparse reads only plain negative numbers as values."""
-    import re
-
-    parser._negative_number_matcher = re.compile(r"^-\d+$|^-\d*\.\d+$|^-\d+(,\s*-?\d+)+$")
-
-
-class LayerCombine(nn.Module):
-    """Merge the hidden states of several layers into one tensor per token.
-
-    `concat` joins them on the feature axis, `sum`/`mean` add them, and `scalar-mix` learns
-    softmax-normalised weights over layers and a scale, as in ELMo.
-    """
-
-    def __init__(self, num_layers: int, mode: str = "concat") -> None:
-        super().__init__()
-        if mode not in COMBINES:
-            raise UserError(f"--combine: expected one of {', '.join(COMBINES)}, got {mode!r}")
-        self.mode = mode
-        self.num_layers = num_layers
-        if mode == "scalar-mix":
-            self.weights = nn.Parameter(torch.zeros(num_layers))
-            self.gamma = nn.Parameter(torch.ones(()))
-
-    def output_size(self, hidden_size: int) -> int:
-        return hidden_size * self.num_layers if self.mode == "concat" else hidden_size
-
-    def forward(self, states: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
-        if isinstance(states, torch.Tensor):
-            return states
-        if len(states) == 1:
-            return states[0]
-        if self.mode == "concat":
-            return torch.cat(states, dim=-1)
-        stacked = torch.stack(states, dim=0)
-        if self.mode == "sum":
-            return stacked.sum(0)
-        if self.mode == "mean":
-            return stacked.mean(0)
-        w = torch.softmax(self.weights, dim=0).to(stacked.dtype)
-        return self.gamma * torch.einsum("l,l...->...", w, stacked)
-
-
-# -- the on-disk feature cache ------------------------------------------------------------
 CACHE_ENV = "BERTHEADS_CACHE"
 CACHE_DTYPES = ("float16", "float32")
 CACHE_FORMAT = 1
@@ -140,8 +72,6 @@ class CacheSettings:
 
 def encoder_identity(encoder) -> str:
     """What fixes the encoder's outputs: its weights (content hash) and its config."""
-    from bertheads.bundle import encoder_hash
-
     config = {k: v for k, v in encoder.model.config.to_dict().items()
               if not k.startswith("_") and k not in ("transformers_version", "architectures")}
     digest = hashlib.sha256(encoder_hash(encoder).encode())
@@ -161,16 +91,6 @@ def cache_key(encoder_id: str, features: Sequence[dict], layers: Sequence[int], 
         if uses_token_types and f.get("token_type_ids") is not None:
             digest.update(np.asarray(f["token_type_ids"], dtype=np.int8).tobytes())
     return digest.hexdigest()[:32]
-
-
-def normalise_layers(layers: Sequence[int], num_layers: int) -> tuple[int, ...]:
-    """Layer indices counted from 0 (the embeddings), so `-1` and the last index agree."""
-    return tuple(i % (num_layers + 1) for i in layers)
-
-
-def reads_first_position_only(head: nn.Module) -> bool:
-    """A sequence-level head reads the first ([CLS]) position only, so only it is cached."""
-    return not getattr(head, "token_level", False) and getattr(head, "reads_cls", True)
 
 
 class CachedFeatures:
@@ -252,13 +172,9 @@ def ensure_cache(encoder, features: Sequence[dict], key: str, layers: tuple[int,
     hidden = encoder.info.hidden_size
     nbytes = rows * len(layers) * hidden * np.dtype(settings.dtype).itemsize
     check_space(settings, entries, nbytes, rows, len(layers), hidden)
-    entries.mkdir(parents=True, exist_ok=True)
-    remove_stale_builds(entries, key)
-    tmp = entries / f".{key}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     started = time.perf_counter()
-    try:
+    # built beside its final name; a process that finished the same entry first wins
+    with atomic_directory(final, replace=False) as tmp:
         offsets = np.zeros(len(features) + 1, dtype=np.int64)
         offsets[1:] = np.cumsum([1] * len(features) if positions == "cls" else lengths)
         np.save(tmp / "offsets.npy", offsets)
@@ -269,15 +185,6 @@ def ensure_cache(encoder, features: Sequence[dict], key: str, layers: tuple[int,
                 "bytes": nbytes, "build_seconds": round(time.perf_counter() - started, 3),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **info}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another process finished the same entry first: use that one
-            if not (final / "meta.json").is_file():
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     say(settings, f"feature cache: built {final} ({nbytes / 1e9:.3f} GB, {time.perf_counter() - started:.1f} s)")
     return final
 
@@ -294,8 +201,6 @@ def write_states(encoder, features: Sequence[dict], layers: tuple[int, ...], pos
     pad_id = encoder.tokenizer.pad_token_id or 0
     lengths = [len(f["input_ids"]) for f in features]
     torch_dtype = getattr(torch, settings.dtype)
-    bar = tqdm(total=len(features), desc="feature cache", unit="ex", disable=not settings.progress or None,
-               dynamic_ncols=True)
 
     def run(idx: list[int]) -> None:
         batch = encoder_batch([features[i] for i in idx], pad_id, device)
@@ -316,9 +221,9 @@ def write_states(encoder, features: Sequence[dict], layers: tuple[int, ...], pos
                 out.write(int(offsets[i]), block[j, : lengths[i]])
 
     try:
-        run_batches(sorted_batches(lengths, settings.batch_size, settings.max_tokens), run, device, bar)
+        run_in_length_order(features, run, device, settings.batch_size, settings.max_tokens,
+                            progress="feature cache" if settings.progress else None)
     finally:
-        bar.close()
         encoder.train(was_training)
 
 
@@ -358,18 +263,6 @@ def check_space(settings: CacheSettings, entries: Path, nbytes: int, rows: int, 
                         f"choose another --cache-dir")
 
 
-def remove_stale_builds(entries: Path, key: str) -> None:
-    """Delete the leftovers of builds of `key` whose process no longer runs (killed builds)."""
-    for tmp in entries.glob(f".{key}.*.tmp"):
-        try:
-            pid = int(tmp.name.split(".")[-2])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(tmp, ignore_errors=True)
-        except (ValueError, PermissionError):
-            continue
-
-
 def say(settings: CacheSettings, message: str) -> None:
     if settings.progress:
-        print(message, file=sys.stderr, flush=True)
+        log.info(message)

@@ -1,0 +1,187 @@
+"""The training flags, defined once: `bertheads train KIND` and `train multi` build their parsers
+from here, and a multi-task config's per-task fields are checked against the same definitions."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from bertheads.errors import UserError
+from bertheads.layers import COMBINES
+from bertheads.packing import INFERENCE_BATCH
+from bertheads.tasks import TASKS
+from bertheads.train import KEEP_CHOICES, TrainSettings
+
+# training flags that are head settings: on the command line they apply to every task
+HEAD_FLAGS = ("max_length", "mode", "layers", "combine", "cache_dir", "cache_dtype", "cache_max_gb")
+# flags that are training settings (TrainSettings) or the run's own, not a task's
+RUN_FLAGS = ("command", "kind", "train", "dev", "out", "model", "epochs", "batch_size", "lr", "seed", "limit",
+             "warmup_ratio", "weight_decay", "eval_batch_size", "no_progress", "keep", "select_metric",
+             "verbose", "quiet")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with defaults in `--help` and one-line errors (`bertheads: error: ...`, exit 2)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"bertheads: error: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, got {text!r}")
+    return value
+
+
+def accept_layer_lists(parser: argparse.ArgumentParser) -> None:
+    """Let `--layers -1,-2,-3,-4` parse: argparse reads only plain negative numbers as values."""
+    parser._negative_number_matcher = re.compile(r"^-\d+$|^-\d*\.\d+$|^-\d+(,\s*-?\d+)+$")
+
+
+def add_training_flags(p: argparse.ArgumentParser, *, max_length: int = 128, batch_size: int = 32) -> None:
+    """The flags every `bertheads train` command takes (defaults may differ by task kind)."""
+    d = TrainSettings()
+    g = p.add_argument_group("training")
+    g.add_argument("--model", default="default",
+                   help="'default' (the embedded MiniLM-L6), a checkpoint directory or a hub name")
+    g.add_argument("--epochs", type=positive_int, default=d.epochs, help="passes over the training data")
+    g.add_argument("--batch-size", type=positive_int, default=batch_size, help="training examples per step")
+    g.add_argument("--lr", type=positive_float, default=d.lr, help="peak learning rate (AdamW, linear decay)")
+    g.add_argument("--max-length", type=positive_int, default=max_length,
+                   help="tokens per input (pairs are cut longest-first)")
+    g.add_argument("--seed", type=int, default=d.seed, help="random seed (head initialisation, batch order)")
+    g.add_argument("--limit", type=positive_int, default=None, help="use only the first N training examples")
+    g.add_argument("--warmup-ratio", type=fraction, default=d.warmup_ratio,
+                   help="share of the steps over which the learning rate rises from 0")
+    g.add_argument("--weight-decay", type=non_negative_float, default=d.weight_decay,
+                   help="AdamW weight decay (not on biases and LayerNorm)")
+    g.add_argument("--eval-batch-size", type=positive_int, default=INFERENCE_BATCH,
+                   help="inputs per batch when evaluating on --dev")
+    g.add_argument("--keep", choices=KEEP_CHOICES, default=d.keep,
+                   help="which model is saved: the best dev evaluation (ties: lower dev loss, then the later "
+                        "epoch) or the last epoch's")
+    g.add_argument("--select-metric", default=None,
+                   help="dev metric that chooses the best evaluation (default: the task's main one: accuracy, "
+                        "f1, pearson, ...)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    f = p.add_argument_group("feature extraction")
+    f.add_argument("--mode", choices=("finetune", "features"), default="finetune",
+                   help="fine-tune the encoder with the head, or train the head alone on frozen, cached features")
+    f.add_argument("--layers", default=None,
+                   help="hidden layers the head reads: -1 (the last; default), -1,-2,-3,-4, all; 0 is the embeddings")
+    f.add_argument("--combine", choices=COMBINES, default="concat", help="how several --layers are merged")
+    f.add_argument("--cache-dir", default=None,
+                   help="feature cache directory (default: $BERTHEADS_CACHE or ~/.cache/bertheads)")
+    f.add_argument("--cache-dtype", choices=("float16", "float32"), default="float16",
+                   help="precision of the cached encoder states")
+    f.add_argument("--cache-max-gb", type=positive_float, default=None,
+                   help="refuse to grow the feature cache beyond this size")
+    accept_layer_lists(p)
+
+
+def settings_from(args: argparse.Namespace) -> TrainSettings:
+    """The training settings given on a command line."""
+    return TrainSettings(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+                         warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
+                         eval_batch_size=args.eval_batch_size, progress=not args.no_progress,
+                         keep=args.keep, select_metric=args.select_metric)
+
+
+def task_options(args: argparse.Namespace) -> dict:
+    """The task's own settings given on a command line (everything that is not a run flag)."""
+    return {k: v for k, v in vars(args).items() if k not in RUN_FLAGS and not callable(v)}
+
+
+def task_class(kind: str):
+    if kind not in TASKS:
+        raise UserError(f"unknown task kind {kind!r} (known: {', '.join(TASKS)})")
+    return TASKS[kind]
+
+
+def kind_parser(kind: str | None = None) -> argparse.ArgumentParser:
+    """The flags of `bertheads train KIND` (their defaults are the kind's defaults); the generic
+    training flags alone for None."""
+    parser = argparse.ArgumentParser(add_help=False)
+    if kind is None:
+        add_training_flags(parser)
+        return parser
+    cls = task_class(kind)
+    cls.add_arguments(parser)
+    add_training_flags(parser, **cls.training_defaults)
+    return parser
+
+
+def kind_options(kind: str) -> dict[str, argparse.Action]:
+    """Per-task option name -> its argparse action (type, choices): the kind's own flags and
+    the head settings among the training flags."""
+    actions = {a.dest: a for a in kind_parser(kind)._actions if a.dest != "help"}
+    generic = {a.dest for a in kind_parser()._actions}
+    return {dest: a for dest, a in actions.items() if dest not in generic or dest in HEAD_FLAGS}
+
+
+def kind_defaults(kind: str) -> dict:
+    """The defaults of a kind's per-task options."""
+    options = kind_options(kind)
+    return {k: v for k, v in vars(kind_parser(kind).parse_args([])).items() if k in options}
+
+
+def option_value(action: argparse.Action, value, fail):
+    """A config value checked and converted like the command-line flag it stands for."""
+    if value is None:
+        return None
+    if action.dest == "layers" and isinstance(value, (list, int)) and not isinstance(value, bool):
+        value = ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+        if not isinstance(value, bool):
+            fail(f"expected true or false, got {value!r}")
+        return value
+    if isinstance(value, (dict, list)) or (isinstance(value, bool) and action.type is not None):
+        fail(f"expected a single value, got {value!r}")
+    convert = action.type or str
+    try:
+        value = convert(value)
+    except argparse.ArgumentTypeError as exc:
+        fail(str(exc))
+    except (TypeError, ValueError):
+        fail(f"expected {getattr(convert, '__name__', 'a value')}, got {value!r}")
+    if action.choices is not None and value not in action.choices:
+        fail(f"expected one of {', '.join(map(str, action.choices))}, got {value!r}")
+    return value
