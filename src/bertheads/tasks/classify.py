@@ -80,9 +80,12 @@ class ClassifyTask(Task):
 
     @classmethod
     def add_arguments(cls, parser) -> None:
-        parser.add_argument("--text-column")
-        parser.add_argument("--pair-column")
-        parser.add_argument("--label-column")
+        parser.add_argument("--text-column", help="column (or JSON key) of the text (default: found by its name: "
+                                                  "sentence, text, sentence1, question, ...)")
+        parser.add_argument("--pair-column", help="column of the second text of a pair (default: found by its name: "
+                                                  "sentence2, hypothesis, question2, ...)")
+        parser.add_argument("--label-column", help="column of the label (default: found by its name: label, score, "
+                                                   "class, ...)")
         parser.add_argument("--problem", choices=PROBLEMS, help="default: decided from the training labels")
 
     @property

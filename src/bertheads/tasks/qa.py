@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from bertheads.argtypes import non_negative_int, positive_int
 from bertheads.atomic import atomic_write_text
 from bertheads.errors import UserError
 from bertheads.layers import LayerCombine
@@ -94,10 +95,10 @@ class QATask(Task):
     @classmethod
     def add_arguments(cls, parser) -> None:
         g = parser.add_argument_group("answer spans")
-        g.add_argument("--stride", type=int, default=128, help="tokens shared by neighbouring windows (128)")
-        g.add_argument("--max-question-length", type=int, default=64, help="questions are cut to N tokens (64)")
-        g.add_argument("--n-best", type=int, default=20, help="start and end candidates per window (20)")
-        g.add_argument("--max-answer-length", type=int, default=30, help="longest answer in tokens (30)")
+        g.add_argument("--stride", type=non_negative_int, default=128, help="tokens shared by neighbouring windows")
+        g.add_argument("--max-question-length", type=positive_int, default=64, help="questions are cut to N tokens")
+        g.add_argument("--n-best", type=positive_int, default=20, help="start and end candidates per window")
+        g.add_argument("--max-answer-length", type=positive_int, default=30, help="longest answer in tokens")
         g.add_argument("--null-threshold", type=float, default=None,
                        help="SQuAD v2: answer nothing when null - best span score exceeds this "
                             "(default: tuned on --dev for the best F1)")

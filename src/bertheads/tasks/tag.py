@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from bertheads.argtypes import non_negative_int, positive_int
 from bertheads.errors import UserError, where
 from bertheads.layers import LayerCombine
 from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
@@ -111,11 +112,12 @@ class TagTask(Task):
                             help="CoNLL column holding the tag, counted from 1 (negative: from the end); default: last")
         parser.add_argument("--label-subwords", choices=("first", "all"), default="first",
                             help="train on each word's first piece (default) or on all its pieces")
-        parser.add_argument("--stride", type=int, default=32,
+        parser.add_argument("--stride", type=non_negative_int, default=32,
                             help="tokens of overlap between the windows of an input longer than --max-length")
         parser.add_argument("--head", dest="head_type", choices=("linear", "bilstm"), default="linear",
                             help="linear layer over the token states, or a 2-layer BiLSTM then the linear layer")
-        parser.add_argument("--lstm-size", type=int, help="bilstm: units per direction (default: encoder hidden size)")
+        parser.add_argument("--lstm-size", type=positive_int,
+                            help="bilstm: units per direction (default: the encoder's hidden size)")
 
     @classmethod
     def build(cls, spec: TagSpec, encoder, pooler_state=None) -> TagTask:
