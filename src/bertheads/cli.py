@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=int, default=INFERENCE_BATCH)
     ev.add_argument("--predictions-out", help="qa: write {id: answer} JSON here (and an n-best file beside it)")
     ev.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
+    ev.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
 
     pr = sub.add_parser("predict", help="predictions as JSON lines, in input order")
     pr.add_argument("model_dir")
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--context", help="qa: the passage for --question")
     pr.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
     pr.add_argument("--batch-size", type=int, default=INFERENCE_BATCH)
+    pr.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
     from bertheads import extract  # bertheads extract
 
     COMMANDS.update(extract.add_parser(sub))
@@ -118,7 +120,7 @@ def cmd_train(args) -> int:
 def cmd_evaluate(args) -> int:
     from bertheads.api import load
 
-    model = load(args.model_dir)
+    model = load(args.model_dir, verify=not args.no_verify)
     metrics = model.evaluate(args.data, head=args.head, batch_size=args.batch_size,
                              **present(args, "predictions_out", "null_threshold"))
     if args.json:
@@ -138,7 +140,9 @@ def cmd_predict(args) -> int:
     from bertheads.api import load
     from bertheads.bundle import atomic_write_text
 
-    model = load(args.model_dir)
+    if args.output:
+        check_output_file(args.output)
+    model = load(args.model_dir, verify=not args.no_verify)
     options = present(args, "question", "context", "null_threshold")
     examples, predictions = model.predict_file(args.input, head=args.head, fmt=args.format, batch_size=args.batch_size,
                                      progress=bool(args.output), **options)
@@ -148,6 +152,18 @@ def cmd_predict(args) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def check_output_file(path: str) -> None:
+    """`--output` must name a file that can be written (checked before any work is done)."""
+    from pathlib import Path
+
+    out = Path(path)
+    if out.is_dir():
+        raise UserError(f"--output {path}: is a directory; give a file name")
+    parent = next((p for p in out.absolute().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise UserError(f"--output {path}: {parent} is not a directory")
 
 
 def present(args, *names: str) -> dict:
