@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -410,6 +411,20 @@ def add_parsers(sub, kinds, add_training_flags) -> dict:
     s.add_argument("--batch-window-ms", type=float, default=5.0, help="how long to gather concurrent requests")
     s.add_argument("--max-texts", type=int, default=64, help="most texts in one request")
     s.add_argument("--max-text-chars", type=int, default=10000, help="longest text accepted, in characters")
+    # limits, access and checks (serve.settings_from_args reads these)
+    s.add_argument("--max-batch-tokens", type=int, default=4096, help="encoder tokens in one model call")
+    s.add_argument("--max-queue", type=int, default=64, help="requests waiting; more get 503 with Retry-After")
+    s.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds a request may take: 503 if not started by then, 504 if not finished")
+    s.add_argument("--max-connections", type=int, default=128, help="concurrent connections; more get 503")
+    s.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="a Host header name to accept besides loopback names (repeatable; '*': any)")
+    s.add_argument("--token", default=os.environ.get("BERTHEADS_TOKEN") or None,
+                   help="require 'Authorization: Bearer TOKEN' (default: $BERTHEADS_TOKEN)")
+    s.add_argument("--insecure", action="store_true", help="serve a non-loopback --host without a token")
+    s.add_argument("--cors-origin", action="append", metavar="ORIGIN",
+                   help="a browser origin allowed to call the API (repeatable; default: none)")
+    s.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
     return {"combine": cmd_combine, "serve": cmd_serve}
 
 
@@ -440,9 +455,7 @@ def cmd_combine(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from bertheads.serve import ServeSettings, serve
+    from bertheads.serve import serve, settings_from_args
 
-    settings = ServeSettings(max_batch=args.max_batch, window_ms=args.batch_window_ms, max_texts=args.max_texts,
-                             max_text_chars=args.max_text_chars)
-    serve(args.model_dir, args.host, args.port, settings)
+    serve(args.model_dir, args.host, args.port, settings_from_args(args), verify=not args.no_verify)
     return 0

@@ -1,0 +1,294 @@
+"""The server's work queue: requests gathered into model calls under a token budget, with a
+bounded queue, per-request deadlines, and the work of clients that went away dropped.
+
+A request's cost is the number of tokens the encoder will run for it (every window of a long
+text for tag and qa heads, the truncated text for classify heads), estimated with the
+model's tokenizer before it is queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+
+class Overloaded(Exception):
+    """The request cannot be served in time (queue full, or not started by its deadline): 503."""
+
+    def __init__(self, message: str, retry_after: float = 1.0, reason: str = "busy") -> None:
+        super().__init__(message)
+        self.retry_after = max(1, math.ceil(retry_after))
+        self.reason = reason
+
+
+class DeadlineExceeded(Exception):
+    """The request's model call started but did not finish by its deadline: 504."""
+
+
+@dataclass
+class Job:
+    key: tuple  # requests with the same key can run in one model call
+    payload: dict
+    size: int  # texts
+    tokens: int  # estimated encoder tokens
+    future: asyncio.Future
+    state: str = "queued"  # queued -> running -> done; or dropped
+
+
+@dataclass
+class Batcher:
+    """Gathers concurrent requests and runs them together on one worker thread.
+
+    `run(key, payloads)` returns one result list per payload. A model call takes queued
+    requests in arrival order up to `max_batch` texts and `max_tokens` tokens (a request
+    larger than that runs alone). If a merged call fails, each request of it is retried
+    alone, so one bad request cannot fail its neighbours.
+
+    `submit` refuses at once (`Overloaded`) when `max_queue` requests are waiting or when the
+    queued work, at the measured rate, would not start within the request's `timeout`; a
+    request still queued at its deadline is dropped (`Overloaded`), one whose model call
+    outlives it gets `DeadlineExceeded`; cancelling `submit` (the client went away) drops
+    the request if it has not started.
+    """
+
+    run: Callable[[tuple, list[dict]], list[list]]
+    max_batch: int = 64
+    window_s: float = 0.005
+    max_tokens: int = 4096
+    max_queue: int = 64
+    observe: Callable[[int, int, float], None] | None = None  # (texts, tokens, seconds) per model call
+    requests: int = 0
+    batches: int = 0
+    largest: int = 0
+    largest_tokens: int = 0
+    dropped: int = 0  # queued requests whose client went away
+    expired: int = 0  # queued requests whose deadline passed
+    rate: float | None = None  # tokens per second of recent model calls
+    running_tokens: int = 0
+    _pending: deque = field(default_factory=deque)
+    _wake: asyncio.Event | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+    _task: asyncio.Task | None = None
+    _executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="bertheads-model"))
+
+    # -- state ------------------------------------------------------------------------------
+    @property
+    def queued(self) -> int:
+        return len(self._pending)
+
+    @property
+    def queued_tokens(self) -> int:
+        return sum(job.tokens for job in self._pending)
+
+    def expected_wait(self, tokens: int = 0) -> float:
+        """Seconds until a request of `tokens` queued now would be done (0 before any measurement)."""
+        if not self.rate:
+            return 0.0
+        return (self.queued_tokens + self.running_tokens + tokens) / self.rate
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done() or self._loop is not loop:
+            self._pending, self._wake, self._loop = deque(), asyncio.Event(), loop
+            self._task = loop.create_task(self._work())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        for job in self._pending:
+            if not job.future.done():
+                job.future.set_exception(Overloaded("the server is shutting down", reason="shutdown"))
+        self._pending.clear()
+
+    # -- submitting ------------------------------------------------------------------------
+    async def submit(self, key: tuple, payload: dict, size: int, tokens: int | None = None,
+                     timeout: float | None = None) -> list:
+        self.start()
+        tokens = size if tokens is None else tokens
+        if len(self._pending) >= self.max_queue:
+            raise Overloaded(f"server busy: {len(self._pending)} requests waiting (--max-queue); retry later",
+                             self.expected_wait(), "queue_full")
+        wait = self.expected_wait()  # until this request could start
+        if timeout is not None and wait > timeout:
+            raise Overloaded(f"server busy: about {wait:.1f} s of queued work, more than the {timeout:g} s "
+                             f"deadline (--timeout); retry later", wait - timeout, "busy")
+        job = Job(key, payload, size, tokens, asyncio.get_running_loop().create_future())
+        self._pending.append(job)
+        self._wake.set()
+        try:
+            if timeout is None:
+                return await asyncio.shield(job.future)
+            return await asyncio.wait_for(asyncio.shield(job.future), timeout)
+        except TimeoutError:
+            if job.state == "queued":
+                self._drop(job)
+                self.expired += 1
+                raise Overloaded(f"server busy: the request did not start within the {timeout:g} s deadline "
+                                 f"(--timeout); retry later", self.expected_wait(), "deadline") from None
+            job.state = "abandoned"
+            raise DeadlineExceeded(f"the request did not finish within the {timeout:g} s deadline "
+                                   f"(--timeout); send fewer or shorter texts") from None
+        except asyncio.CancelledError:
+            if job.state == "queued":
+                self._drop(job)
+                self.dropped += 1
+            raise
+
+    def _drop(self, job: Job) -> None:
+        job.state = "dropped"
+        try:
+            self._pending.remove(job)
+        except ValueError:
+            pass
+        if not job.future.done():
+            job.future.cancel()
+
+    # -- the worker --------------------------------------------------------------------------
+    def _fits(self, texts: int, tokens: int, job: Job) -> bool:
+        return texts + job.size <= self.max_batch and tokens + job.tokens <= self.max_tokens
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._pending:
+                self._wake.clear()
+                await self._wake.wait()
+            deadline = loop.time() + self.window_s
+            while loop.time() < deadline and self._pending_fit():
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), max(0.0, deadline - loop.time()))
+                except TimeoutError:
+                    break
+            jobs, texts, tokens = [], 0, 0
+            while self._pending and (not jobs or self._fits(texts, tokens, self._pending[0])):
+                job = self._pending.popleft()
+                if job.future.done():
+                    continue
+                job.state = "running"
+                jobs.append(job)
+                texts, tokens = texts + job.size, tokens + job.tokens
+            if not jobs:
+                continue
+            groups: dict[tuple, list[Job]] = {}
+            for job in jobs:
+                groups.setdefault(job.key, []).append(job)
+            self.running_tokens = tokens
+            started = time.perf_counter()
+            try:
+                for key, group in groups.items():
+                    await self._run_group(key, group)
+            finally:
+                self.running_tokens = 0
+            seconds = time.perf_counter() - started
+            if seconds > 0:
+                rate = tokens / seconds
+                self.rate = rate if self.rate is None else 0.7 * self.rate + 0.3 * rate
+            if self.observe is not None:
+                self.observe(texts, tokens, seconds)
+
+    def _pending_fit(self) -> bool:
+        """Whether the queued requests still leave room in one model call."""
+        texts = sum(job.size for job in self._pending)
+        tokens = sum(job.tokens for job in self._pending)
+        return texts < self.max_batch and tokens < self.max_tokens
+
+    async def _run_group(self, key: tuple, jobs: list[Job]) -> None:
+        loop = asyncio.get_running_loop()
+        jobs = [j for j in jobs if not j.future.done()]
+        if not jobs:
+            return
+        self.requests += len(jobs)
+        self.batches += 1
+        self.largest = max(self.largest, sum(j.size for j in jobs))
+        self.largest_tokens = max(self.largest_tokens, sum(j.tokens for j in jobs))
+        try:
+            results = await loop.run_in_executor(self._executor, self.run, key, [j.payload for j in jobs])
+        except Exception as exc:
+            if len(jobs) == 1:
+                finish(jobs[0], error=exc)
+                return
+            for job in jobs:
+                try:
+                    result = (await loop.run_in_executor(self._executor, self.run, key, [job.payload]))[0]
+                except Exception as single:
+                    finish(job, error=single)
+                else:
+                    finish(job, result)
+            return
+        for job, result in zip(jobs, results):
+            finish(job, result)
+
+
+def finish(job: Job, result=None, error: BaseException | None = None) -> None:
+    job.state = "done"
+    if job.future.done():
+        return
+    if error is not None:
+        job.future.set_exception(error)
+    else:
+        job.future.set_result(result)
+
+
+# -- what a request costs ---------------------------------------------------------------------
+def windows(tokens: int, room: int, stride: int) -> int:
+    """How many windows of `room` body tokens, neighbours sharing `stride`, cover `tokens`."""
+    if tokens <= room:
+        return 1
+    step = max(1, room - stride)
+    return 1 + math.ceil((tokens - room) / step)
+
+
+def request_tokens(net, texts: list[str], second: list[str] | None = None, questions: list[str] | None = None,
+                   heads: list[str] | None = None) -> int:
+    """Encoder tokens a request will run: for each text, each distinct pass of the named heads
+    (all single-text heads by default; pair heads with `second`, qa heads with `questions`).
+    Heads whose encoding of a text is the same (the text fits whole) count once."""
+    tokenizer = net.encoder.tokenizer
+
+    def lengths(values: list[str]) -> list[int]:
+        encoded = tokenizer(values, add_special_tokens=False, return_attention_mask=False,
+                            return_token_type_ids=False)["input_ids"]
+        return [len(ids) for ids in encoded]
+
+    n = lengths(texts)
+    n2 = lengths(second) if second is not None else None
+    nq = lengths(questions) if questions is not None else None
+    names = heads if heads is not None else list(net.tasks)
+    total = 0
+    for i, tokens in enumerate(n):
+        passes: dict[tuple, int] = {}
+        for name in names:
+            task = net.tasks[name]
+            spec = task.spec
+            length = int(spec.max_length)
+            if task.kind == "qa":
+                if nq is None:
+                    continue
+                q = min(nq[i], int(getattr(spec, "max_question_length", 64)))
+                room = max(1, length - q - 3)
+                passes[("qa", name)] = windows(tokens, room, int(spec.stride)) * length
+            elif task.kind == "classify" and getattr(spec, "pair", False):
+                if n2 is None:
+                    continue
+                passes[("pair", length)] = min(tokens + n2[i] + 3, length)
+            elif tokens + 2 <= length:
+                passes[("whole",)] = tokens + 2
+            elif task.kind == "tag":
+                passes[("tag", length, spec.stride)] = windows(tokens, length - 2, int(spec.stride)) * length
+            else:
+                passes[("cut", length)] = length
+        total += sum(passes.values())
+    return max(1, total)
