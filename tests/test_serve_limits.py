@@ -78,6 +78,27 @@ def test_full_queue_is_refused_at_once_and_deadlines_hold():
     assert calls == [[0]] and batcher.expired == 1  # the expired request never ran
 
 
+def test_a_request_that_would_not_finish_in_time_is_not_started():
+    calls = []
+
+    def run(key, payloads):
+        calls.append(len(payloads))
+        return [[0] for _ in payloads]
+
+    async def scenario():
+        batcher = Batcher(run, window_s=0.0, max_tokens=10_000)
+        batcher.rate = 100.0  # tokens per second, as if measured
+        with pytest.raises(Overloaded) as late:
+            await batcher.submit(("k",), {}, 1, tokens=1000, timeout=2)  # about 10 s of work
+        assert await batcher.submit(("k",), {}, 1, tokens=10, timeout=2) == [0]
+        await batcher.stop()
+        return late.value
+
+    late = asyncio.run(scenario())
+    assert late.reason == "deadline" and "would not finish within its deadline" in str(late)
+    assert calls == [1]  # only the small request ran
+
+
 def test_work_of_a_client_that_went_away_is_dropped():
     gate, calls = threading.Event(), []
 
@@ -172,6 +193,8 @@ def test_chunked_body_over_the_limit_is_413(model):
     with running_server(create_app(model, settings)) as url:
         response = httpx.post(f"{url}/analyze", content=chunks(), headers={"content-type": "application/json"})
         assert response.status_code == 413 and f"at most {limit}" in response.json()["detail"]
+        sized = httpx.post(f"{url}/analyze", content=b"x" * (3 * limit), headers={"content-type": "application/json"})
+        assert sized.status_code == 413 and f"request body of {3 * limit} bytes" in sized.json()["detail"]
         ok = httpx.post(f"{url}/analyze", content=iter([b'{"texts": ', b'["fine"]}']),
                         headers={"content-type": "application/json"})
         assert ok.status_code == 200

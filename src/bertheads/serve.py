@@ -36,7 +36,7 @@ from bertheads.errors import UserError
 from bertheads.multi import head_input
 from bertheads.packing import INFERENCE_BATCH
 from bertheads.serve_guard import Control, Guard, Metrics, allowed_hosts, is_loopback
-from bertheads.serve_queue import Batcher, DeadlineExceeded, Overloaded, request_tokens
+from bertheads.serve_queue import Batcher, DeadlineExceeded, Overloaded, request_tokens, token_counter
 
 __all__ = ["Batcher", "ServeSettings", "create_app", "running_server", "serve"]
 
@@ -226,6 +226,7 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
     metrics = Metrics(batcher)
     batcher.observe = metrics.observe_batch
     control = Control()
+    count = token_counter(model.net.encoder.tokenizer)
     heads = describe_heads(model)
     forms = {h["name"]: h["inputs"] for h in heads}
 
@@ -320,7 +321,7 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
         key = ("analyze", body.second_texts is not None, body.questions is not None)
 
         def cost() -> int:
-            return request_tokens(model.net, body.texts, body.second_texts, body.questions)
+            return request_tokens(model.net, body.texts, body.second_texts, body.questions, lengths=count)
 
         results = await run(request, key, payload, len(body.texts), cost)
         return results if isinstance(results, Response) else {"results": results}
@@ -350,10 +351,11 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
 
         def cost() -> int:
             if form == "questions":
-                return request_tokens(model.net, body.contexts, questions=values, heads=[head])
+                return request_tokens(model.net, body.contexts, questions=values, heads=[head], lengths=count)
             if form == "pairs":
-                return request_tokens(model.net, [a for a, _ in values], [b for _, b in values], heads=[head])
-            return request_tokens(model.net, values, heads=[head])
+                return request_tokens(model.net, [a for a, _ in values], [b for _, b in values], heads=[head],
+                                      lengths=count)
+            return request_tokens(model.net, values, heads=[head], lengths=count)
 
         results = await run(request, ("predict", head, form), payload, len(values), cost)
         return results if isinstance(results, Response) else {"results": results}
@@ -383,7 +385,7 @@ def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: S
             super().handle_exit(sig, frame)
 
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", limit_concurrency=settings.max_connections,
-                            timeout_graceful_shutdown=int(settings.timeout) + 5, timeout_keep_alive=5)
+                            timeout_graceful_shutdown=int(settings.timeout) + 5, timeout_keep_alive=30)
     auth = "bearer token required" if settings.token else "no token"
     print(f"serving {directory} (heads: {', '.join(model.heads)}) on http://{host}:{port}  "
           f"(page at /, API docs at /docs, metrics at /metrics; {auth})", flush=True)

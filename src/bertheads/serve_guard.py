@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 OPEN_PATHS = ("/", "/health")  # answered without a token (the page asks for one; liveness probes)
 BODY_METHODS = ("POST", "PUT", "PATCH")
+DRAIN_BYTES = 64 * 2**20  # an oversized body is read on (and discarded) up to this, so the client sees the 413
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -161,6 +162,8 @@ class Guard:
                 await answer(send, 400, "malformed Content-Length header", {"connection": "close"})
                 return
             if int(length) > self.body_limit:
+                if int(length) <= DRAIN_BYTES:
+                    await self.discard_body(receive)
                 await answer(send, 413, f"request body of {int(length)} bytes; at most {self.body_limit}",
                              {"connection": "close"})
                 return
@@ -195,12 +198,32 @@ class Guard:
             chunk = message.get("body", b"")
             total += len(chunk)
             if total > self.body_limit:
+                chunks.clear()
+                if message.get("more_body", False):
+                    await self.discard_body(receive, total)
                 await answer(send, 413, f"request body of more than {self.body_limit} bytes; at most "
                                         f"{self.body_limit}", {"connection": "close"})
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
+
+
+    async def discard_body(self, receive, received: int = 0) -> None:
+        """Read the rest of a refused body without keeping it (up to DRAIN_BYTES and the body
+        timeout), so that the client, still sending, gets to read the answer."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_timeout
+        while received <= DRAIN_BYTES:
+            try:
+                message = await asyncio.wait_for(receive(), max(0.001, deadline - loop.time()))
+            except TimeoutError:
+                return
+            if message["type"] != "http.request":
+                return
+            received += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
 
 
 async def answer(send, status: int, detail: str, headers: dict[str, str] | None = None) -> None:

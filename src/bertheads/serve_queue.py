@@ -16,6 +16,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+SAFETY = 1.5  # a request starts only if 1.5x its estimated model time fits before its deadline
+
 
 class Overloaded(Exception):
     """The request cannot be served in time (queue full, or not started by its deadline): 503."""
@@ -37,6 +39,7 @@ class Job:
     size: int  # texts
     tokens: int  # estimated encoder tokens
     future: asyncio.Future
+    deadline: float | None = None  # loop time by which the answer is due
     state: str = "queued"  # queued -> running -> done; or dropped
 
 
@@ -124,7 +127,8 @@ class Batcher:
         if timeout is not None and wait > timeout:
             raise Overloaded(f"server busy: about {wait:.1f} s of queued work, more than the {timeout:g} s "
                              f"deadline (--timeout); retry later", wait - timeout, "busy")
-        job = Job(key, payload, size, tokens, asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        job = Job(key, payload, size, tokens, loop.create_future(), None if timeout is None else loop.time() + timeout)
         self._pending.append(job)
         self._wake.set()
         try:
@@ -177,6 +181,11 @@ class Batcher:
                 job = self._pending.popleft()
                 if job.future.done():
                     continue
+                if self._too_late(job, tokens, loop.time()):
+                    self.expired += 1
+                    finish(job, error=Overloaded("server busy: the request would not finish within its deadline "
+                                                 "(--timeout); retry later", self.expected_wait(), "deadline"))
+                    continue
                 job.state = "running"
                 jobs.append(job)
                 texts, tokens = texts + job.size, tokens + job.tokens
@@ -198,6 +207,13 @@ class Batcher:
                 self.rate = rate if self.rate is None else 0.7 * self.rate + 0.3 * rate
             if self.observe is not None:
                 self.observe(texts, tokens, seconds)
+
+    def _too_late(self, job: Job, tokens_before: int, now: float) -> bool:
+        """Whether the job, started now after `tokens_before` tokens, would miss its deadline
+        (estimated at 1.5 times the measured rate, so that a started request finishes in time)."""
+        if job.deadline is None or not self.rate:
+            return False
+        return now + SAFETY * (tokens_before + job.tokens) / self.rate > job.deadline
 
     def _pending_fit(self) -> bool:
         """Whether the queued requests still leave room in one model call."""
@@ -251,18 +267,28 @@ def windows(tokens: int, room: int, stride: int) -> int:
     return 1 + math.ceil((tokens - room) / step)
 
 
-def request_tokens(net, texts: list[str], second: list[str] | None = None, questions: list[str] | None = None,
-                   heads: list[str] | None = None) -> int:
-    """Encoder tokens a request will run: for each text, each distinct pass of the named heads
-    (all single-text heads by default; pair heads with `second`, qa heads with `questions`).
-    Heads whose encoding of a text is the same (the text fits whole) count once."""
-    tokenizer = net.encoder.tokenizer
+def token_counter(tokenizer) -> Callable[[list[str]], list[int]]:
+    """Token counts (no special tokens) from a private copy of a fast tokenizer's backend, so that
+    counting on request threads never shares state with the model's tokenizer."""
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.no_truncation()
+    backend.no_padding()
 
     def lengths(values: list[str]) -> list[int]:
-        encoded = tokenizer(values, add_special_tokens=False, return_attention_mask=False,
-                            return_token_type_ids=False)["input_ids"]
-        return [len(ids) for ids in encoded]
+        return [len(e.ids) for e in backend.encode_batch(list(values), add_special_tokens=False)]
 
+    return lengths
+
+
+def request_tokens(net, texts: list[str], second: list[str] | None = None, questions: list[str] | None = None,
+                   heads: list[str] | None = None, lengths: Callable[[list[str]], list[int]] | None = None) -> int:
+    """Encoder tokens a request will run: for each text, each distinct pass of the named heads
+    (all single-text heads by default; pair heads with `second`, qa heads with `questions`).
+    Heads whose encoding of a text is the same (the text fits whole) count once. `lengths`
+    counts tokens (default: a `token_counter` of the model's tokenizer)."""
+    lengths = lengths or token_counter(net.encoder.tokenizer)
     n = lengths(texts)
     n2 = lengths(second) if second is not None else None
     nq = lengths(questions) if questions is not None else None
