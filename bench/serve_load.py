@@ -202,7 +202,10 @@ async def flood(url: str, requests: list[dict], clients: int, max_seconds: float
 
         async def prober():
             async with httpx.AsyncClient(base_url=url, timeout=120) as own:
-                await asyncio.sleep(probe_every)
+                try:
+                    await asyncio.wait_for(done.wait(), probe_every)
+                except TimeoutError:
+                    pass
                 while not done.is_set():
                     probes.append(await send(own, {"kind": "probe", "path": "/analyze", "json": {"texts": ["Fine."]},
                                                    "texts": 1}))

@@ -47,11 +47,13 @@ class DuplicateKey(ValueError):
 
 
 def unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise DuplicateKey(key)
-        out[key] = value
+    out = dict(pairs)  # the fast path; the duplicate is looked for only when there is one
+    if len(out) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
     return out
 
 

@@ -195,18 +195,12 @@ class Batcher:
             for job in jobs:
                 groups.setdefault(job.key, []).append(job)
             self.running_tokens = tokens
-            started = time.perf_counter()
             try:
                 for key, group in groups.items():
                     await self._run_group(key, group)
+                    self.running_tokens -= sum(job.tokens for job in group)
             finally:
                 self.running_tokens = 0
-            seconds = time.perf_counter() - started
-            if seconds > 0:
-                rate = tokens / seconds
-                self.rate = rate if self.rate is None else 0.7 * self.rate + 0.3 * rate
-            if self.observe is not None:
-                self.observe(texts, tokens, seconds)
 
     def _too_late(self, job: Job, tokens_before: int, now: float) -> bool:
         """Whether the job, started now after `tokens_before` tokens, would miss its deadline
@@ -229,9 +223,17 @@ class Batcher:
         self.requests += len(jobs)
         self.batches += 1
         self.largest = max(self.largest, sum(j.size for j in jobs))
-        self.largest_tokens = max(self.largest_tokens, sum(j.tokens for j in jobs))
+        texts, tokens = sum(j.size for j in jobs), sum(j.tokens for j in jobs)
+        self.largest_tokens = max(self.largest_tokens, tokens)
+        started = time.perf_counter()
         try:
             results = await loop.run_in_executor(self._executor, self.run, key, [j.payload for j in jobs])
+            seconds = time.perf_counter() - started
+            if seconds > 0:  # the rate of successful calls predicts waits and deadlines
+                rate = tokens / seconds
+                self.rate = rate if self.rate is None else 0.7 * self.rate + 0.3 * rate
+            if self.observe is not None:
+                self.observe(texts, tokens, seconds)
         except Exception as exc:
             if len(jobs) == 1:
                 finish(jobs[0], error=exc)
