@@ -65,8 +65,8 @@ def train_model(out: Path) -> Path:
 class Server:
     """`bertheads serve` in a subprocess on a loopback port, with its RSS sampled."""
 
-    def __init__(self, model: Path, port: int, extra: list[str]) -> None:
-        self.model, self.port, self.extra = model, port, extra
+    def __init__(self, model: Path, port: int, extra: list[str], src: str | None = None) -> None:
+        self.model, self.port, self.extra, self.src = model, port, extra, src
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen | None = None
         self.peak_rss = 0
@@ -75,9 +75,12 @@ class Server:
     def start(self, wait: float = 120.0) -> float:
         """Start and wait until /health answers; returns the seconds that took."""
         started = time.monotonic()
+        env = dict(os.environ)
+        if self.src:  # the baseline: another checkout's code, without the flags it lacks
+            env["PYTHONPATH"] = self.src
+        flags = [] if self.src else ["--token", TOKEN, *self.extra]
         self.proc = subprocess.Popen([PY, "-m", "bertheads.cli", "serve", str(self.model), "--port", str(self.port),
-                                      "--token", TOKEN, *self.extra], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+                                      *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited: {self.proc.stdout.read()}")
@@ -269,14 +272,17 @@ def part_load(args, model: Path) -> dict:
     rng = random.Random(args.seed)
     requests = [malformed_request(rng) if rng.random() < args.malformed else valid_request(rng)
                 for _ in range(args.requests)]
-    server = Server(model, free_port(), ["--timeout", str(args.timeout)])
+    server = Server(model, free_port(), ["--timeout", str(args.timeout)], args.baseline_src)
     startup = server.start()
     time.sleep(0.5)
     idle_rss = server.peak_rss
     try:
         results, probes, seconds = asyncio.run(flood(server.url, requests, args.clients, args.max_seconds, 1.0))
-        metrics = metrics_text(server.url)
-        health = httpx.get(f"{server.url}/health", timeout=10).json()
+        try:
+            metrics = metrics_text(server.url)
+            health = httpx.get(f"{server.url}/health", timeout=10).json()
+        except httpx.HTTPError as exc:  # the baseline can still be busy with abandoned work
+            metrics, health = "", {"after_flood": f"no answer within 10 s ({type(exc).__name__})"}
     finally:
         time.sleep(0.3)
         peak = server.peak_rss
@@ -390,6 +396,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="verify: load rounds per side")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", default="serve_load")
+    parser.add_argument("--baseline-src", help="load part only: serve with this src/ (e.g. an older checkout) instead")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     model = train_model(Path(args.model_dir))
