@@ -11,9 +11,10 @@ PACKAGE = Path(bertheads.__file__).resolve().parent
 
 # layer of every module, top (faces) to bottom; a new module must be placed here (and in ARCHITECTURE.md)
 LAYERS = {
-    6: {"bertheads", "bertheads.__main__", "bertheads.cli", "bertheads.serve"},
+    6: {"bertheads", "bertheads.__main__", "bertheads.cli", "bertheads.serve", "bertheads.serve_guard",
+        "bertheads.serve_queue"},
     5: {"bertheads.api", "bertheads.multitask", "bertheads.train", "bertheads.flags", "bertheads.combine",
-        "bertheads.analyze", "bertheads.extract", "bertheads.bundle"},
+        "bertheads.analyze", "bertheads.extract", "bertheads.bundle", "bertheads.manifest"},
     4: {"bertheads.model"},
     3: {"bertheads.tasks"} | {f"bertheads.tasks.{p.stem}" for p in (PACKAGE / "tasks").glob("*.py")
                               if p.stem != "__init__"},

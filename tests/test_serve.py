@@ -44,7 +44,7 @@ SETTINGS = ServeSettings(max_texts=8, max_text_chars=500, window_ms=2)
 
 @pytest.fixture(scope="module")
 def client(model):
-    with TestClient(create_app(model, SETTINGS)) as c:
+    with TestClient(create_app(model, SETTINGS), base_url="http://localhost") as c:
         yield c
 
 

@@ -28,6 +28,7 @@ from bertheads.argtypes import non_negative_int, positive_int
 from bertheads.atomic import atomic_write_text
 from bertheads.errors import UserError
 from bertheads.layers import LayerCombine
+from bertheads.packing import window_count
 from bertheads.readers import read_text
 from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
 from bertheads.tasks.qa_formats import QAExample, check_text, read_examples
@@ -183,6 +184,14 @@ class QATask(Task):
             for f, i in zip(feats, owner):
                 f["start_positions"], f["end_positions"] = answer_tokens(f, examples[i])
         return feats, owner
+
+    def encoder_cost(self, tokens: int, second: int | None, question: int | None) -> tuple[tuple, int] | None:
+        """The passage (`tokens`) in windows beside the question (cut to max_question_length)."""
+        if question is None:
+            return None
+        spec = self.spec
+        room = max(1, int(spec.max_length) - min(question, int(spec.max_question_length)) - 3)
+        return ("qa", id(self)), window_count(tokens, room, int(spec.stride)) * int(spec.max_length)
 
     # -- plain inputs for `extract` ---------------------------------------------------------
     @classmethod

@@ -25,6 +25,7 @@ from torch.nn import functional as F
 from bertheads.argtypes import non_negative_int, positive_int
 from bertheads.errors import UserError, where
 from bertheads.layers import LayerCombine
+from bertheads.packing import window_count
 from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
 from bertheads.tasks.tag_formats import (
     CONLL_SUFFIXES,
@@ -175,6 +176,16 @@ class TagTask(Task):
     def encode_for_inference(self, examples: list[TagExample], tokenizer,
                              with_labels: bool = False) -> tuple[list[dict], list[int]]:
         return self.encode_windows(examples, tokenizer, with_labels=with_labels, for_inference=True)
+
+    def encoder_cost(self, tokens: int, second: int | None, question: int | None) -> tuple[tuple, int] | None:
+        """A text longer than max_length runs as overlapping windows."""
+        length, stride = int(self.spec.max_length), int(self.spec.stride)
+        if tokens + 2 <= length:
+            return ("whole",), tokens + 2
+        return ("tag", length, stride), window_count(tokens, length - 2, stride) * length
+
+    def output_hint(self) -> str:
+        return f" ({len(self.spec.tags)} tags)"
 
     def describe(self) -> dict:
         return {**super().describe(), "labels": list(self.spec.tags),
