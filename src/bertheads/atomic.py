@@ -166,12 +166,11 @@ def process_runs(pid: int) -> bool:
 def swap_into_place(tmp: Path, out: Path, label: str = "save") -> None:
     """Rename the finished directory `tmp` to `out`, replacing an older `out`: in one step
     where the system can exchange the two, else through `.NAME.PID.old` (see `remove_stale`)."""
-    if out.is_dir() and not out.is_symlink():
-        if exchange(tmp, out):  # tmp now holds the old version
-            fsync_path(out.parent)
-            crash_point(f"{label}:swapped")
-            shutil.rmtree(tmp, ignore_errors=True)
-            return
+    if out.is_dir() and not out.is_symlink() and exchange(tmp, out):  # tmp now holds the old version
+        fsync_path(out.parent)
+        crash_point(f"{label}:swapped")
+        shutil.rmtree(tmp, ignore_errors=True)
+    elif out.exists() or out.is_symlink():
         old = out.parent / f".{out.name}.{os.getpid()}.old"
         shutil.rmtree(old, ignore_errors=True)
         os.rename(out, old)
@@ -179,7 +178,7 @@ def swap_into_place(tmp: Path, out: Path, label: str = "save") -> None:
         os.rename(tmp, out)
         fsync_path(out.parent)
         crash_point(f"{label}:swapped")
-        shutil.rmtree(old, ignore_errors=True)
+        old.unlink() if old.is_symlink() else shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, out)
         fsync_path(out.parent)

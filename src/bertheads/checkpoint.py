@@ -161,7 +161,8 @@ def read(out: str | Path, rank: int) -> dict:
     """Everything in `OUT/checkpoint/` this process needs, checked; a one-line UserError when
     the checkpoint is missing or damaged."""
     directory = Path(out) / DIRECTORY
-    remove_stale(Path(out), DIRECTORY)
+    if rank == 0:
+        remove_stale(Path(out), DIRECTORY)
     if not (directory / "state.json").is_file():
         raise UserError(f"--resume: {out} holds no checkpoint to resume (no {DIRECTORY}/state.json)")
     try:
@@ -198,6 +199,8 @@ def restore(saved: dict, model, frozen: bool, optimizer, scheduler) -> None:
 def claim_out(out: str | Path, resume: bool, overwrite: bool) -> Path:
     """Check, before any work, that a run may write to `out`: a model or checkpoint of another
     run there is replaced only with `overwrite`; `resume` needs a checkpoint."""
+    out = Path(out)
+    remove_stale(out.parent, out.name)  # leftovers of an interrupted save; a model set aside goes back
     out = check_writable_out(out)
     if resume and overwrite:
         raise UserError("--resume and --overwrite: choose one (continue the run in --out, or replace it)")
