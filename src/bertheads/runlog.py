@@ -42,7 +42,8 @@ class RunLog:
             except ImportError:
                 raise UserError("--tensorboard: needs the tensorboard package (pip install "
                                 "'bertheads[tensorboard]')") from None
-            self.writer = SummaryWriter(str(Path(out) / "tensorboard"), purge_step=after_step)
+            purge = after_step + 1 if after_step is not None else None  # events of steps run again go
+            self.writer = SummaryWriter(str(Path(out) / "tensorboard"), purge_step=purge)
 
     def write(self, record: dict) -> None:
         with open(self.path, "a", encoding="utf-8") as fh:
