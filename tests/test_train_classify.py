@@ -103,7 +103,7 @@ def test_failed_run_keeps_the_saved_model(trained, tiny_bert, write):
     bad_dev = write("bad.tsv", "sentence\tlabel\nx\t1\ny\tnope\n")
     with pytest.raises(UserError):
         bertheads.train("classify", str(d / "train.tsv"), bad_dev, out, model=tiny_bert,
-                        settings=bertheads.TrainSettings(**FAST))
+                        settings=bertheads.TrainSettings(**FAST, overwrite=True))
     assert (out / "heads" / "classify.safetensors").read_bytes() == stamp
     assert not [p for p in d.iterdir() if p.name.startswith(".model.")]  # no temp dirs left
 

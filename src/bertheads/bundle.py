@@ -6,10 +6,11 @@ DIR/encoder/                 config, safetensors weights and tokenizer files: a 
 DIR/heads/NAME.safetensors   the weights of each head
 DIR/bertheads.json           manifest: heads (kind, label map, packing and head settings), source
 DIR/metrics.json             {"dev": {...}} for one head, {"dev": {NAME: {...}}} for several
+DIR/checkpoint/, log.jsonl   while (or after) training: the resumable state and the log
 ```
-Everything is written into a temporary sibling directory and renamed into place, so a failed
-or interrupted save never leaves a half-written model or destroys the previous one. Loading
-never unpickles: weights are safetensors, settings JSON.
+Everything is written into a temporary sibling directory, fsynced and swapped into place in
+one step, so a failed or interrupted save never leaves a half-written model or destroys the
+previous one. Loading never unpickles: weights are safetensors, settings JSON.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from bertheads.manifest import (  # noqa: F401  (MANIFEST, FORMAT_VERSION, HEAD_
 from bertheads.model import BertHeads
 from bertheads.tasks import TASKS
 
+RUN_FILES = ("checkpoint", "log.jsonl", "tensorboard")  # a training run's own files in its --out
+
 
 def task_class(kind: str):
     if kind not in TASKS:
@@ -48,7 +51,8 @@ def check_writable_out(out: str | Path) -> Path:
     if out.exists():
         if not out.is_dir():
             raise UserError(f"{out}: exists and is not a directory")
-        if any(out.iterdir()) and not (out / MANIFEST).is_file():
+        if any(not p.name.startswith(".checkpoint.") and p.name not in RUN_FILES for p in out.iterdir()) \
+                and not (out / MANIFEST).is_file():
             raise UserError(f"{out}: exists, is not empty and is not a bertheads model; choose another --out")
     return out
 
@@ -56,7 +60,7 @@ def check_writable_out(out: str | Path) -> Path:
 def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: dict | None = None) -> Path:
     """Write `model` to `out` atomically (replacing an earlier bertheads model there)."""
     out = check_writable_out(out)
-    with atomic_directory(out) as tmp:
+    with atomic_directory(out, carry=RUN_FILES, label="model") as tmp:
         model.encoder.save(tmp / "encoder")
         (tmp / "heads").mkdir()
         for name, head in model.heads.items():
@@ -72,6 +76,11 @@ def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: 
         if metrics is not None:
             (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     return out
+
+
+def is_model(path: str | Path | None) -> bool:
+    """Whether `path` is a bertheads model directory (not a checkpoint name like 'default')."""
+    return path not in (None, "", "default") and (Path(path) / MANIFEST).is_file()
 
 
 def load(directory: str | Path, device: str | torch.device | None = None, verify: bool = True) -> BertHeads:

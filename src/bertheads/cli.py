@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = kinds.add_parser(kind, help=cls.help, description=cls.help, parents=[common])
         p.add_argument("--train", required=True, help="training file (formats: see the README)")
         p.add_argument("--dev", help="labelled file evaluated after every epoch; the best epoch is kept")
-        p.add_argument("--out", required=True, help="model directory to write (replaced atomically)")
+        p.add_argument("--out", required=True, help="model directory to write (replaced atomically; one of "
+                                                    "another run only with --overwrite)")
         cls.add_arguments(p)
         add_training_flags(p, **cls.training_defaults)
         p.set_defaults(handler=cmd_train)
@@ -305,8 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"bertheads: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("bertheads: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"bertheads: interrupted{': ' + str(exc) if str(exc) else ''}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

@@ -18,7 +18,8 @@ HEAD_FLAGS = ("max_length", "mode", "layers", "combine", "cache_dir", "cache_dty
 # flags that are training settings (TrainSettings) or the run's own, not a task's
 RUN_FLAGS = ("command", "kind", "train", "dev", "out", "model", "epochs", "batch_size", "lr", "seed", "limit",
              "warmup_ratio", "weight_decay", "eval_batch_size", "no_progress", "keep", "select_metric",
-             "verbose", "quiet")
+             "verbose", "quiet", "grad_accum", "eval_every", "patience", "save_every", "resume", "overwrite",
+             "log_every", "tensorboard")
 
 
 class ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
@@ -51,7 +52,8 @@ def add_training_flags(p: argparse.ArgumentParser, *, max_length: int = 128, bat
     d = TrainSettings()
     g = p.add_argument_group("training")
     g.add_argument("--model", default="default",
-                   help="'default' (the embedded MiniLM-L6), a checkpoint directory or a hub name")
+                   help="'default' (the embedded MiniLM-L6), a checkpoint directory, a hub name, or a bertheads "
+                        "model (its head of the same kind and labels trains further; other heads are new)")
     g.add_argument("--epochs", type=positive_int, default=d.epochs, help="passes over the training data")
     g.add_argument("--batch-size", type=positive_int, default=batch_size, help="training examples per step")
     g.add_argument("--lr", type=positive_float, default=d.lr, help="peak learning rate (AdamW, linear decay)")
@@ -71,7 +73,22 @@ def add_training_flags(p: argparse.ArgumentParser, *, max_length: int = 128, bat
     g.add_argument("--select-metric", default=None,
                    help="dev metric that chooses the best evaluation (default: the task's main one: accuracy, "
                         "f1, pearson, ...)")
+    g.add_argument("--grad-accum", type=positive_int, default=d.grad_accum,
+                   help="add the gradients of N batches before each step (a step sees N * --batch-size examples)")
+    g.add_argument("--eval-every", type=positive_int, default=None,
+                   help="also evaluate on --dev every N steps (default: after each epoch only)")
+    g.add_argument("--patience", type=positive_int, default=None,
+                   help="stop after N evaluations without improvement (needs --dev)")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    r = p.add_argument_group("checkpoints and logs")
+    r.add_argument("--save-every", type=positive_int, default=None,
+                   help="write OUT/checkpoint every N steps (default: after each epoch); removed when the run ends")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the run whose checkpoint is in --out (same data, model and settings)")
+    r.add_argument("--overwrite", action="store_true",
+                   help="replace a model (or checkpoint) of another run in --out; without it such --out is refused")
+    r.add_argument("--log-every", type=positive_int, default=d.log_every, help="steps between lines of OUT/log.jsonl")
+    r.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files to OUT/tensorboard")
     f = p.add_argument_group("feature extraction")
     f.add_argument("--mode", choices=("finetune", "features"), default="finetune",
                    help="fine-tune the encoder with the head, or train the head alone on frozen, cached features")
@@ -92,7 +109,10 @@ def settings_from(args: argparse.Namespace) -> TrainSettings:
     return TrainSettings(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
                          warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
                          eval_batch_size=args.eval_batch_size, progress=not args.no_progress,
-                         keep=args.keep, select_metric=args.select_metric)
+                         keep=args.keep, select_metric=args.select_metric, grad_accum=args.grad_accum,
+                         eval_every=args.eval_every, patience=args.patience, save_every=args.save_every,
+                         resume=args.resume, overwrite=args.overwrite, log_every=args.log_every,
+                         tensorboard=args.tensorboard)
 
 
 def task_options(args: argparse.Namespace) -> dict:

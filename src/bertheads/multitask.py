@@ -14,6 +14,7 @@ training flags given on the command line apply to every task; a task's own entry
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -24,7 +25,7 @@ except ImportError:  # Python 3.10
 import torch
 import yaml
 
-from bertheads import bundle
+from bertheads import bundle, checkpoint
 from bertheads.bundle import HEAD_NAME
 from bertheads.cache import attach_cache
 from bertheads.encoder import Encoder
@@ -36,6 +37,7 @@ from bertheads.readers import read_text
 from bertheads.tasks import TASKS
 from bertheads.train import SAMPLINGS, TaskData, TrainSettings, evaluate_task, fit
 
+log = logging.getLogger("bertheads")
 TOP_FIELDS = ("tasks", "sampling", "temperature")
 TASK_FIELDS = ("kind", "train", "dev", "limit")
 
@@ -201,16 +203,19 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
     settings = settings or TrainSettings()
     settings.sampling, settings.temperature = config.sampling, config.temperature
     if out is not None:
-        bundle.check_writable_out(out)
+        checkpoint.claim_out(out, settings.resume, settings.overwrite)
     options = {t.name: task_settings(t, cli_options or {}) for t in config.tasks}
     modes = {opts.get("mode") or "finetune" for opts in options.values()}
     if len(modes) > 1:
         raise UserError(f"{config.path}: tasks mix --mode finetune and features; train them apart and "
                         f"`bertheads combine` features-mode models, or use one mode")
     torch.manual_seed(settings.seed)
-    encoder = Encoder.load(model)
+    saved = bundle.load(model) if bundle.is_model(model) else None
+    encoder = saved.encoder if saved is not None else Encoder.load(model)
     data = [prepare_task(t.kind, t.train, t.dev, encoder, options[t.name], t.limit or limit, t.name)
             for t in config.tasks]
+    if saved is not None:
+        continue_heads(saved, data, model)
     net = BertHeads(encoder, {d.name: d.task for d in data})
     if modes == {"features"}:
         for d, t in zip(data, config.tasks):
@@ -218,6 +223,26 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
     extra = {"source_model": model, **(extra_manifest or {})}
     result = fit(net, data, settings, out, evaluate_task, extra)
     return net, result
+
+
+# fields of a head's spec that must agree for its weights to be trained further
+SAME_HEAD = ("problem", "labels", "tags", "scheme", "layers", "combine", "head_type", "lstm_size", "pair")
+
+
+def continue_heads(saved: BertHeads, data: list[TaskData], source: str) -> None:
+    """Training from a saved bertheads model: a head of the same name, kind and labels starts
+    from its saved weights; any other head is new (on the saved model's encoder)."""
+    for d in data:
+        old = saved.tasks.get(d.name)
+        if old is None or old.kind != d.task.kind:
+            log.info(f"--model {source}: new {d.task.kind} head {d.name!r} on its encoder")
+            continue
+        differ = [k for k in SAME_HEAD if getattr(old.spec, k, None) != getattr(d.task.spec, k, None)]
+        if differ:
+            log.info(f"--model {source}: new head {d.name!r} (its {', '.join(differ)} differ from the saved head's)")
+            continue
+        d.task.head.load_state_dict(old.head.state_dict())
+        log.info(f"--model {source}: training head {d.name!r} further")
 
 
 def single_task(kind: str, train: str, dev: str | None, options: dict, limit: int | None = None) -> MultiConfig:

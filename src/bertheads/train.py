@@ -13,9 +13,12 @@ import json
 import logging
 import math
 import random
+import signal
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +26,12 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from bertheads import bundle
-from bertheads.atomic import atomic_write_text
+from bertheads import bundle, checkpoint
+from bertheads.atomic import atomic_write_text, crash_point
 from bertheads.errors import UserError
 from bertheads.model import BertHeads, evaluate_head
 from bertheads.packing import INFERENCE_BATCH, collate, length_grouped_batches, shard
+from bertheads.runlog import RunLog
 
 SAMPLINGS = ("proportional", "temperature", "round-robin")
 KEEP_CHOICES = ("best", "last")
@@ -50,6 +54,14 @@ class TrainSettings:
     progress: bool = True
     keep: str = "best"  # "best": the best dev evaluation; "last": the final epoch's model
     select_metric: str | None = None  # dev metric that picks the best (default: each task's main one)
+    grad_accum: int = 1  # batches of batch_size whose gradients make one step (of batch_size * grad_accum)
+    eval_every: int | None = None  # also evaluate every N steps (not only after each epoch)
+    patience: int | None = None  # stop after this many evaluations without improvement
+    save_every: int | None = None  # checkpoint every N steps (None: after every epoch)
+    resume: bool = False  # continue the run whose checkpoint is in --out
+    overwrite: bool = False  # allow replacing a model (or checkpoint) of another run in --out
+    log_every: int = 10  # steps between the training log's lines
+    tensorboard: bool = False  # also write TensorBoard event files to OUT/tensorboard
 
 
 @dataclass
@@ -81,11 +93,13 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 def plan_epoch(data: list[TaskData], settings: TrainSettings, epoch: int, rank: int, world: int
                ) -> list[tuple[int, list[int]]]:
-    """The (task index, example indices) batches of one epoch on this process."""
+    """The (task index, example indices) batches of one epoch on this process: each is one
+    step's batch, `batch_size * grad_accum` examples."""
     plans = []
+    size = settings.batch_size * settings.grad_accum
     for t, d in enumerate(data):
         lengths = d.cached.lengths if d.cached is not None else [len(f["input_ids"]) for f in d.train_features]
-        batches = length_grouped_batches(lengths, settings.batch_size, seed=settings.seed + 1000 * epoch + t)
+        batches = length_grouped_batches(lengths, size, seed=settings.seed + 1000 * epoch + t)
         plans.append(list(shard(batches, rank, world)))
     if len(plans) == 1:
         return [(0, b) for b in plans[0]]
@@ -141,6 +155,7 @@ class Choice:
     loss: float = math.inf
     metrics: dict = field(default_factory=dict)
     by: str = ""
+    step: int = 0
 
 
 def set_up(model: BertHeads, data: list[TaskData], settings: TrainSettings) -> Run:
@@ -172,40 +187,59 @@ def set_up(model: BertHeads, data: list[TaskData], settings: TrainSettings) -> R
                model.encoder.tokenizer.pad_token_id or 0, frozen, rank, world)
 
 
-def train_epoch(run: Run, model: BertHeads, data: list[TaskData], settings: TrainSettings, epoch: int) -> dict:
-    """One pass over this process's share of the batches; the running loss and speed."""
+def train_step(run: Run, data: list[TaskData], settings: TrainSettings, t: int, idx: list[int]) -> float:
+    """One optimizer step on the batch `idx` of task `t`, in parts of `batch_size` examples
+    whose gradients add up (`grad_accum`); the batch's mean loss."""
     device = run.accelerator.device
+    d = data[t]
+    parts = [idx[i : i + settings.batch_size] for i in range(0, len(idx), settings.batch_size)]
+    total = 0.0
+    for j, part in enumerate(parts):
+        last = j == len(parts) - 1
+        with nullcontext() if last else run.accelerator.no_sync(run.wrapped):
+            if d.cached is not None:
+                batch = d.cached.batch(part, d.train_features)
+                states = batch.pop("states")
+                states = [s.to(device) for s in states] if isinstance(states, list) else states.to(device)
+                batch = {k: v.to(device) for k, v in batch.items()}
+                logits = run.wrapped(d.name, states, batch)
+            else:
+                batch = collate([d.train_features[i] for i in part], run.pad_id)
+                batch = {k: v.to(device) for k, v in batch.items()}
+                logits = run.wrapped(batch, [d.name])[d.name]
+            loss = d.task.loss(logits, batch)
+            share = len(part) / len(idx)
+            run.accelerator.backward(loss if len(parts) == 1 else loss * share)
+        total += float(loss.detach()) * share
+    if settings.max_grad_norm:
+        run.accelerator.clip_grad_norm_(run.trainable, settings.max_grad_norm)
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    return total
+
+
+def train_epoch(run: Run, model: BertHeads, data: list[TaskData], settings: TrainSettings, epoch: int,
+                start: int = 0, after_step=None) -> dict:
+    """One pass over this process's share of the batches, from batch `start` on; the running
+    loss and speed. `after_step(batch_number, loss, examples)` runs after each step and returns
+    True to end the epoch there."""
     model.train()
     if run.frozen:
         model.encoder.eval()
     plan = plan_epoch(data, settings, epoch - 1, run.rank, run.world)
-    bar = tqdm(total=len(plan), desc=f"epoch {epoch}/{settings.epochs}", unit="batch",
+    bar = tqdm(total=len(plan), initial=start, desc=f"epoch {epoch}/{settings.epochs}", unit="batch",
                disable=not (settings.progress and run.accelerator.is_main_process), dynamic_ncols=True)
     seen, started, running = 0, time.perf_counter(), None
-    for t, idx in plan:
-        d = data[t]
-        if d.cached is not None:
-            batch = d.cached.batch(idx, d.train_features)
-            states = batch.pop("states")
-            states = [s.to(device) for s in states] if isinstance(states, list) else states.to(device)
-            batch = {k: v.to(device) for k, v in batch.items()}
-            logits = run.wrapped(d.name, states, batch)
-        else:
-            batch = collate([d.train_features[i] for i in idx], run.pad_id)
-            batch = {k: v.to(device) for k, v in batch.items()}
-            logits = run.wrapped(batch, [d.name])[d.name]
-        loss = d.task.loss(logits, batch)
-        run.accelerator.backward(loss)
-        if settings.max_grad_norm:
-            run.accelerator.clip_grad_norm_(run.trainable, settings.max_grad_norm)
-        run.optimizer.step()
-        run.scheduler.step()
-        run.optimizer.zero_grad(set_to_none=True)
+    for number in range(start, len(plan)):
+        t, idx = plan[number]
+        value = train_step(run, data, settings, t, idx)
         seen += len(idx)
-        value = float(loss.detach())
         running = value if running is None else 0.98 * running + 0.02 * value
         bar.set_postfix(loss=f"{running:.4f}", ex_s=f"{seen / (time.perf_counter() - started):.1f}", refresh=False)
         bar.update(1)
+        if after_step is not None and after_step(number + 1, value, len(idx)):
+            break
     bar.close()
     seconds = time.perf_counter() - started
     return {"train_examples_per_second": round(seen * run.world / max(seconds, 1e-9), 2), "train_loss": running}
@@ -250,11 +284,12 @@ def better(score: float, loss: float, kept: Choice) -> bool:
 
 def evaluate_and_save(model: BertHeads, data: list[TaskData], settings: TrainSettings, epoch: int,
                       record: dict, kept: Choice, history: list, out: str | Path | None, evaluate,
-                      extra_manifest: dict | None) -> Choice:
-    """Evaluate every task with a dev set, record the epoch, and save the model to `out` when it
-    is the one to keep (`settings.keep`); otherwise refresh the saved model's metrics.json."""
+                      extra_manifest: dict | None, step: int = 0) -> Choice:
+    """Evaluate every task with a dev set, record the epoch (a fraction within an epoch) and
+    step, and save the model to `out` when it is the one to keep (`settings.keep`); otherwise
+    refresh the saved model's metrics.json."""
     metrics = {d.name: evaluate(model, d) for d in data if d.dev_examples is not None}
-    record = {"epoch": epoch, **record, "dev": metrics}
+    record = {"epoch": epoch, "step": step, **record, "dev": metrics}
     history.append(record)
     if metrics:
         chosen = selection_metric(data, settings, metrics)
@@ -270,7 +305,7 @@ def evaluate_and_save(model: BertHeads, data: list[TaskData], settings: TrainSet
     else:
         keep_now = better(score, loss, kept)
     if keep_now:
-        kept = Choice(epoch, score, loss, metrics, rule)
+        kept = Choice(epoch, score, loss, metrics, rule, step)
     if summary or keep_now:
         note = "kept" if keep_now else f"epoch {kept.epoch} stays kept"
         log.info(f"epoch {epoch}: {summary}{'  ' if summary else ''}({note}: {rule})")
@@ -285,25 +320,169 @@ def evaluate_and_save(model: BertHeads, data: list[TaskData], settings: TrainSet
 
 def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: str | Path | None,
         evaluate=evaluate_task, extra_manifest: dict | None = None) -> dict:
-    """Train `model` on `data`; evaluate each task after every epoch and keep the best (or,
-    with `settings.keep == "last"`, the last) to save at `out`.
+    """Train `model` on `data`; evaluate each task after every epoch (and every
+    `settings.eval_every` steps) and keep the best (or, with `settings.keep == "last"`, the
+    last) to save at `out`. With `out`, the run writes checkpoints and its log there, and
+    `settings.resume` continues the run whose checkpoint is there.
 
     `evaluate(model, task_data)` returns the dev metrics dict of one task, with its "loss".
     Returns `{"dev": metrics, "best_epoch": n, "kept": {"epoch", "by"}, "history": [...]}`.
     """
     if settings.keep not in KEEP_CHOICES:
         raise UserError(f"--keep: expected one of {', '.join(KEEP_CHOICES)}, got {settings.keep!r}")
+    if settings.patience and not any(d.dev_examples is not None for d in data):
+        raise UserError("--patience: needs a dev set (--dev) to tell whether evaluations improve")
+    if settings.resume and out is None:
+        raise UserError("--resume: needs the --out directory that holds the checkpoint")
     run = set_up(model, data, settings)
-    kept, history = Choice(), []
-    for epoch in range(1, settings.epochs + 1):
-        record = train_epoch(run, model, data, settings, epoch)
-        if run.accelerator.is_main_process:
-            kept = evaluate_and_save(model, data, settings, epoch, record, kept, history, out, evaluate,
-                                     extra_manifest)
-        run.accelerator.wait_for_everyone()
-    if run.accelerator.device.type != "cpu":
-        model.to("cpu")
-    return metrics_file(data, kept, history)
+    return Loop(run, model, data, settings, out, evaluate, extra_manifest).go()
+
+
+class Loop:
+    """The epochs of one run and what makes it resumable: the position (epoch, batch, step),
+    the kept evaluation, evaluations without improvement, checkpoints, the log, Ctrl-C."""
+
+    def __init__(self, run: Run, model: BertHeads, data: list[TaskData], settings: TrainSettings,
+                 out: str | Path | None, evaluate, extra_manifest: dict | None) -> None:
+        self.run, self.model, self.data, self.settings = run, model, data, settings
+        self.out = Path(out) if out is not None else None
+        self.evaluate, self.extra_manifest = evaluate, extra_manifest
+        self.main = run.accelerator.is_main_process
+        self.steps_per_epoch = len(plan_epoch(data, settings, 0, run.rank, run.world))
+        self.epoch, self.batch, self.step = 1, 0, 0
+        self.kept, self.history = Choice(), []
+        self.best: tuple[float, float] | None = None  # for --patience
+        self.waited, self.stop, self.interrupted = 0, False, False
+        self.identity = checkpoint.identity(model, data, settings, run.world) if out is not None else None
+        self.log = None
+
+    # -- the run --------------------------------------------------------------------------
+    def go(self) -> dict:
+        s = self.settings
+        if s.resume:
+            self.resume()
+        elif self.out is not None and self.main:
+            checkpoint.start_fresh(self.out)
+        if self.out is not None and self.main:
+            self.log = RunLog(self.out, s.tensorboard, after_step=self.step if s.resume else None)
+        previous = signal.getsignal(signal.SIGINT)
+        handled = threading.current_thread() is threading.main_thread()
+        if handled:
+            signal.signal(signal.SIGINT, self.on_interrupt)
+        try:
+            while self.epoch <= s.epochs and not self.stop:
+                record = train_epoch(self.run, self.model, self.data, s, self.epoch, self.batch, self.after_step)
+                if self.stop and self.batch < self.steps_per_epoch:
+                    break  # stopped inside the epoch (--patience): its evaluation was the last
+                self.evaluation(self.epoch, record)
+                self.epoch, self.batch = self.epoch + 1, 0
+                if s.save_every is None and self.epoch <= s.epochs and not self.stop:
+                    self.save_checkpoint()
+        finally:
+            if handled:
+                signal.signal(signal.SIGINT, previous)
+            if self.log is not None:
+                self.log.close()
+        if self.out is not None and self.main:
+            checkpoint.remove(self.out)  # the run is complete
+        self.run.accelerator.wait_for_everyone()
+        if self.run.accelerator.device.type != "cpu":
+            self.model.to("cpu")
+        return metrics_file(self.data, self.kept, self.history)
+
+    def after_step(self, number: int, loss: float, examples: int) -> bool:
+        s = self.settings
+        self.batch, self.step = number, self.step + 1
+        if self.log is not None:
+            self.log.train(self.step, self.step / self.steps_per_epoch, loss, self.run.scheduler.get_last_lr()[0],
+                           examples * self.run.world, s.log_every)
+        crash_point("train:step")
+        if s.eval_every and self.step % s.eval_every == 0 and number < self.steps_per_epoch:
+            self.evaluation(round(self.epoch - 1 + number / self.steps_per_epoch, 4), {})
+        if s.save_every and self.step % s.save_every == 0:
+            self.save_checkpoint()
+        if self.agreed(self.interrupted):
+            self.save_checkpoint()
+            where = f"; checkpoint saved in {self.out / checkpoint.DIRECTORY}, continue with the same " \
+                    f"command and --resume" if self.out is not None else ""
+            raise KeyboardInterrupt(f"stopped at step {self.step}{where}")
+        return self.stop
+
+    def evaluation(self, epoch, record: dict) -> None:
+        """Evaluate (main process), keep or not, log, and decide on --patience (all processes)."""
+        if self.main:
+            before = self.kept
+            self.kept = evaluate_and_save(self.model, self.data, self.settings, epoch, record, self.kept,
+                                          self.history, self.out, self.evaluate, self.extra_manifest, self.step)
+            self.model.train()
+            if self.run.frozen:
+                self.model.encoder.eval()
+            dev = self.history[-1]["dev"]
+            if self.log is not None:
+                self.log.evaluation(self.step, epoch, dev, self.kept is not before)
+            if dev and self.settings.patience:
+                score, loss = score_of(dev, selection_metric(self.data, self.settings, dev))
+                if self.best is None or better(score, loss, Choice(score=self.best[0], loss=self.best[1])):
+                    self.best, self.waited = (score, loss), 0
+                else:
+                    self.waited += 1
+                    if self.waited >= self.settings.patience:
+                        self.stop = True
+                        tqdm.write(f"no improvement in {self.waited} evaluations (--patience): stopping")
+        self.stop = self.agreed(self.stop, from_main=True)
+        self.run.accelerator.wait_for_everyone()
+
+    def agreed(self, flag: bool, from_main: bool = False) -> bool:
+        """A flag all processes share: the main process's, or set when any process's is."""
+        if self.run.world == 1:
+            return flag
+        import torch.distributed as dist
+
+        value = torch.tensor([1 if flag else 0])
+        if from_main:
+            dist.broadcast(value, 0)
+        else:
+            dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item())
+
+    def on_interrupt(self, signum, frame) -> None:
+        if self.interrupted or self.out is None:  # a second Ctrl-C, or nowhere to save: stop now
+            raise KeyboardInterrupt
+        self.interrupted = True
+        tqdm.write("bertheads: interrupted: saving a checkpoint after this step (Ctrl-C again to stop at once)")
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def progress(self) -> dict:
+        return {"epoch": self.epoch, "batch": self.batch, "step": self.step, "kept": asdict(self.kept),
+                "history": self.history, "best": self.best, "waited": self.waited}
+
+    def save_checkpoint(self) -> None:
+        if self.out is None:
+            return
+        states = [checkpoint.rng_state()]
+        if self.run.world > 1:
+            import torch.distributed as dist
+
+            states = [None] * self.run.world
+            dist.all_gather_object(states, checkpoint.rng_state())
+        if self.main:
+            checkpoint.write(self.out, self.model, self.run.frozen, self.run.optimizer, self.run.scheduler, states,
+                             self.identity, self.progress())
+        self.run.accelerator.wait_for_everyone()
+
+    def resume(self) -> None:
+        saved = checkpoint.read(self.out, self.run.rank)
+        why = checkpoint.mismatch(saved["state"].get("identity", {}), self.identity)
+        if why:
+            raise UserError(f"--resume: {self.out / checkpoint.DIRECTORY} does not belong to this run: {why}")
+        checkpoint.restore(saved, self.model, self.run.frozen, self.run.optimizer, self.run.scheduler)
+        p = saved["state"]["progress"]
+        self.epoch, self.batch, self.step = int(p["epoch"]), int(p["batch"]), int(p["step"])
+        self.kept, self.history = Choice(**p["kept"]), list(p["history"])
+        self.best = tuple(p["best"]) if p.get("best") else None
+        self.waited = int(p.get("waited", 0))
+        if self.main:
+            tqdm.write(f"resuming at step {self.step} (epoch {self.epoch}, batch {self.batch})")
 
 
 class HeadRunner(nn.Module):
@@ -322,4 +501,5 @@ def metrics_file(data: list[TaskData], kept: Choice, history: list) -> dict:
     and every epoch's record."""
     metrics = kept.metrics
     dev = metrics[data[0].name] if len(data) == 1 and metrics else metrics
-    return {"dev": dev, "best_epoch": kept.epoch, "kept": {"epoch": kept.epoch, "by": kept.by}, "history": history}
+    return {"dev": dev, "best_epoch": kept.epoch, "kept": {"epoch": kept.epoch, "step": kept.step, "by": kept.by},
+            "history": history}

@@ -38,6 +38,8 @@ class ClassifySpec(HeadSettings):
     pair_column: str | None = None
     label_column: str | None = None
     pair: bool = False  # whether training inputs were pairs
+    class_weights: str | None = None  # "balanced": the loss weighs each label by n / (labels * its count)
+    label_weights: list = field(default_factory=list)  # the weights, in label order (empty: all 1)
 
 
 @dataclass
@@ -87,6 +89,8 @@ class ClassifyTask(Task):
         parser.add_argument("--label-column", help="column of the label (default: found by its name: label, score, "
                                                    "class, ...)")
         parser.add_argument("--problem", choices=PROBLEMS, help="default: decided from the training labels")
+        parser.add_argument("--class-weights", choices=("none", "balanced"), default=None,
+                            help="single-label: 'balanced' weighs each label's loss by n / (labels * its count)")
 
     @property
     def main_metric(self) -> str:  # type: ignore[override]
@@ -149,6 +153,16 @@ class ClassifyTask(Task):
         examples = cls.read_file(path, spec)
         spec.problem, spec.labels = infer_labels(examples, path, problem)
         spec.pair = any(e.pair is not None for e in examples)
+        spec.label_weights = []
+        if spec.class_weights == "none":
+            spec.class_weights = None
+        if spec.class_weights == "balanced":
+            if spec.problem != "single_label":
+                raise UserError(f"--class-weights balanced: only for single-label classification, "
+                                f"{path} is {spec.problem.replace('_', '-')}")
+            counts = np.bincount([spec.labels.index(normalise_label(e.label)) for e in examples],
+                                 minlength=len(spec.labels))
+            spec.label_weights = [round(len(examples) / (len(spec.labels) * int(c)), 8) for c in counts]
         return cls.build(spec, encoder, encoder.pooler_state), examples
 
     def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None,
@@ -216,7 +230,10 @@ class ClassifyTask(Task):
             return F.mse_loss(logits.squeeze(-1), labels.float())
         if self.spec.problem == "multi_label":
             return F.binary_cross_entropy_with_logits(logits, labels.float())
-        return F.cross_entropy(logits, labels.long())
+        weight = None
+        if self.spec.label_weights:
+            weight = torch.tensor(self.spec.label_weights, dtype=logits.dtype, device=logits.device)
+        return F.cross_entropy(logits, labels.long(), weight=weight)
 
     def encode_for_inference(self, examples: list[ClassifyExample], tokenizer,
                              with_labels: bool = False) -> tuple[list[dict], list[int]]:
