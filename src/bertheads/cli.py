@@ -32,6 +32,7 @@ from bertheads.flags import (
     Parser,
     accept_layer_lists,
     add_training_flags,
+    fraction,
     positive_float,
     positive_int,
     settings_from,
@@ -78,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
     ev.add_argument("--predictions-out", help="qa: write {id: answer} JSON here (and an n-best file beside it)")
     ev.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
+    ev.add_argument("--threshold", type=fraction, help="multi-label classify: one threshold for every label "
+                                                       "instead of the saved ones")
     ev.set_defaults(handler=cmd_evaluate)
 
     pr = sub.add_parser("predict", help="predictions as JSON lines, in input order", parents=[common])
@@ -90,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--question", help="qa: one question (with --context)")
     pr.add_argument("--context", help="qa: the passage for --question")
     pr.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
+    pr.add_argument("--threshold", type=fraction, help="multi-label classify: one threshold for every label "
+                                                       "instead of the saved ones")
+    pr.add_argument("--min-score", type=fraction,
+                    help="single-label classify: no label (null) when the best score is below this")
     pr.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
     pr.set_defaults(handler=cmd_predict)
 
@@ -193,7 +200,7 @@ def cmd_train_multi(args) -> int:
 def cmd_evaluate(args) -> int:
     model = load(args.model_dir)
     metrics = model.evaluate(args.data, head=args.head, batch_size=args.batch_size,
-                             **present(args, "predictions_out", "null_threshold"))
+                             **present(args, "predictions_out", "null_threshold", "threshold"))
     if args.json:
         print(json.dumps(metrics))
     else:
@@ -211,7 +218,7 @@ def cmd_predict(args) -> int:
     if args.output and Path(args.output).is_dir():
         raise UserError(f"--output {args.output}: is a directory; name a file")
     model = load(args.model_dir)
-    options = present(args, "question", "context", "null_threshold")
+    options = present(args, "question", "context", "null_threshold", "threshold", "min_score")
     examples, predictions = model.predict_file(args.input, head=args.head, fmt=args.format,
                                                batch_size=args.batch_size, progress=bool(args.output), **options)
     text = model.render(predictions, examples, args.format, head=args.head)
