@@ -282,11 +282,14 @@ def evaluate_and_save(model: BertHeads, data: list[TaskData], settings: TrainSet
 
 
 def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: str | Path | None,
-        evaluate=evaluate_task, extra_manifest: dict | None = None) -> dict:
+        evaluate=evaluate_task, extra_manifest: dict | None = None, on_epoch=None) -> dict:
     """Train `model` on `data`; evaluate each task after every epoch and keep the best (or,
     with `settings.keep == "last"`, the last) to save at `out`.
 
     `evaluate(model, task_data)` returns the dev metrics dict of one task, with its "loss".
+    `on_epoch(epoch, record, kept)`, if given, is called on the main process after each epoch's
+    evaluation (`record`: that epoch's history entry; `kept`: the `Choice` so far); an exception
+    it raises ends the run (a hyperparameter search prunes a trial this way).
     Returns `{"dev": metrics, "best_epoch": n, "kept": {"epoch", "by"}, "history": [...]}`.
     """
     if settings.keep not in KEEP_CHOICES:
@@ -298,6 +301,8 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
         if run.accelerator.is_main_process:
             kept = evaluate_and_save(model, data, settings, epoch, record, kept, history, out, evaluate,
                                      extra_manifest)
+            if on_epoch is not None:
+                on_epoch(epoch, history[-1], kept)
         run.accelerator.wait_for_everyone()
     if run.accelerator.device.type != "cpu":
         model.to("cpu")
