@@ -11,6 +11,7 @@ import bertheads
 from bertheads import multitask, tune
 from bertheads.cli import main
 from bertheads.errors import UserError
+from bertheads.report import report
 
 
 @pytest.fixture
@@ -68,6 +69,8 @@ def test_grid_prunes_and_restarts_and_publishes_the_best(tiny_bert, data, tmp_pa
     assert len(model.predict(["a fine film"])) == 1
     assert not list((out / ".trials").iterdir())  # the other trials' models are gone
     assert "best: trial 0" in tune.summary(rows) and "over 2 seeds" in tune.summary(rows)
+    page = report(out, out=tmp_path / "page")  # the search's plot and table in the model's report
+    assert "Hyperparameter search" in page.read_text() and (tmp_path / "page" / "tune-trials.png").stat().st_size
 
 
 def test_resume_continues_an_interrupted_search(tiny_bert, data, tmp_path, scripted):

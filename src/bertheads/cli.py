@@ -5,6 +5,8 @@ bertheads train KIND --train F [--dev F] --out DIR    KIND: classify, tag, qa, o
 bertheads evaluate DIR --data F                        metrics of a saved model
 bertheads predict DIR [--input F] [--output F]         predictions as JSON lines, in input order
 bertheads extract --input F --out DIR                  frozen-encoder vectors for other tools
+bertheads tune KIND --train F --dev F --out DIR       search training settings, keep the best model
+bertheads report DIR [--data F] [--out PAGE_DIR]       an HTML page of figures for a saved model
 bertheads combine DIR DIR ... --out DIR                one model from several sharing an encoder
 bertheads serve DIR                                    HTTP API and web page
 ```
