@@ -11,7 +11,8 @@ for `--epochs` epochs; the search is the grid `--lr` x `--batch-size` (plus `--c
 `--layers`, `--head` for features mode), each trial scored by its best epoch, then
 `--restarts` other seeds of the best setting. `--ft-epoch` (features mode) also times one
 fine-tuning epoch of the same data for the time-per-trial comparison. Results:
-bench/out/tune-NAME.json and a Markdown summary on stdout.
+bench/out/tune-NAME.json, the search directory (best model, trials.jsonl) at
+bench/out/tune-NAME-search, and a summary on stdout.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from common import environment, require_data, save_json  # noqa: E402
+from common import OUT, environment, require_data, save_json  # noqa: E402
 
 TASKS = {  # name -> (kind, data folder, train file, dev file, main metric)
     "rte": ("classify", ("glue", "RTE"), "train.tsv", "dev.tsv", "accuracy"),
@@ -141,7 +142,10 @@ def main() -> None:
     print(record["summary"])
     print(f"baseline: {record.get('baseline')}")
     print(f"search {record['search_seconds']:.0f} s; loadavg {record['loadavg_start']} -> {record['loadavg_end']}")
-    print(f"wrote {path}")
+    kept = OUT / f"tune-{name}-search"  # the best model, trials.jsonl: `bertheads report` reads it
+    shutil.rmtree(kept, ignore_errors=True)
+    shutil.move(str(work / "search"), kept)
+    print(f"wrote {path} and {kept}")
     shutil.rmtree(work, ignore_errors=True)
 
 

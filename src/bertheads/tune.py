@@ -54,7 +54,7 @@ DEFAULT_GRID = {"lr": [5e-5, 3e-5, 2e-5], "batch_size": [16, 32]}
 TRAINING_FLAGS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay")
 NOT_SEARCHED = ("train", "dev", "out", "model", "limit", "no_progress", "keep", "select_metric", "seed",
                 "eval_batch_size", "cache_dir", "cache_dtype", "cache_max_gb", "help")
-MODEL_PARTS = ("encoder", "heads", "metrics.json")
+MODEL_PARTS = ("encoder", "heads", "metrics.json", "log.jsonl")
 STUDY_NAME = "bertheads-tune"
 
 
