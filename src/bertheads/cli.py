@@ -152,7 +152,7 @@ def add_report(sub, common) -> None:
     p = sub.add_parser("report", help="an HTML page of figures for a saved model", parents=[common])
     p.add_argument("model_dir", help="a model directory written by `bertheads train` or `tune`")
     p.add_argument("--data", help="labelled file: confusion matrices, per-class scores, worst examples")
-    p.add_argument("--out", help="page directory (default: MODEL_DIR/report)")
+    p.add_argument("--out", help="page directory; default: MODEL_DIR/report")
     p.add_argument("--head", help="only this head, for a model with several")
     p.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
     p.set_defaults(handler=cmd_report)
