@@ -250,7 +250,8 @@ def table(rows: list[dict]) -> str:
     body = []
     for r in rows:
         body.append([str(r["number"]), str(r["phase"] or ""), *(fmt(r["params"].get(n)) for n in names),
-                     str(r["seed"]), r["state"], fmt(r["score"]), str(r["best_epoch"] or ""), fmt(r["seconds"])])
+                     str(r["seed"]), r["state"], fmt(r["score"]), str(r["best_epoch"] or ""),
+                     "" if r["seconds"] is None else f"{r['seconds']:.1f}"])
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     return "\n".join("  ".join(x.rjust(w) for x, w in zip(line, widths)) for line in [head, *body])
 
