@@ -137,7 +137,7 @@ def test_trains_and_metrics_equal_seqeval_on_predictions(tagger, tag_data):
 
     model = bertheads.load(tagger)
     saved = json.loads((tag_data / "model" / "metrics.json").read_text())["dev"]
-    assert set(saved) == {"f1", "precision", "recall", "per_type", "accuracy", "loss"}
+    assert set(saved) == {"f1", "precision", "recall", "per_type", "accuracy", "loss", "errors", "type_confusion"}
     task = model.task()
     examples = task.read(str(tag_data / "dev.txt"))
     outputs = head_outputs(model.net, "tag", examples)

@@ -14,6 +14,7 @@ from bertheads.errors import UserError
 from bertheads.model import BertHeads, evaluate_head, head_outputs
 from bertheads.multitask import MultiConfig, multi_task_manifest, read_config, single_task, train_tasks
 from bertheads.packing import INFERENCE_BATCH
+from bertheads.report import report
 from bertheads.train import TrainSettings
 
 
@@ -67,6 +68,12 @@ class Model:
         name = self.head_name(head)
         examples = self.net.tasks[name].read(path, need_labels=True)
         return evaluate_head(self.net, name, examples, path, batch_size, **options)
+
+    def report(self, data: str | None = None, out: str | Path | None = None, head: str | None = None) -> Path:
+        """Write the HTML report page of this saved model (see `bertheads.report`); its path."""
+        if self.directory is None:
+            raise UserError("report: the model is not saved; train it with an output directory")
+        return report(self.directory, data, out, head=head)
 
     def analyze(self, texts: list[str], second_texts: list[str] | None = None, questions: list[str] | None = None,
                 batch_size: int = INFERENCE_BATCH, **options) -> list[dict]:

@@ -5,6 +5,8 @@ bertheads train KIND --train F [--dev F] --out DIR    KIND: classify, tag, qa, o
 bertheads evaluate DIR --data F                        metrics of a saved model
 bertheads predict DIR [--input F] [--output F]         predictions as JSON lines, in input order
 bertheads extract --input F --out DIR                  frozen-encoder vectors for other tools
+bertheads tune KIND --train F --dev F --out DIR       search training settings, keep the best model
+bertheads report DIR [--data F] [--out PAGE_DIR]       an HTML page of figures for a saved model
 bertheads combine DIR DIR ... --out DIR                one model from several sharing an encoder
 bertheads serve DIR                                    HTTP API and web page
 ```
@@ -32,6 +34,7 @@ from bertheads.flags import (
     Parser,
     accept_layer_lists,
     add_training_flags,
+    fraction,
     positive_float,
     positive_int,
     settings_from,
@@ -79,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
     ev.add_argument("--predictions-out", help="qa: write {id: answer} JSON here (and an n-best file beside it)")
     ev.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
+    ev.add_argument("--threshold", type=fraction, help="multi-label classify: one threshold for every label "
+                                                       "instead of the saved ones")
     ev.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
     ev.set_defaults(handler=cmd_evaluate)
 
@@ -92,10 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--question", help="qa: one question (with --context)")
     pr.add_argument("--context", help="qa: the passage for --question")
     pr.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
+    pr.add_argument("--threshold", type=fraction, help="multi-label classify: one threshold for every label "
+                                                       "instead of the saved ones")
+    pr.add_argument("--min-score", type=fraction,
+                    help="single-label classify: no label (null) when the best score is below this")
     pr.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
     pr.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
     pr.set_defaults(handler=cmd_predict)
 
+    add_tune(sub, common)
+    add_report(sub, common)
     add_extract(sub, common)
     add_combine(sub, common)
     add_serve(sub, common)
@@ -112,6 +123,41 @@ def add_train_multi(kinds, common) -> None:
     add_training_flags(p)
     # head flags given on the command line apply to every task; unset ones leave each kind's default
     p.set_defaults(**{flag: None for flag in HEAD_FLAGS}, handler=cmd_train_multi)
+
+
+TUNE_FLAGS = ("trials", "restarts", "space", "resume", "no_pruning")
+
+
+def add_tune(sub, common) -> None:
+    tune_p = sub.add_parser("tune", help="search training settings on dev (Optuna), keep the best model",
+                            description="Train one setting per trial and keep the best on --dev: by default "
+                                        "the BERT paper's grid (lr 5e-5, 3e-5, 2e-5; batch size 16, 32; "
+                                        "up to 4 epochs, the best epoch taken).")
+    kinds = tune_p.add_subparsers(dest="kind", required=True, metavar="KIND")
+    for kind, cls in TASKS.items():
+        p = kinds.add_parser(kind, help=cls.help, parents=[common])
+        p.add_argument("--train", required=True, help="training file")
+        p.add_argument("--dev", required=True, help="labelled file the trials are compared on")
+        p.add_argument("--out", required=True,
+                       help="directory for the best model, trials.jsonl and the search's storage")
+        g = p.add_argument_group("search")
+        g.add_argument("--trials", type=positive_int, help="sample N settings from --space (TPE) instead of a grid")
+        g.add_argument("--space", help="YAML search space: flag: [values] or flag: {low, high, log}")
+        g.add_argument("--restarts", type=int, default=0, help="train the best setting again with K other seeds")
+        g.add_argument("--no-pruning", action="store_true", help="train every trial to its last epoch")
+        cls.add_arguments(p)
+        add_training_flags(p, **cls.training_defaults)
+        p.set_defaults(handler=cmd_tune, epochs=4)
+
+
+def add_report(sub, common) -> None:
+    p = sub.add_parser("report", help="an HTML page of figures for a saved model", parents=[common])
+    p.add_argument("model_dir", help="a model directory written by `bertheads train` or `tune`")
+    p.add_argument("--data", help="labelled file: confusion matrices, per-class scores, worst examples")
+    p.add_argument("--out", help="page directory; default: MODEL_DIR/report")
+    p.add_argument("--head", help="only this head, for a model with several")
+    p.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
+    p.set_defaults(handler=cmd_report)
 
 
 def add_extract(sub, common) -> None:
@@ -211,7 +257,7 @@ def cmd_train_multi(args) -> int:
 def cmd_evaluate(args) -> int:
     model = load(args.model_dir, verify=not args.no_verify)
     metrics = model.evaluate(args.data, head=args.head, batch_size=args.batch_size,
-                             **present(args, "predictions_out", "null_threshold"))
+                             **present(args, "predictions_out", "null_threshold", "threshold"))
     if args.json:
         print(json.dumps(metrics))
     else:
@@ -229,7 +275,7 @@ def cmd_predict(args) -> int:
     if args.output:
         check_output_file(args.output)
     model = load(args.model_dir, verify=not args.no_verify)
-    options = present(args, "question", "context", "null_threshold")
+    options = present(args, "question", "context", "null_threshold", "threshold", "min_score")
     examples, predictions = model.predict_file(args.input, head=args.head, fmt=args.format,
                                                batch_size=args.batch_size, progress=bool(args.output), **options)
     text = model.render(predictions, examples, args.format, head=args.head)
@@ -237,6 +283,31 @@ def cmd_predict(args) -> int:
         atomic_write_text(args.output, text)
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from bertheads.tune import TuneSettings, summary, table, tune  # optuna loads only for this command
+
+    if args.restarts < 0:
+        raise UserError(f"--restarts: expected 0 or more, got {args.restarts}")
+    settings = settings_from(args)
+    settings.resume = False  # tune's --resume continues the search (its trials start afresh)
+    search = TuneSettings(trials=args.trials, restarts=args.restarts, space=args.space, resume=args.resume,
+                          pruning=not args.no_pruning)
+    options = {k: v for k, v in task_options(args).items() if k not in TUNE_FLAGS}
+    rows = tune(args.kind, args.train, args.dev, args.out, model=args.model, settings=settings,
+                search=search, limit=args.limit, **options)
+    print(table(rows))
+    print(summary(rows))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from bertheads.report import report  # matplotlib loads only for this command
+
+    page = report(args.model_dir, args.data, args.out, head=args.head, batch_size=args.batch_size)
+    log.info(f"wrote {page}")
     return 0
 
 

@@ -17,6 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from bertheads.errors import UserError
+from bertheads.tasks import TASKS
 
 MANIFEST = "bertheads.json"
 FORMAT_VERSION = 1
@@ -55,8 +56,6 @@ def read_manifest(directory: str | Path) -> dict:
 
 def check_manifest(data, path: Path | str) -> dict:
     """`data` checked against the manifest schema (errors name `path` and the field)."""
-    from bertheads.tasks import TASKS
-
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object, got {json_type(data)}")
     version = data.get("format_version")

@@ -196,10 +196,11 @@ def prepare_task(kind: str, train_path: str, dev_path: str | None, encoder: Enco
 
 def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "default",
                 settings: TrainSettings | None = None, limit: int | None = None,
-                cli_options: dict | None = None, extra_manifest: dict | None = None) -> tuple[BertHeads, dict]:
+                cli_options: dict | None = None, extra_manifest: dict | None = None,
+                on_epoch=None) -> tuple[BertHeads, dict]:
     """Train every task of `config` on one shared encoder (batches sampled across tasks by
     `config.sampling`); evaluate each head after every epoch; save the kept epoch to `out`.
-    Returns the trained network and what metrics.json holds."""
+    `on_epoch` is passed to `train.fit`. Returns the trained network and what metrics.json holds."""
     settings = settings or TrainSettings()
     settings.sampling, settings.temperature = config.sampling, config.temperature
     if out is not None:
@@ -221,7 +222,7 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
         for d, t in zip(data, config.tasks):
             attach_cache(net, [d], options[t.name], model, t.train, progress=settings.progress)
     extra = {"source_model": model, **(extra_manifest or {})}
-    result = fit(net, data, settings, out, evaluate_task, extra)
+    result = fit(net, data, settings, out, evaluate_task, extra, on_epoch)
     return net, result
 
 

@@ -319,13 +319,16 @@ def evaluate_and_save(model: BertHeads, data: list[TaskData], settings: TrainSet
 
 
 def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: str | Path | None,
-        evaluate=evaluate_task, extra_manifest: dict | None = None) -> dict:
+        evaluate=evaluate_task, extra_manifest: dict | None = None, on_epoch=None) -> dict:
     """Train `model` on `data`; evaluate each task after every epoch (and every
     `settings.eval_every` steps) and keep the best (or, with `settings.keep == "last"`, the
     last) to save at `out`. With `out`, the run writes checkpoints and its log there, and
     `settings.resume` continues the run whose checkpoint is there.
 
     `evaluate(model, task_data)` returns the dev metrics dict of one task, with its "loss".
+    `on_epoch(epoch, record, kept)`, if given, is called on the main process after each epoch's
+    evaluation (`record`: that epoch's history entry; `kept`: the `Choice` so far); an exception
+    it raises ends the run (a hyperparameter search prunes a trial this way).
     Returns `{"dev": metrics, "best_epoch": n, "kept": {"epoch", "by"}, "history": [...]}`.
     """
     if settings.keep not in KEEP_CHOICES:
@@ -335,7 +338,7 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
     if settings.resume and out is None:
         raise UserError("--resume: needs the --out directory that holds the checkpoint")
     run = set_up(model, data, settings)
-    return Loop(run, model, data, settings, out, evaluate, extra_manifest).go()
+    return Loop(run, model, data, settings, out, evaluate, extra_manifest, on_epoch).go()
 
 
 class Loop:
@@ -343,8 +346,9 @@ class Loop:
     the kept evaluation, evaluations without improvement, checkpoints, the log, Ctrl-C."""
 
     def __init__(self, run: Run, model: BertHeads, data: list[TaskData], settings: TrainSettings,
-                 out: str | Path | None, evaluate, extra_manifest: dict | None) -> None:
+                 out: str | Path | None, evaluate, extra_manifest: dict | None, on_epoch=None) -> None:
         self.run, self.model, self.data, self.settings = run, model, data, settings
+        self.on_epoch = on_epoch
         self.out = Path(out) if out is not None else None
         self.evaluate, self.extra_manifest = evaluate, extra_manifest
         self.main = run.accelerator.is_main_process
@@ -375,6 +379,8 @@ class Loop:
                 if self.stop and self.batch < self.steps_per_epoch:
                     break  # stopped inside the epoch (--patience): its evaluation was the last
                 self.evaluation(self.epoch, record)
+                if self.on_epoch is not None and self.main:
+                    self.on_epoch(self.epoch, self.history[-1], self.kept)
                 self.epoch, self.batch = self.epoch + 1, 0
                 if s.save_every is None and self.epoch <= s.epochs and not self.stop:
                     self.save_checkpoint()

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from bertheads.argtypes import fraction
 from bertheads.errors import UserError, where
 from bertheads.layers import LayerCombine
 from bertheads.packing import encode_texts
@@ -40,6 +41,8 @@ class ClassifySpec(HeadSettings):
     pair: bool = False  # whether training inputs were pairs
     class_weights: str | None = None  # "balanced": the loss weighs each label by n / (labels * its count)
     label_weights: list = field(default_factory=list)  # the weights, in label order (empty: all 1)
+    threshold: float | None = None  # multi-label: one decision threshold for every label (fixed)
+    thresholds: list | None = None  # multi-label: per-label thresholds tuned on dev for F1
 
 
 @dataclass
@@ -91,6 +94,9 @@ class ClassifyTask(Task):
         parser.add_argument("--problem", choices=PROBLEMS, help="default: decided from the training labels")
         parser.add_argument("--class-weights", choices=("none", "balanced"), default=None,
                             help="single-label: 'balanced' weighs each label's loss by n / (labels * its count)")
+        parser.add_argument("--threshold", type=fraction,
+                            help="multi-label: one decision threshold for every label (default: one per label, "
+                                 "tuned on --dev for F1 after each epoch; 0.5 without --dev)")
 
     @property
     def main_metric(self) -> str:  # type: ignore[override]
@@ -259,8 +265,22 @@ class ClassifyTask(Task):
     def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples, features) -> list[np.ndarray]:
         return list(feature_outputs)
 
-    def decode(self, logits: list[np.ndarray], examples=None, **_) -> list[dict]:
-        """Head outputs to `{"label", "scores"}` (or `{"value"}`, or `{"labels", "scores"}`)."""
+    def label_thresholds(self, threshold: float | None = None) -> np.ndarray:
+        """Multi-label decision thresholds: `threshold` if given, else the spec's fixed one,
+        else the per-label ones tuned on dev, else 0.5."""
+        n = len(self.spec.labels)
+        if threshold is None:
+            threshold = self.spec.threshold
+        if threshold is not None:
+            return np.full(n, float(threshold))
+        if self.spec.thresholds and len(self.spec.thresholds) == n:
+            return np.asarray(self.spec.thresholds, dtype=float)
+        return np.full(n, 0.5)
+
+    def decode(self, logits: list[np.ndarray], examples=None, threshold: float | None = None,
+               min_score: float | None = None, **_) -> list[dict]:
+        """Head outputs to `{"label", "scores"}` (or `{"value"}`, or `{"labels", "scores"}`).
+        Single-label: `min_score` gives `"label": null` when the best score is below it."""
         if not logits:
             return []
         arr = np.stack(logits)
@@ -268,22 +288,35 @@ class ClassifyTask(Task):
         if self.spec.problem == "regression":
             return [{"value": float(v)} for v in arr[:, 0]]
         if self.spec.problem == "multi_label":
-            probs = 1.0 / (1.0 + np.exp(-arr))
-            return [{"labels": [self.spec.labels[j] for j in np.flatnonzero(p >= 0.5)],
+            probs = sigmoid(arr)
+            cut = self.label_thresholds(threshold)
+            return [{"labels": [self.spec.labels[j] for j in np.flatnonzero(p >= cut)],
                      "scores": {n: round(float(x), 6) for n, x in zip(names, p)}} for p in probs]
         probs = softmax(arr)
         best = probs.argmax(-1)
-        return [{"label": self.spec.labels[b], "scores": {n: round(float(x), 6) for n, x in zip(names, p)}}
+        return [{"label": None if min_score is not None and p[b] < min_score else self.spec.labels[b],
+                 "scores": {n: round(float(x), 6) for n, x in zip(names, p)}}
                 for b, p in zip(best, probs)]
 
-    def metrics(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None, **_) -> dict:
+    def metrics(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None,
+                threshold: float | None = None, during_training: bool = False, **_) -> dict:
+        """Accuracy, F1, MCC with per-class figures and the confusion matrix (single-label),
+        micro/macro F1 with per-label figures (multi-label; after an epoch the per-label
+        thresholds are tuned here unless one was fixed), or Pearson/Spearman (regression)."""
         arr = np.stack(logits)
         gold = [self.label_target(e, path) for e in examples]
+        names = [str(label) for label in self.spec.labels]
         if self.spec.problem == "regression":
             return regression_metrics(arr[:, 0], np.asarray(gold, dtype=float))
         if self.spec.problem == "multi_label":
-            return multi_label_metrics(arr >= 0.0, np.asarray(gold) >= 0.5)
-        return label_metrics(arr.argmax(-1), np.asarray(gold), len(self.spec.labels))
+            probs, truth = sigmoid(arr), np.asarray(gold) >= 0.5
+            if during_training and self.spec.threshold is None and threshold is None:
+                self.spec.thresholds = [round(float(t), 6) for t in tune_thresholds(probs, truth)]
+            cut = self.label_thresholds(threshold)
+            result = multi_label_metrics(probs >= cut, truth, names)
+            result["thresholds"] = {n: round(float(t), 4) for n, t in zip(names, cut)}
+            return result
+        return label_metrics(arr.argmax(-1), np.asarray(gold), len(self.spec.labels), names)
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -383,17 +416,38 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
-def label_metrics(pred: np.ndarray, gold: np.ndarray, num_labels: int) -> dict:
-    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+def label_metrics(pred: np.ndarray, gold: np.ndarray, num_labels: int, names: list[str] | None = None) -> dict:
+    """Accuracy, F1 (binary, or macro over the classes), MCC, per-class precision, recall, F1
+    and support, and the confusion matrix (rows: gold class, columns: predicted class)."""
+    from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, matthews_corrcoef
 
     average = "binary" if num_labels == 2 else "macro"
+    labels = list(range(num_labels))
+    names = names or [str(i) for i in labels]
     return {
         "accuracy": float(accuracy_score(gold, pred)),
-        "f1": float(f1_score(gold, pred, average=average, labels=list(range(num_labels)) if average == "macro" else None,
+        "f1": float(f1_score(gold, pred, average=average, labels=labels if average == "macro" else None,
                              zero_division=0)),
         "mcc": float(matthews_corrcoef(gold, pred)),
         "examples": int(len(gold)),
+        "per_class": per_class(pred[:, None] == np.arange(num_labels), gold[:, None] == np.arange(num_labels), names),
+        "confusion": {"labels": names, "matrix": confusion_matrix(gold, pred, labels=labels).tolist()},
     }
+
+
+def per_class(pred: np.ndarray, gold: np.ndarray, names: list[str]) -> dict:
+    """Precision, recall, F1 and support of each column of boolean [examples, classes] arrays
+    (0 where a ratio has no denominator, as sklearn's zero_division=0)."""
+    tp = (pred & gold).sum(0)
+    predicted, support = pred.sum(0), gold.sum(0)
+    out = {}
+    for j, name in enumerate(names):
+        precision = tp[j] / predicted[j] if predicted[j] else 0.0
+        recall = tp[j] / support[j] if support[j] else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        out[name] = {"precision": float(precision), "recall": float(recall), "f1": float(f1),
+                     "support": int(support[j])}
+    return out
 
 
 def regression_metrics(pred: np.ndarray, gold: np.ndarray) -> dict:
@@ -408,12 +462,41 @@ def regression_metrics(pred: np.ndarray, gold: np.ndarray) -> dict:
     }
 
 
-def multi_label_metrics(pred: np.ndarray, gold: np.ndarray) -> dict:
+def multi_label_metrics(pred: np.ndarray, gold: np.ndarray, names: list[str] | None = None) -> dict:
     from sklearn.metrics import f1_score
 
+    names = names or [str(i) for i in range(gold.shape[1])]
     return {
         "micro_f1": float(f1_score(gold, pred, average="micro", zero_division=0)),
         "macro_f1": float(f1_score(gold, pred, average="macro", zero_division=0)),
         "subset_accuracy": float(np.mean(np.all(pred == gold, axis=1))),
         "examples": int(len(gold)),
+        "per_label": per_class(pred.astype(bool), gold.astype(bool), names),
     }
+
+
+def tune_thresholds(probs: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """Per label, the decision threshold with the best F1 on these scores: a label is
+    predicted when its score is at least the threshold. Candidates lie halfway between
+    neighbouring distinct scores; among equal F1 the one nearest 0.5 wins. A label with no
+    positive example keeps 0.5."""
+    out = np.full(probs.shape[1], 0.5)
+    for j in range(probs.shape[1]):
+        p, g = probs[:, j], gold[:, j].astype(bool)
+        if not g.any():
+            continue
+        order = np.argsort(-p, kind="stable")
+        sp, sg = p[order], g[order]
+        last = np.r_[sp[1:] != sp[:-1], True]  # predicting the top k: only where scores change
+        tp = np.cumsum(sg)[last]
+        k = np.flatnonzero(last) + 1
+        f1 = 2 * tp / (k + g.sum())
+        below = np.r_[sp[1:], sp[-1] - 1.0][last]  # the next lower score
+        cuts = (sp[last] + below) / 2
+        best = np.flatnonzero(np.isclose(f1, f1.max()))
+        out[j] = cuts[best[np.argmin(np.abs(cuts[best] - 0.5))]]
+    return np.clip(out, 0.0, 1.0)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))

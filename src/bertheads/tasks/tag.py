@@ -35,6 +35,7 @@ from bertheads.tasks.tag_formats import (
 )
 from bertheads.tasks.tag_scheme import (
     detect_scheme,
+    entity_errors,
     entity_metrics,
     entity_spans,
     inside,
@@ -382,14 +383,16 @@ class TagTask(Task):
 
     def metrics(self, outputs: list[WordScores], examples: list[TagExample], path=None, **_) -> dict:
         """Entity precision, recall and F1 (micro and per type) as seqeval's default mode
-        (conlleval rules) computes them, plus word accuracy."""
+        (conlleval rules) computes them, word accuracy, and the span and type errors
+        (`tag_scheme.entity_errors`)."""
         known = set(self.spec.tags)
         for e in examples:
             for j, tag in enumerate(e.tags or []):
                 if tag not in known:
                     line = e.word_lines[j] if e.word_lines else e.line
                     raise UserError(f"{where(path, line)}: tag {tag!r} was not seen in training")
-        return entity_metrics([e.tags for e in examples], self.predicted_tags(outputs))
+        gold, pred = [e.tags for e in examples], self.predicted_tags(outputs)
+        return {**entity_metrics(gold, pred), **entity_errors(gold, pred)}
 
     def render(self, predictions: list[dict], examples: list[TagExample], fmt: str | None = None) -> str:
         """JSON lines, or for `--format conll` the input's lines with a predicted tag column."""

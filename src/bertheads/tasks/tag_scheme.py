@@ -108,3 +108,53 @@ def entity_metrics(gold: list[list[str]], pred: list[list[str]]) -> dict:
                 for n, a, b, c, d in zip(names, pt, rt, ft, st)}
     return {"f1": float(f), "precision": float(p), "recall": float(r), "per_type": per_type,
             "accuracy": correct / words if words else 0.0}
+
+
+def sentence_entities(tags: list[str]) -> list[tuple[str, int, int]]:
+    """(type, first word, end word exclusive) of one sentence's tags by the conlleval rules."""
+    codes, types = scheme_codes(tags)
+    return entity_spans(codes, types)
+
+
+def entity_errors(gold: list[list[str]], pred: list[list[str]]) -> dict:
+    """How predicted entities miss the gold ones, and the confusion between entity types.
+
+    Each gold entity is matched with the predicted entity that overlaps it most (ties: the
+    first); it is `correct` (same span and type), a `type` error (same span, other type), a
+    `boundary` error (overlapping, other span, same type), `type_and_boundary` (both), or
+    `missed` (no overlap). A predicted entity that overlaps no gold one is `spurious`.
+    `type_confusion` counts gold type (rows) against predicted type (columns) for every
+    matched pair; the "O" row holds the spurious predictions, the "O" column the missed ones.
+    """
+    counts = {"correct": 0, "type": 0, "boundary": 0, "type_and_boundary": 0, "missed": 0, "spurious": 0}
+    pairs: list[tuple[str, str]] = []
+    for g_tags, p_tags in zip(gold, pred):
+        g_ents, p_ents = sentence_entities(g_tags), sentence_entities(p_tags)
+        touched = [False] * len(p_ents)
+        for g_type, g0, g1 in g_ents:
+            best, overlap = -1, 0
+            for i, (_, p0, p1) in enumerate(p_ents):
+                size = min(g1, p1) - max(g0, p0)
+                if size > overlap:
+                    best, overlap = i, size
+            if best < 0:
+                counts["missed"] += 1
+                pairs.append((g_type, "O"))
+                continue
+            p_type, p0, p1 = p_ents[best]
+            touched[best] = True
+            same_span, same_type = (p0, p1) == (g0, g1), p_type == g_type
+            key = "correct" if same_span and same_type else "type" if same_span else \
+                "boundary" if same_type else "type_and_boundary"
+            counts[key] += 1
+            pairs.append((g_type, p_type))
+        for (p_type, p0, p1), seen in zip(p_ents, touched):
+            if not seen and not any(min(g1, p1) > max(g0, p0) for _, g0, g1 in g_ents):
+                counts["spurious"] += 1
+                pairs.append(("O", p_type))
+    types = sorted({t for pair in pairs for t in pair} - {"O"}) + ["O"]
+    index = {t: i for i, t in enumerate(types)}
+    matrix = [[0] * len(types) for _ in types]
+    for g_type, p_type in pairs:
+        matrix[index[g_type]][index[p_type]] += 1
+    return {"errors": counts, "type_confusion": {"types": types, "matrix": matrix}}
