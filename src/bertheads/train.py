@@ -14,7 +14,7 @@ import math
 import random
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +24,16 @@ from tqdm.auto import tqdm
 
 from bertheads import bundle
 from bertheads.atomic import atomic_write_text
+from bertheads.cache import evaluate_cached
 from bertheads.errors import UserError
+from bertheads.layers import reads_first_position_only
 from bertheads.model import BertHeads, evaluate_head
 from bertheads.packing import INFERENCE_BATCH, collate, length_grouped_batches, shard
 
 SAMPLINGS = ("proportional", "temperature", "round-robin")
 KEEP_CHOICES = ("best", "last")
+FINETUNE_LR = 5e-5  # the learning rate when the encoder learns too
+FEATURES_LR = 1e-3  # ... and when only heads learn, on a frozen encoder's cached states
 LOWER_IS_BETTER = ("loss", "mse")  # dev metrics where smaller is better
 
 
@@ -37,7 +41,7 @@ LOWER_IS_BETTER = ("loss", "mse")  # dev metrics where smaller is better
 class TrainSettings:
     epochs: int = 3
     batch_size: int = 32
-    lr: float = 5e-5
+    lr: float | None = None  # None: FINETUNE_LR, or FEATURES_LR when the encoder is frozen
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
@@ -60,6 +64,7 @@ class TaskData:
     dev_examples: list | None = None
     dev_path: str | None = None
     cached: object = None  # cache.CachedFeatures when the encoder is frozen and cached
+    dev_cached: object = None  # cache.CachedDev: the dev set's states, likewise
     extra: dict = field(default_factory=dict)
 
 
@@ -141,6 +146,13 @@ class Choice:
     by: str = ""
 
 
+def resolved_settings(settings: TrainSettings, frozen: bool) -> TrainSettings:
+    """The settings with the defaults that depend on the mode filled in: the learning rate."""
+    if settings.lr is not None:
+        return settings
+    return replace(settings, lr=FEATURES_LR if frozen else FINETUNE_LR)
+
+
 def set_up(model: BertHeads, data: list[TaskData], settings: TrainSettings) -> Run:
     """Accelerate (device, processes), AdamW and the linear warm-up/decay schedule."""
     from accelerate import Accelerator
@@ -206,11 +218,16 @@ def train_epoch(run: Run, model: BertHeads, data: list[TaskData], settings: Trai
         bar.update(1)
     bar.close()
     seconds = time.perf_counter() - started
-    return {"train_examples_per_second": round(seen * run.world / max(seconds, 1e-9), 2), "train_loss": running}
+    return {"train_examples_per_second": round(seen * run.world / max(seconds, 1e-9), 2), "train_loss": running,
+            "lr": settings.lr}
 
 
 def evaluate_task(model: BertHeads, data: TaskData, batch_size: int = INFERENCE_BATCH) -> dict:
-    """A task's dev metrics after an epoch, with its mean dev `loss`."""
+    """A task's dev metrics after an epoch, with its mean dev `loss` (from the dev set's cached
+    states when the encoder is frozen)."""
+    if data.dev_cached is not None:
+        return evaluate_cached(data.task, model.heads[data.name], data.dev_cached, data.dev_examples, data.dev_path,
+                               batch_size)
     return evaluate_head(model, data.name, data.dev_examples, data.dev_path, batch_size, during_training=True)
 
 
@@ -291,14 +308,25 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
     """
     if settings.keep not in KEEP_CHOICES:
         raise UserError(f"--keep: expected one of {', '.join(KEEP_CHOICES)}, got {settings.keep!r}")
+    settings = resolved_settings(settings, frozen=all(d.cached is not None for d in data))
     run = set_up(model, data, settings)
     kept, history = Choice(), []
-    for epoch in range(1, settings.epochs + 1):
-        record = train_epoch(run, model, data, settings, epoch)
-        if run.accelerator.is_main_process:
-            kept = evaluate_and_save(model, data, settings, epoch, record, kept, history, out, evaluate,
-                                     extra_manifest)
-        run.accelerator.wait_for_everyone()
+    threads = torch.get_num_threads()
+    # [CLS] heads on cached states are a few small matrices: on CPU, one thread runs them
+    # without waiting on the others (which a busy machine schedules late)
+    small = run.frozen and run.accelerator.device.type == "cpu" and all(
+        reads_first_position_only(model.heads[d.name]) for d in data)
+    if small:
+        torch.set_num_threads(1)
+    try:
+        for epoch in range(1, settings.epochs + 1):
+            record = train_epoch(run, model, data, settings, epoch)
+            if run.accelerator.is_main_process:
+                kept = evaluate_and_save(model, data, settings, epoch, record, kept, history, out, evaluate,
+                                         extra_manifest)
+            run.accelerator.wait_for_everyone()
+    finally:
+        torch.set_num_threads(threads)
     if run.accelerator.device.type != "cpu":
         model.to("cpu")
     return metrics_file(data, kept, history)
