@@ -20,7 +20,7 @@ LAYERS = {
     3: {"bertheads.tasks"} | {f"bertheads.tasks.{p.stem}" for p in (PACKAGE / "tasks").glob("*.py")
                               if p.stem != "__init__"},
     2: {"bertheads.cache", "bertheads.layers", "bertheads.packing", "bertheads.readers", "bertheads.rowfiles",
-        "bertheads.atomic"},
+        "bertheads.atomic", "bertheads.encoder_refs"},
     1: {"bertheads.encoder", "bertheads.errors", "bertheads.argtypes"},
 }
 RANK = {module: rank for rank, modules in LAYERS.items() for module in modules}

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import struct
 import time
@@ -33,6 +32,7 @@ import torch
 
 from bertheads.atomic import atomic_directory
 from bertheads.encoder import encoder_hash
+from bertheads.encoder_refs import CACHE_ENV, cache_root  # noqa: F401 (where they were defined before)
 from bertheads.errors import UserError
 from bertheads.layers import normalise_layers, reads_first_position_only
 from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, collate, encoder_batch, run_in_length_order
@@ -40,14 +40,8 @@ from bertheads.rowfiles import create_npy
 
 log = logging.getLogger(__name__)
 
-CACHE_ENV = "BERTHEADS_CACHE"
 CACHE_DTYPES = ("float16", "float32")
 CACHE_FORMAT = 1
-
-
-def cache_root(cache_dir: str | Path | None = None) -> Path:
-    """`--cache-dir`, else `$BERTHEADS_CACHE`, else `~/.cache/bertheads`."""
-    return Path(cache_dir or os.environ.get(CACHE_ENV) or "~/.cache/bertheads").expanduser()
 
 
 @dataclass
@@ -71,10 +65,13 @@ class CacheSettings:
 
 
 def encoder_identity(encoder) -> str:
-    """What fixes the encoder's outputs: its weights (content hash) and its config."""
+    """What fixes the encoder's outputs: its weights (content hash: the remembered one of the
+    checkpoint it was loaded from, when it has a `reference`) and its config."""
+    reference = getattr(encoder, "reference", None)
+    weights = reference["hash"] if reference else encoder_hash(encoder)
     config = {k: v for k, v in encoder.model.config.to_dict().items()
               if not k.startswith("_") and k not in ("transformers_version", "architectures")}
-    digest = hashlib.sha256(encoder_hash(encoder).encode())
+    digest = hashlib.sha256(weights.encode())
     digest.update(json.dumps(config, sort_keys=True, default=str).encode())
     return digest.hexdigest()
 
@@ -127,10 +124,20 @@ class CachedFeatures:
         return batch
 
 
+@dataclass
+class CachedDev:
+    """A task's dev set as cached states: its features (with labels), which example each
+    belongs to, and the entry holding their states."""
+
+    features: list
+    owner: list
+    cached: CachedFeatures
+
+
 def attach_cache(net, data: list, options: dict, model_name: str | None = None, train_path: str | None = None,
                  progress: bool = True) -> None:
-    """Give every task of a features-mode run its cached encoder states (`TaskData.cached`),
-    building the cache entries that do not exist yet."""
+    """Give every task of a features-mode run its cached encoder states (`TaskData.cached`,
+    and `TaskData.dev_cached` for its dev set), building the cache entries that do not exist yet."""
     from accelerate import PartialState
 
     modes = {d.task.spec.mode for d in data}
@@ -154,6 +161,13 @@ def attach_cache(net, data: list, options: dict, model_name: str | None = None, 
         with state.main_process_first():
             directory = ensure_cache(encoder, d.train_features, key, layers, positions, settings, info, state.device)
         d.cached = CachedFeatures(directory, [len(f["input_ids"]) for f in d.train_features], pad_id)
+        if d.dev_examples is not None and state.is_main_process:  # the main process evaluates
+            features, owner = d.task.encode_for_inference(d.dev_examples, encoder.tokenizer, with_labels=True)
+            key = cache_key(encoder_id, features, layers, positions, settings.dtype, encoder.info.uses_token_types)
+            info = {**info, "train": None, "dev": str(d.dev_path) if d.dev_path else None}
+            directory = ensure_cache(encoder, features, key, layers, positions, settings, info, state.device)
+            d.dev_cached = CachedDev(features, owner,
+                                     CachedFeatures(directory, [len(f["input_ids"]) for f in features], pad_id))
 
 
 def ensure_cache(encoder, features: Sequence[dict], key: str, layers: tuple[int, ...], positions: str,
@@ -266,3 +280,35 @@ def check_space(settings: CacheSettings, entries: Path, nbytes: int, rows: int, 
 def say(settings: CacheSettings, message: str) -> None:
     if settings.progress:
         log.info(message)
+
+
+def evaluate_cached(task, head, dev: CachedDev, examples: list, path=None, batch_size: int = INFERENCE_BATCH,
+                    device=None) -> dict:
+    """A head's dev metrics and mean `loss` from the dev set's cached states (what evaluating
+    with the live frozen encoder gives, up to the cache's precision), without the encoder."""
+    was_training = head.training
+    head.eval()
+    device = device or next(head.parameters()).device
+    lengths = dev.cached.lengths
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    outputs: list = [None] * len(lengths)
+    total = 0.0
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                idx = order[start : start + batch_size]
+                batch = dev.cached.batch(idx, dev.features)
+                states = batch.pop("states")
+                states = [s.to(device) for s in states] if isinstance(states, list) else states.to(device)
+                batch = {k: v.to(device) for k, v in batch.items()}
+                logits = head(states, batch)
+                total += float(task.loss(logits, batch)) * len(idx)
+                arr = logits.float().cpu().numpy()
+                for j, i in enumerate(idx):
+                    outputs[i] = arr[j, : lengths[i]] if head.token_level else arr[j]
+    finally:
+        head.train(was_training)
+    collected = task.collect(outputs, dev.owner, examples, dev.features)
+    metrics = task.metrics(collected, examples, path, during_training=True)
+    metrics["loss"] = total / len(order) if order else float("nan")
+    return metrics

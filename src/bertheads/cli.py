@@ -26,7 +26,7 @@ from pathlib import Path
 from bertheads import __version__
 from bertheads.api import combine, load, train, train_multi
 from bertheads.atomic import atomic_write_text
-from bertheads.bundle import MANIFEST
+from bertheads.bundle import MANIFEST, encoder_location
 from bertheads.errors import UserError
 from bertheads.extract import INPUT_FORMATS, POOLS, ExtractSettings, extract
 from bertheads.flags import (
@@ -314,7 +314,7 @@ def cmd_report(args) -> int:
 def cmd_extract(args) -> int:
     model = args.model
     if model not in (None, "", "default") and (Path(model) / MANIFEST).is_file():
-        model = str(Path(model) / "encoder")  # a saved bertheads model: its (fine-tuned) encoder
+        model = encoder_location(model)  # a saved bertheads model: its (fine-tuned) encoder
     settings = ExtractSettings(layers=args.layers, combine=args.combine, pool=args.pool, format=args.format,
                                max_length=args.max_length, dtype=args.dtype, tokens=not args.no_tokens,
                                batch_size=args.batch_size, progress=not args.no_progress)

@@ -11,7 +11,7 @@ from bertheads.errors import UserError
 from bertheads.layers import COMBINES
 from bertheads.packing import INFERENCE_BATCH
 from bertheads.tasks import TASKS
-from bertheads.train import KEEP_CHOICES, TrainSettings
+from bertheads.train import FEATURES_LR, FINETUNE_LR, KEEP_CHOICES, TrainSettings
 
 # training flags that are head settings: on the command line they apply to every task
 HEAD_FLAGS = ("max_length", "mode", "layers", "combine", "cache_dir", "cache_dtype", "cache_max_gb")
@@ -56,7 +56,10 @@ def add_training_flags(p: argparse.ArgumentParser, *, max_length: int = 128, bat
                         "model (its head of the same kind and labels trains further; other heads are new)")
     g.add_argument("--epochs", type=positive_int, default=d.epochs, help="passes over the training data")
     g.add_argument("--batch-size", type=positive_int, default=batch_size, help="training examples per step")
-    g.add_argument("--lr", type=positive_float, default=d.lr, help="peak learning rate (AdamW, linear decay)")
+    # no default here (so --help shows both): the mode decides it, in train.resolved_settings
+    g.add_argument("--lr", type=positive_float, default=argparse.SUPPRESS,
+                   help=f"peak learning rate (AdamW, linear decay); default {FINETUNE_LR:g} when fine-tuning, "
+                        f"{FEATURES_LR:g} with --mode features (only the head learns)")
     g.add_argument("--max-length", type=positive_int, default=max_length,
                    help="tokens per input (pairs are cut longest-first)")
     g.add_argument("--seed", type=int, default=d.seed, help="random seed (head initialisation, batch order)")
@@ -106,7 +109,7 @@ def add_training_flags(p: argparse.ArgumentParser, *, max_length: int = 128, bat
 
 def settings_from(args: argparse.Namespace) -> TrainSettings:
     """The training settings given on a command line."""
-    return TrainSettings(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+    return TrainSettings(epochs=args.epochs, batch_size=args.batch_size, lr=getattr(args, "lr", None), seed=args.seed,
                          warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
                          eval_batch_size=args.eval_batch_size, progress=not args.no_progress,
                          keep=args.keep, select_metric=args.select_metric, grad_accum=args.grad_accum,

@@ -29,6 +29,7 @@ from bertheads import bundle, checkpoint
 from bertheads.bundle import HEAD_NAME
 from bertheads.cache import attach_cache
 from bertheads.encoder import Encoder
+from bertheads.encoder_refs import cache_root, reference
 from bertheads.errors import UserError, where
 from bertheads.flags import kind_defaults, kind_options, option_value, task_class
 from bertheads.layers import parse_layers
@@ -219,6 +220,9 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
         continue_heads(saved, data, model)
     net = BertHeads(encoder, {d.name: d.task for d in data})
     if modes == {"features"}:
+        # the frozen encoder is the checkpoint as loaded: its hash is remembered, and the
+        # model directory refers to it instead of holding a copy
+        encoder.reference = reference(encoder, model, cache_root(options[config.tasks[0].name].get("cache_dir")))
         for d, t in zip(data, config.tasks):
             attach_cache(net, [d], options[t.name], model, t.train, progress=settings.progress)
     extra = {"source_model": model, **(extra_manifest or {})}

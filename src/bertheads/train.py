@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +28,9 @@ from tqdm.auto import tqdm
 
 from bertheads import bundle, checkpoint
 from bertheads.atomic import atomic_write_text, crash_point
+from bertheads.cache import evaluate_cached
 from bertheads.errors import UserError
+from bertheads.layers import reads_first_position_only
 from bertheads.model import BertHeads, evaluate_head
 from bertheads.packing import INFERENCE_BATCH, collate, length_grouped_batches, shard
 from bertheads.runlog import RunLog
@@ -36,6 +38,8 @@ from bertheads.runlog import RunLog
 SAMPLINGS = ("proportional", "temperature", "round-robin")
 KEEP_CHOICES = ("best", "last")
 log = logging.getLogger(__name__)
+FINETUNE_LR = 5e-5  # the learning rate when the encoder learns too
+FEATURES_LR = 1e-3  # ... and when only heads learn, on a frozen encoder's cached states
 LOWER_IS_BETTER = ("loss", "mse")  # dev metrics where smaller is better
 
 
@@ -43,7 +47,7 @@ LOWER_IS_BETTER = ("loss", "mse")  # dev metrics where smaller is better
 class TrainSettings:
     epochs: int = 3
     batch_size: int = 32
-    lr: float = 5e-5
+    lr: float | None = None  # None: FINETUNE_LR, or FEATURES_LR when the encoder is frozen
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
@@ -74,6 +78,7 @@ class TaskData:
     dev_examples: list | None = None
     dev_path: str | None = None
     cached: object = None  # cache.CachedFeatures when the encoder is frozen and cached
+    dev_cached: object = None  # cache.CachedDev: the dev set's states, likewise
     extra: dict = field(default_factory=dict)
 
 
@@ -156,6 +161,13 @@ class Choice:
     metrics: dict = field(default_factory=dict)
     by: str = ""
     step: int = 0
+
+
+def resolved_settings(settings: TrainSettings, frozen: bool) -> TrainSettings:
+    """The settings with the defaults that depend on the mode filled in: the learning rate."""
+    if settings.lr is not None:
+        return settings
+    return replace(settings, lr=FEATURES_LR if frozen else FINETUNE_LR)
 
 
 def set_up(model: BertHeads, data: list[TaskData], settings: TrainSettings) -> Run:
@@ -242,11 +254,16 @@ def train_epoch(run: Run, model: BertHeads, data: list[TaskData], settings: Trai
             break
     bar.close()
     seconds = time.perf_counter() - started
-    return {"train_examples_per_second": round(seen * run.world / max(seconds, 1e-9), 2), "train_loss": running}
+    return {"train_examples_per_second": round(seen * run.world / max(seconds, 1e-9), 2), "train_loss": running,
+            "lr": settings.lr}
 
 
 def evaluate_task(model: BertHeads, data: TaskData, batch_size: int = INFERENCE_BATCH) -> dict:
-    """A task's dev metrics after an epoch, with its mean dev `loss`."""
+    """A task's dev metrics after an epoch, with its mean dev `loss` (from the dev set's cached
+    states when the encoder is frozen)."""
+    if data.dev_cached is not None:
+        return evaluate_cached(data.task, model.heads[data.name], data.dev_cached, data.dev_examples, data.dev_path,
+                               batch_size)
     return evaluate_head(model, data.name, data.dev_examples, data.dev_path, batch_size, during_training=True)
 
 
@@ -337,8 +354,19 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
         raise UserError("--patience: needs a dev set (--dev) to tell whether evaluations improve")
     if settings.resume and out is None:
         raise UserError("--resume: needs the --out directory that holds the checkpoint")
+    settings = resolved_settings(settings, frozen=all(d.cached is not None for d in data))
     run = set_up(model, data, settings)
-    return Loop(run, model, data, settings, out, evaluate, extra_manifest, on_epoch).go()
+    threads = torch.get_num_threads()
+    # [CLS] heads on cached states are a few small matrices: on CPU, one thread runs them
+    # without waiting on the others (which a busy machine schedules late)
+    small = run.frozen and run.accelerator.device.type == "cpu" and all(
+        reads_first_position_only(model.heads[d.name]) for d in data)
+    if small:
+        torch.set_num_threads(1)
+    try:
+        return Loop(run, model, data, settings, out, evaluate, extra_manifest, on_epoch).go()
+    finally:
+        torch.set_num_threads(threads)
 
 
 class Loop:

@@ -7,6 +7,7 @@ or keys naming the columns; predict also takes plain lines (a TAB separates a pa
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from dataclasses import dataclass, field
@@ -43,6 +44,11 @@ class ClassifySpec(HeadSettings):
     label_weights: list = field(default_factory=list)  # the weights, in label order (empty: all 1)
     threshold: float | None = None  # multi-label: one decision threshold for every label (fixed)
     thresholds: list | None = None  # multi-label: per-label thresholds tuned on dev for F1
+    label_names: list | None = None  # names shown for `labels` (same order), e.g. negative, positive
+
+    def shown_labels(self) -> list:
+        """The labels as predictions show them: their names when given, else the values."""
+        return list(self.label_names) if self.label_names else list(self.labels)
 
 
 @dataclass
@@ -97,6 +103,9 @@ class ClassifyTask(Task):
         parser.add_argument("--threshold", type=fraction,
                             help="multi-label: one decision threshold for every label (default: one per label, "
                                  "tuned on --dev for F1 after each epoch; 0.5 without --dev)")
+        parser.add_argument("--label-names", type=label_name_list, default=None,
+                            help="names for the labels in sorted order, e.g. negative,positive for 0/1 labels; "
+                                 "predictions show the names, files may use either")
 
     @property
     def main_metric(self) -> str:  # type: ignore[override]
@@ -158,6 +167,13 @@ class ClassifyTask(Task):
         """Read the training file, decide the problem type and label map, build the task."""
         examples = cls.read_file(path, spec)
         spec.problem, spec.labels = infer_labels(examples, path, problem)
+        if isinstance(spec.label_names, str):  # the API may give "negative,positive"
+            try:
+                spec.label_names = label_name_list(spec.label_names)
+            except argparse.ArgumentTypeError as exc:
+                raise UserError(f"label_names: {exc}") from None
+        if spec.label_names:
+            check_label_names(spec, path)
         spec.pair = any(e.pair is not None for e in examples)
         spec.label_weights = []
         if spec.class_weights == "none":
@@ -215,6 +231,8 @@ class ClassifyTask(Task):
                 vec[spec.labels.index(key)] = 1.0
             return vec
         key = normalise_label(label)
+        if key not in spec.labels and spec.label_names and str(key) in spec.label_names:
+            return spec.label_names.index(str(key))
         if key not in spec.labels:
             raise UserError(f"{where(path, example.line)}: label {label!r} was not seen in training "
                             f"(known: {', '.join(map(str, spec.labels))})")
@@ -252,7 +270,7 @@ class ClassifyTask(Task):
 
     def describe(self) -> dict:
         return {**super().describe(), "labels": [str(x) if not isinstance(x, (int, str)) else x
-                                                 for x in self.spec.labels], "problem": self.spec.problem}
+                                                 for x in self.spec.shown_labels()], "problem": self.spec.problem}
 
     # -- plain inputs for `extract`: classify's tables are the generic reader -----------------
     text_formats = ("tsv", "csv", "jsonl")
@@ -284,17 +302,18 @@ class ClassifyTask(Task):
         if not logits:
             return []
         arr = np.stack(logits)
-        names = [str(label) for label in self.spec.labels]
+        shown = self.spec.shown_labels()
+        names = [str(label) for label in shown]
         if self.spec.problem == "regression":
             return [{"value": float(v)} for v in arr[:, 0]]
         if self.spec.problem == "multi_label":
             probs = sigmoid(arr)
             cut = self.label_thresholds(threshold)
-            return [{"labels": [self.spec.labels[j] for j in np.flatnonzero(p >= cut)],
+            return [{"labels": [shown[j] for j in np.flatnonzero(p >= cut)],
                      "scores": {n: round(float(x), 6) for n, x in zip(names, p)}} for p in probs]
         probs = softmax(arr)
         best = probs.argmax(-1)
-        return [{"label": None if min_score is not None and p[b] < min_score else self.spec.labels[b],
+        return [{"label": None if min_score is not None and p[b] < min_score else shown[b],
                  "scores": {n: round(float(x), 6) for n, x in zip(names, p)}}
                 for b, p in zip(best, probs)]
 
@@ -356,6 +375,29 @@ def detect_columns(columns: list[str], spec: ClassifySpec, path, need_labels: bo
     if label_col:
         spec.label_column = label_col
     return text_col, pair_col, label_col
+
+
+def label_name_list(text: str) -> list[str]:
+    """`--label-names negative,positive`: distinct, non-empty names."""
+    names = [n.strip() for n in str(text).split(",")]
+    if len(names) < 2 or not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names like negative,positive, got {text!r}")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"the names must differ, got {text!r}")
+    return names
+
+
+def check_label_names(spec: ClassifySpec, path) -> None:
+    """`--label-names` fits the training labels: single-label, one name per label."""
+    if spec.problem != "single_label":
+        raise UserError(f"--label-names: only for single-label classification (this is {spec.problem})")
+    if len(spec.label_names) != len(spec.labels):
+        raise UserError(f"--label-names: {len(spec.label_names)} names for the {len(spec.labels)} labels of "
+                        f"{path} ({', '.join(map(str, spec.labels))}, in this order)")
+    clash = [n for n in spec.label_names if normalise_label(n) in spec.labels
+             and spec.labels.index(normalise_label(n)) != spec.label_names.index(n)]
+    if clash:
+        raise UserError(f"--label-names: {clash[0]!r} is also another label's value; choose other names")
 
 
 def normalise_label(value):
