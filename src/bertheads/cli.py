@@ -23,7 +23,6 @@ from pathlib import Path
 
 from bertheads import __version__
 from bertheads.api import combine, load, train, train_multi
-from bertheads.atomic import atomic_write_text
 from bertheads.bundle import MANIFEST
 from bertheads.errors import UserError
 from bertheads.extract import INPUT_FORMATS, POOLS, ExtractSettings, extract
@@ -39,6 +38,7 @@ from bertheads.flags import (
 )
 from bertheads.multitask import read_config
 from bertheads.packing import INFERENCE_BATCH
+from bertheads.stream import CHUNK_SIZE, StreamSettings
 from bertheads.tasks import TASKS
 from bertheads.train import SAMPLINGS
 
@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
     ev.add_argument("--predictions-out", help="qa: write {id: answer} JSON here (and an n-best file beside it)")
     ev.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
+    add_stream_flags(ev, keep=False)
     ev.set_defaults(handler=cmd_evaluate)
 
     pr = sub.add_parser("predict", help="predictions as JSON lines, in input order", parents=[common])
@@ -91,12 +92,31 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--context", help="qa: the passage for --question")
     pr.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
     pr.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
+    add_stream_flags(pr)
+    pr.add_argument("--no-progress", action="store_true", help="no progress bar (shown with --output)")
     pr.set_defaults(handler=cmd_predict)
 
     add_extract(sub, common)
     add_combine(sub, common)
     add_serve(sub, common)
     return parser
+
+
+def add_stream_flags(p, keep: bool = True) -> None:
+    p.add_argument("--chunk-size", type=positive_int, default=CHUNK_SIZE,
+                   help="inputs read, predicted and written together (memory follows this, not the input)")
+    p.add_argument("--skip-bad-lines", action="store_true",
+                   help="report a malformed input line on stderr, skip it and go on (the count is printed at the end)")
+    if keep:
+        p.add_argument("--keep-fields", type=field_list, default=(),
+                       help="input fields (comma-separated) copied into each prediction; `id` always is")
+
+
+def field_list(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected field names separated by commas, got {text!r}")
+    return names
 
 
 def add_train_multi(kinds, common) -> None:
@@ -192,8 +212,12 @@ def cmd_train_multi(args) -> int:
 
 def cmd_evaluate(args) -> int:
     model = load(args.model_dir)
-    metrics = model.evaluate(args.data, head=args.head, batch_size=args.batch_size,
+    settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size,
+                              skip_bad_lines=args.skip_bad_lines)
+    metrics = model.evaluate(args.data, head=args.head, settings=settings,
                              **present(args, "predictions_out", "null_threshold"))
+    if metrics.get("skipped"):
+        log.warning(f"skipped {metrics['skipped']} bad record(s) of {args.data}")
     if args.json:
         print(json.dumps(metrics))
     else:
@@ -212,13 +236,12 @@ def cmd_predict(args) -> int:
         raise UserError(f"--output {args.output}: is a directory; name a file")
     model = load(args.model_dir)
     options = present(args, "question", "context", "null_threshold")
-    examples, predictions = model.predict_file(args.input, head=args.head, fmt=args.format,
-                                               batch_size=args.batch_size, progress=bool(args.output), **options)
-    text = model.render(predictions, examples, args.format, head=args.head)
-    if args.output:
-        atomic_write_text(args.output, text)
-    else:
-        sys.stdout.write(text)
+    settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
+                              skip_bad_lines=args.skip_bad_lines, progress=bool(args.output) and not args.no_progress)
+    report = model.predict_stream(args.input, args.output, head=args.head, fmt=args.format, settings=settings,
+                                  **options)
+    if report.skipped and os.environ.get("RANK", "0") == "0":
+        log.warning(f"skipped {report.skipped} bad record(s) of {args.input or '<stdin>'}")
     return 0
 
 
