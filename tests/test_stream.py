@@ -196,3 +196,10 @@ def test_torchrun_shards_give_the_single_process_bytes(models, tmp_path):
     assert sharded.read_bytes() == single.read_bytes()
     assert [json.loads(line)["id"] for line in sharded.read_text().splitlines()] == [str(i) for i in range(50)]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.tsv", "one.jsonl", "two.jsonl"]  # parts removed
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps({"sentence": t}) + "\n" for t in sentences(20)) + "{oops\n")
+    failed = torchrun(["predict", str(models / "c"), "--input", str(bad), "--output", str(tmp_path / "x.jsonl"),
+                       "--chunk-size", "6"], tmp_path)
+    assert failed.returncode != 0 and "of 2 failed" in failed.stderr and f"{bad}:21: malformed JSON" in failed.stderr
+    assert not (tmp_path / "x.jsonl").exists() and not list(tmp_path.glob(".x.jsonl*"))

@@ -78,6 +78,20 @@ class Model:
         return predict_stream(self.net, name, path, None if output is None else str(output), settings, fmt,
                               write, **options)
 
+    def read_long_inputs(self, head: str | None = None, long_input: str | None = None,
+                         pool: str | None = None) -> None:
+        """Override how a classify head reads texts longer than its max_length ("truncate" or
+        "windows") and pools the windows ("mean" or "max")."""
+        if long_input is None and pool is None:
+            return
+        task = self.task(head)
+        if task.kind != "classify":
+            raise UserError(f"--long-input and --pool are for classify heads, not {task.kind}")
+        if long_input is not None:
+            task.spec.long_input = long_input
+        if pool is not None:
+            task.spec.pool = pool
+
     def render(self, predictions: list[dict], examples: list, fmt: str | None = None, head: str | None = None) -> str:
         """Predictions as the text `bertheads predict` writes (JSON lines unless the task has a format)."""
         return self.task(head).render(predictions, examples, fmt)

@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
     pr.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
     add_stream_flags(pr)
+    pr.add_argument("--long-input", choices=("truncate", "windows"),
+                    help="classify: override the saved way of reading texts longer than --max-length")
+    pr.add_argument("--pool", choices=("mean", "max"), help="classify, --long-input windows: override the saved pooling")
     pr.add_argument("--no-progress", action="store_true", help="no progress bar (shown with --output)")
     pr.set_defaults(handler=cmd_predict)
 
@@ -236,6 +239,7 @@ def cmd_predict(args) -> int:
         raise UserError(f"--output {args.output}: is a directory; name a file")
     model = load(args.model_dir)
     options = present(args, "question", "context", "null_threshold")
+    model.read_long_inputs(args.head, **present(args, "long_input", "pool"))
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
                               skip_bad_lines=args.skip_bad_lines, progress=bool(args.output) and not args.no_progress)
     report = model.predict_stream(args.input, args.output, head=args.head, fmt=args.format, settings=settings,

@@ -24,7 +24,7 @@ from bertheads.atomic import atomic_writer
 from bertheads.errors import UserError
 from bertheads.model import BertHeads, head_outputs, run_heads
 from bertheads.packing import INFERENCE_BATCH
-from bertheads.readers import count_lines
+from bertheads.readers import count_lines, source_name
 
 log = logging.getLogger("bertheads")
 
@@ -170,6 +170,8 @@ def predict_sharded(net: BertHeads, name: str, path, output: Path, settings: Str
     that failed makes every process fail with its rank and message."""
     if output.is_dir():
         raise UserError(f"--output {output}: is a directory; name a file")
+    if source_name(path) is None:
+        raise UserError("under torchrun, give the input as a file with --input (every process reads it)")
     output.parent.mkdir(parents=True, exist_ok=True)
     task = net.tasks[name]
     report = StreamReport()
