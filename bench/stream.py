@@ -74,7 +74,7 @@ def timed(cmd: list[str], threads: int | None = None) -> tuple[float, float]:
 def small_models(work: Path) -> dict[str, Path]:
     """A random 2-layer hidden-128 BERT and classify/tag heads trained briefly on it."""
     out = {"classify": work / "small-classify", "tag": work / "small-tag"}
-    if all((p / "manifest.json").exists() for p in out.values()):
+    if all((p / "bertheads.json").exists() for p in out.values()):
         return out
     enc = work / "small-bert"
     if not (enc / "config.json").exists():
@@ -120,17 +120,15 @@ def part_rss(work: Path, sizes: list[int], rounds: int, kinds: list[str], whole_
         for n in sizes:
             src = inputs(work, kind, n)
             sides = {"streamed": [PY, "-m", "bertheads", "predict", str(models[kind]), "--input", str(src),
-                                  "--output", str(work / "out-streamed.jsonl"), "--no-progress", "-q"]}
+                                  "--output", str(work / f"out-streamed-{kind}-{n}.jsonl"), "--no-progress", "-q"]}
             if n <= whole_max:
-                sides["whole"] = [PY, "-c", WHOLE, str(models[kind]), str(src), str(work / "out-whole.jsonl")]
+                sides["whole"] = [PY, "-c", WHOLE, str(models[kind]), str(src), str(work / f"out-whole-{kind}-{n}.jsonl")]
             runs: dict[str, list] = {s: [] for s in sides}
             for _ in range(rounds):
                 for side, cmd in sides.items():
                     runs[side].append(timed(cmd))
-            if "whole" in sides:
-                same = (work / "out-streamed.jsonl").read_bytes() == (work / "out-whole.jsonl").read_bytes()
-            else:
-                same = None
+            same = (compare(work / f"out-streamed-{kind}-{n}.jsonl", work / f"out-whole-{kind}-{n}.jsonl")
+                    if "whole" in sides else None)
             row = {"kind": kind, "lines": n, "same_output": same, "load": open("/proc/loadavg").read().split()[:3]}
             for side, values in runs.items():
                 row[side] = {"lines_per_s": round(n / statistics.median(w for w, _ in values), 1),
@@ -138,6 +136,25 @@ def part_rss(work: Path, sizes: list[int], rounds: int, kinds: list[str], whole_
             print(json.dumps(row), flush=True)
             results.append(row)
     return results
+
+
+def compare(a: Path, b: Path) -> dict:
+    """How two prediction files differ: lines, decisions (label / tags) and the largest score gap.
+    The streamed path batches each chunk by length, the whole-file path the whole input, so
+    batches differ in shape, and float sums in their last bits."""
+    if a.read_bytes() == b.read_bytes():
+        return {"identical": True}
+    lines = decisions = 0
+    gap = 0.0
+    for x, y in zip(a.read_text().splitlines(), b.read_text().splitlines()):
+        if x == y:
+            continue
+        lines += 1
+        p, q = json.loads(x), json.loads(y)
+        decisions += p.get("label", p.get("tags", p.get("entities"))) != q.get("label", q.get("tags", q.get("entities")))
+        for k, v in p.get("scores", {}).items():
+            gap = max(gap, abs(v - q["scores"][k]))
+    return {"identical": False, "lines_differing": lines, "decisions_differing": decisions, "max_score_gap": gap}
 
 
 def part_shards(work: Path, n: int, rounds: int) -> dict:
@@ -193,7 +210,7 @@ def long_documents(work: Path, min_pieces: int = 400, insert_after: int = 160, s
 
 def part_long(work: Path, limit: int) -> dict:
     model = work / "sst2-default"
-    if not (model / "manifest.json").exists():
+    if not (model / "bertheads.json").exists():
         subprocess.run([PY, "-m", "bertheads", "train", "classify", "--train", str(DATA / "sst2/train.tsv"),
                         "--out", str(model), "--epochs", "1", "--limit", str(limit), "--no-progress", "-q"],
                        env=env(), check=True, stdout=subprocess.DEVNULL)
