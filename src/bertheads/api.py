@@ -3,6 +3,7 @@ a saved model, then `predict`, `evaluate` and, with several heads, `analyze`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -11,10 +12,11 @@ from bertheads import bundle
 from bertheads.analyze import analyze
 from bertheads.combine import combine as combine_models
 from bertheads.errors import UserError
-from bertheads.model import BertHeads, evaluate_head, head_outputs
+from bertheads.model import BertHeads, head_outputs
 from bertheads.multitask import MultiConfig, multi_task_manifest, read_config, single_task, train_tasks
 from bertheads.packing import INFERENCE_BATCH
 from bertheads.report import report
+from bertheads.stream import StreamReport, StreamSettings, evaluate_stream, predict_chunks, predict_stream
 from bertheads.train import TrainSettings
 
 
@@ -59,15 +61,49 @@ class Model:
         outputs = head_outputs(self.net, name, examples, batch_size, progress="predict" if progress else None)
         return examples, task.decode(outputs, examples, **options)
 
+    def predict_iter(self, path, head: str | None = None, fmt: str | None = None,
+                     settings: StreamSettings | None = None, **options) -> Iterator[dict]:
+        """Predictions for a file (or an open text stream) of any size, one at a time in input
+        order; the input is read and predicted a chunk at a time (`StreamSettings.chunk_size`)."""
+        name = self.head_name(head)
+        for _, _, preds in predict_chunks(self.net, name, path, settings, fmt, **options):
+            yield from preds
+
+    def predict_stream(self, path, output: str | Path | None = None, head: str | None = None,
+                       fmt: str | None = None, settings: StreamSettings | None = None, write=None,
+                       **options) -> StreamReport:
+        """What `bertheads predict` does: predictions for a file of any size written to `output`
+        (atomically) or, without one, to `write` (default: stdout) a chunk at a time; under
+        torchrun the processes share the chunks (see `bertheads.stream`)."""
+        name = self.head_name(head)
+        return predict_stream(self.net, name, path, None if output is None else str(output), settings, fmt,
+                              write, **options)
+
+    def read_long_inputs(self, head: str | None = None, long_input: str | None = None,
+                         pool: str | None = None) -> None:
+        """Override how a classify head reads texts longer than its max_length ("truncate" or
+        "windows") and pools the windows ("mean" or "max")."""
+        if long_input is None and pool is None:
+            return
+        task = self.task(head)
+        if task.kind != "classify":
+            raise UserError(f"--long-input and --pool are for classify heads, not {task.kind}")
+        if long_input is not None:
+            task.spec.long_input = long_input
+        if pool is not None:
+            task.spec.pool = pool
+
     def render(self, predictions: list[dict], examples: list, fmt: str | None = None, head: str | None = None) -> str:
         """Predictions as the text `bertheads predict` writes (JSON lines unless the task has a format)."""
         return self.task(head).render(predictions, examples, fmt)
 
-    def evaluate(self, path: str, head: str | None = None, batch_size: int = INFERENCE_BATCH, **options) -> dict:
-        """The task's metrics on a labelled file, and the mean loss."""
+    def evaluate(self, path: str, head: str | None = None, batch_size: int = INFERENCE_BATCH,
+                 settings: StreamSettings | None = None, **options) -> dict:
+        """The task's metrics on a labelled file, and the mean loss; the file is read a chunk
+        at a time (see `stream.evaluate_stream` for what is held)."""
         name = self.head_name(head)
-        examples = self.net.tasks[name].read(path, need_labels=True)
-        return evaluate_head(self.net, name, examples, path, batch_size, **options)
+        settings = settings or StreamSettings(batch_size=batch_size)
+        return evaluate_stream(self.net, name, path, settings, **options)
 
     def report(self, data: str | None = None, out: str | Path | None = None, head: str | None = None) -> Path:
         """Write the HTML report page of this saved model (see `bertheads.report`); its path."""

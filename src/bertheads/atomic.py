@@ -222,3 +222,22 @@ def atomic_directory(out: str | Path, replace: bool = True, carry: tuple[str, ..
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextmanager
+def atomic_writer(path: str | Path, mode: str = "w") -> Iterator:
+    """An open file (text for "w", bytes for "wb") that becomes `path` when the block ends
+    without error; until then it is a temporary file beside it, removed on error."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -25,7 +25,6 @@ from pathlib import Path
 
 from bertheads import __version__
 from bertheads.api import combine, load, train, train_multi
-from bertheads.atomic import atomic_write_text
 from bertheads.bundle import MANIFEST, encoder_location
 from bertheads.errors import UserError
 from bertheads.extract import INPUT_FORMATS, POOLS, ExtractSettings, extract
@@ -42,6 +41,7 @@ from bertheads.flags import (
 )
 from bertheads.multitask import read_config
 from bertheads.packing import INFERENCE_BATCH
+from bertheads.stream import CHUNK_SIZE, StreamSettings
 from bertheads.tasks import TASKS
 from bertheads.train import SAMPLINGS
 
@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--threshold", type=fraction, help="multi-label classify: one threshold for every label "
                                                        "instead of the saved ones")
     ev.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
+    add_stream_flags(ev, keep=False)
     ev.set_defaults(handler=cmd_evaluate)
 
     pr = sub.add_parser("predict", help="predictions as JSON lines, in input order", parents=[common])
@@ -103,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="single-label classify: no label (null) when the best score is below this")
     pr.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
     pr.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
+    add_stream_flags(pr)
+    pr.add_argument("--long-input", choices=("truncate", "windows"),
+                    help="classify: override the saved way of reading texts longer than --max-length")
+    pr.add_argument("--pool", choices=("mean", "max"), help="classify, --long-input windows: override the saved pooling")
+    pr.add_argument("--no-progress", action="store_true", help="no progress bar (shown with --output)")
     pr.set_defaults(handler=cmd_predict)
 
     add_tune(sub, common)
@@ -111,6 +117,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_combine(sub, common)
     add_serve(sub, common)
     return parser
+
+
+def add_stream_flags(p, keep: bool = True) -> None:
+    p.add_argument("--chunk-size", type=positive_int, default=CHUNK_SIZE,
+                   help="inputs read, predicted and written together (memory follows this, not the input)")
+    p.add_argument("--skip-bad-lines", action="store_true",
+                   help="report a malformed input line on stderr, skip it and go on (the count is printed at the end)")
+    if keep:
+        p.add_argument("--keep-fields", type=field_list, default=(),
+                       help="input fields (comma-separated) copied into each prediction; `id` always is")
+
+
+def field_list(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected field names separated by commas, got {text!r}")
+    return names
 
 
 def add_train_multi(kinds, common) -> None:
@@ -256,8 +279,12 @@ def cmd_train_multi(args) -> int:
 
 def cmd_evaluate(args) -> int:
     model = load(args.model_dir, verify=not args.no_verify)
-    metrics = model.evaluate(args.data, head=args.head, batch_size=args.batch_size,
+    settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size,
+                              skip_bad_lines=args.skip_bad_lines)
+    metrics = model.evaluate(args.data, head=args.head, settings=settings,
                              **present(args, "predictions_out", "null_threshold", "threshold"))
+    if metrics.get("skipped"):
+        log.warning(f"skipped {metrics['skipped']} bad record(s) of {args.data}")
     if args.json:
         print(json.dumps(metrics))
     else:
@@ -276,13 +303,13 @@ def cmd_predict(args) -> int:
         check_output_file(args.output)
     model = load(args.model_dir, verify=not args.no_verify)
     options = present(args, "question", "context", "null_threshold", "threshold", "min_score")
-    examples, predictions = model.predict_file(args.input, head=args.head, fmt=args.format,
-                                               batch_size=args.batch_size, progress=bool(args.output), **options)
-    text = model.render(predictions, examples, args.format, head=args.head)
-    if args.output:
-        atomic_write_text(args.output, text)
-    else:
-        sys.stdout.write(text)
+    model.read_long_inputs(args.head, **present(args, "long_input", "pool"))
+    settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
+                              skip_bad_lines=args.skip_bad_lines, progress=bool(args.output) and not args.no_progress)
+    report = model.predict_stream(args.input, args.output, head=args.head, fmt=args.format, settings=settings,
+                                  **options)
+    if report.skipped and os.environ.get("RANK", "0") == "0":
+        log.warning(f"skipped {report.skipped} bad record(s) of {args.input or '<stdin>'}")
     return 0
 
 

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from bertheads.errors import UserError
+
 Feature = dict  # one encoded input: input_ids, token_type_ids and task fields (labels, ...)
 
 
@@ -62,6 +64,46 @@ def encode_texts(
             f["offset_mapping"] = enc["offset_mapping"][i]
         feats.append(f)
     return feats
+
+
+def encode_windows(
+    tokenizer,
+    texts: Sequence[str],
+    pairs: Sequence[str | None] | None = None,
+    max_length: int = 128,
+    stride: int = 32,
+) -> tuple[list[Feature], list[int]]:
+    """Each input cut into windows of at most `max_length` tokens, neighbours sharing `stride`
+    tokens (a pair keeps its first text whole in every window and cuts the second); an input
+    that fits is one window, exactly as `encode_texts` encodes it. Returns the windows and,
+    for each, the index of its input."""
+    features: list[Feature] = []
+    owner: list[int] = []
+    if not texts:
+        return features, owner
+    groups = [(list(range(len(texts))), None)]
+    if pairs is not None and any(p is not None for p in pairs):
+        single = [i for i, p in enumerate(pairs) if p is None]
+        double = [i for i, p in enumerate(pairs) if p is not None]
+        groups = [(single, None), (double, [pairs[i] for i in double])]
+    parts: list[tuple[int, Feature]] = []
+    for idx, second in groups:
+        if not idx:
+            continue
+        try:
+            enc = tokenizer([texts[i] for i in idx], second, truncation="only_second" if second else True,
+                            max_length=max_length, stride=stride, return_overflowing_tokens=True, padding=False,
+                            return_attention_mask=False, return_token_type_ids=True)
+        except Exception as exc:  # the first text of a pair alone is longer than a window
+            raise UserError(f"cannot cut the inputs into windows of {max_length} tokens with {stride} shared: "
+                            f"{str(exc).splitlines()[0]}") from None
+        for w, k in enumerate(enc["overflow_to_sample_mapping"]):
+            parts.append((idx[int(k)], {"input_ids": enc["input_ids"][w], "token_type_ids": enc["token_type_ids"][w]}))
+    parts.sort(key=lambda p: p[0])  # stable: an input's windows stay in text order
+    for k, f in parts:
+        features.append(f)
+        owner.append(k)
+    return features, owner
 
 
 def collate(features: Sequence[Feature], pad_id: int, label_pad: int = -100) -> dict[str, torch.Tensor]:

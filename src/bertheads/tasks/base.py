@@ -92,6 +92,20 @@ class Task:
     def add_arguments(cls, parser) -> None:
         """Kind-specific `bertheads train KIND` flags (their dests match spec fields)."""
 
+    def iter_read(self, path, need_labels: bool = True, fmt: str | None = None, keep: tuple[str, ...] = (),
+                  bad=None, **options):
+        """`read` one example at a time as the input is read; `keep`: input fields carried into
+        each prediction; `bad(error)`: told of a bad record, which is then skipped (None: raise)."""
+        yield from self.read(path, need_labels, fmt, **options)
+
+    def metric_part(self, outputs: list, examples: list, path=None, **options):
+        """What `metrics` needs of one chunk of a streamed evaluation (by default everything)."""
+        return outputs, examples
+
+    def metrics_from_parts(self, parts: list, path=None, **options) -> dict:
+        """`metrics` over all the chunks' parts (see `metric_part`)."""
+        return self.metrics([o for p in parts for o in p[0]], [e for p in parts for e in p[1]], path, **options)
+
     def render(self, predictions: list[dict], examples: list, fmt: str | None = None) -> str:
         return "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
 

@@ -8,8 +8,10 @@ or keys naming the columns; predict also takes plain lines (a TAB separates a pa
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,11 +19,19 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from bertheads.argtypes import fraction
+from bertheads.argtypes import fraction, non_negative_int
 from bertheads.errors import UserError, where
 from bertheads.layers import LayerCombine
-from bertheads.packing import encode_texts
-from bertheads.readers import file_format, find_column, read_jsonl, read_lines, read_table
+from bertheads.packing import encode_texts, encode_windows
+from bertheads.readers import (
+    BadLine,
+    file_format,
+    find_column,
+    read_jsonl,
+    read_lines,
+    read_table,
+    source_name,
+)
 from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
 
 TEXT_COLUMNS = ["sentence", "text", "sentence1", "#1 string", "premise", "question1", "text_a", "sentence_a",
@@ -29,6 +39,8 @@ TEXT_COLUMNS = ["sentence", "text", "sentence1", "#1 string", "premise", "questi
 PAIR_COLUMNS = ["sentence2", "#2 string", "hypothesis", "question2", "text_b", "sentence_b"]
 LABEL_COLUMNS = ["label", "labels", "quality", "score", "gold_label", "target", "class"]
 PROBLEMS = ("single_label", "regression", "multi_label")
+LONG_INPUTS = ("truncate", "windows")
+POOLS = ("mean", "max")
 _INT = re.compile(r"^[+-]?\d+$")
 
 
@@ -49,6 +61,9 @@ class ClassifySpec(HeadSettings):
     def shown_labels(self) -> list:
         """The labels as predictions show them: their names when given, else the values."""
         return list(self.label_names) if self.label_names else list(self.labels)
+    long_input: str = "truncate"  # or "windows": a longer input is cut into overlapping windows
+    pool: str = "mean"  # windows: how a document's window outputs are pooled ("mean" or "max")
+    stride: int = 32  # windows: tokens shared by neighbouring windows
 
 
 @dataclass
@@ -57,6 +72,7 @@ class ClassifyExample:
     pair: str | None = None
     label: object = None  # raw value as read (str, int, float or list)
     line: int | None = None
+    extra: dict = field(default_factory=dict)  # fields carried into the prediction (id, --keep-fields)
 
 
 class ClassifyHead(nn.Module):
@@ -106,6 +122,13 @@ class ClassifyTask(Task):
         parser.add_argument("--label-names", type=label_name_list, default=None,
                             help="names for the labels in sorted order, e.g. negative,positive for 0/1 labels; "
                                  "predictions show the names, files may use either")
+        parser.add_argument("--long-input", choices=LONG_INPUTS, default="truncate",
+                            help="a text longer than --max-length: cut at it, or cut into overlapping windows "
+                                 "whose outputs are pooled (training: each window learns the text's label)")
+        parser.add_argument("--pool", choices=POOLS, default="mean",
+                            help="--long-input windows: pool the windows' outputs (logits) by mean or max")
+        parser.add_argument("--stride", type=non_negative_int, default=32,
+                            help="--long-input windows: tokens shared by neighbouring windows")
 
     @property
     def main_metric(self) -> str:  # type: ignore[override]
@@ -121,46 +144,56 @@ class ClassifyTask(Task):
     def read_file(path: str | None, spec: ClassifySpec, fmt: str | None = None,
                   need_labels: bool = True) -> list[ClassifyExample]:
         """Read examples; updates `spec`'s column names when they are detected."""
-        kind = file_format(path, fmt)
-        examples: list[ClassifyExample] = []
+        examples = list(ClassifyTask.iter_file(path, spec, fmt, need_labels))
+        if not examples:
+            raise UserError(f"{where(source_name(path))}: no examples")
+        return examples
+
+    @staticmethod
+    def iter_file(path, spec: ClassifySpec, fmt: str | None = None, need_labels: bool = True,
+                  keep: tuple[str, ...] = (), bad: BadLine | None = None) -> Iterator[ClassifyExample]:
+        """Examples as they are read (the columns of JSON lines are the first record's keys). A record's `id` and the `keep` fields go into `extra`; `bad` is told of
+        a bad record, which is then skipped (default: raised)."""
+        kind = file_format(source_name(path), fmt)
+        name = source_name(path)
         if kind == "lines":
+            if need_labels:
+                raise UserError(f"{where(name)}: plain text has no labels; use TSV, CSV or JSONL with a label column")
+            if keep:
+                raise UserError("--keep-fields: plain lines have no fields; use TSV, CSV or JSONL input")
             for line_no, line in read_lines(path):
                 text, _, pair = line.partition("\t")
                 if not text.strip():
-                    raise UserError(f"{where(path, line_no)}: empty text")
-                examples.append(ClassifyExample(text, pair if "\t" in line else None, None, line_no))
-            if need_labels:
-                raise UserError(f"{where(path)}: plain text has no labels; use TSV, CSV or JSONL with a label column")
-            return examples
+                    report(UserError(f"{where(name, line_no)}: empty text"), bad)
+                    continue
+                yield ClassifyExample(text, pair if "\t" in line else None, None, line_no)
+            return
         if kind in ("tsv", "csv"):
-            columns, rows = read_table(path, kind)
+            columns, rows = read_table(path, kind, bad)
+            for field_name in keep:
+                if field_name not in columns:
+                    raise UserError(f"{where(name, 1)}: --keep-fields: no column {field_name!r} "
+                                    f"(columns: {', '.join(columns)})")
         else:
-            rows_list = list(read_jsonl(path))
-            columns = list(dict.fromkeys(k for _, obj in rows_list for k in obj))
-            rows = iter(rows_list)
-        text_col, pair_col, label_col = detect_columns(columns, spec, path, need_labels)
+            rows = read_jsonl(path, bad)
+            try:
+                first = next(rows)
+            except StopIteration:
+                raise UserError(f"{where(name)}: no examples") from None
+            columns = list(first[1])
+            rows = itertools.chain([first], rows)
+        text_col, pair_col, label_col = detect_columns(columns, spec, name, need_labels)
         for line_no, row in rows:
-            text = row.get(text_col)
-            if text is None:
-                raise UserError(f"{where(path, line_no)}: missing field {text_col!r}")
-            if not isinstance(text, str) or not text.strip():
-                raise UserError(f"{where(path, line_no)}: empty text in column {text_col!r}")
-            pair = None
-            if pair_col:
-                pair = row.get(pair_col)
-                if pair is None:
-                    raise UserError(f"{where(path, line_no)}: missing field {pair_col!r}")
-                if not isinstance(pair, str) or not pair.strip():
-                    raise UserError(f"{where(path, line_no)}: empty text in column {pair_col!r}")
-            label = row.get(label_col) if label_col else None
-            if label_col and need_labels and (label is None or (isinstance(label, str) and not label.strip())):
-                raise UserError(f"{where(path, line_no)}: missing label in column {label_col!r}")
-            if isinstance(label, str):
-                label = label.strip()
-            examples.append(ClassifyExample(text, pair, label, line_no))
-        if not examples:
-            raise UserError(f"{where(path)}: no examples")
-        return examples
+            try:
+                example = row_example(row, line_no, name, text_col, pair_col, label_col, need_labels)
+            except UserError as exc:
+                report(exc, bad)
+                continue
+            extra = {"id": row["id"]} if "id" in row else {}
+            for field_name in keep:
+                extra[field_name] = row.get(field_name)
+            example.extra = extra
+            yield example
 
     @classmethod
     def prepare(cls, path: str, spec: ClassifySpec, encoder, problem: str | None = None):
@@ -194,6 +227,19 @@ class ClassifyTask(Task):
             for e in examples:
                 self.label_target(e, path)  # fail early on unseen or non-numeric labels
         return examples
+
+    def iter_read(self, path, need_labels: bool = True, fmt: str | None = None, keep: tuple[str, ...] = (),
+                  bad: BadLine | None = None, **_) -> Iterator[ClassifyExample]:
+        """`read`, one example at a time (see `iter_file`)."""
+        name = source_name(path)
+        for e in self.iter_file(path, self.spec, fmt, need_labels, keep, bad):
+            if need_labels:
+                try:
+                    self.label_target(e, name)
+                except UserError as exc:
+                    report(exc, bad)
+                    continue
+            yield e
 
     def from_inputs(self, inputs: list, **_) -> list[ClassifyExample]:
         """Examples from Python values: a string, or a (text, pair) tuple."""
@@ -240,12 +286,24 @@ class ClassifyTask(Task):
 
     def encode(self, examples: list[ClassifyExample], tokenizer, with_labels: bool = True,
                path: str | None = None) -> list[dict]:
-        feats = encode_texts(tokenizer, [e.text for e in examples], [e.pair for e in examples],
-                             self.spec.max_length)
+        """One feature per example, or with `long_input="windows"` one per window (each window
+        of a training text learns the text's label)."""
+        return self.encode_with_owner(examples, tokenizer, with_labels, path)[0]
+
+    def encode_with_owner(self, examples: list[ClassifyExample], tokenizer, with_labels: bool = True,
+                          path: str | None = None) -> tuple[list[dict], list[int]]:
+        spec = self.spec
+        texts, pairs = [e.text for e in examples], [e.pair for e in examples]
+        if spec.long_input == "windows":
+            check_windows(spec)
+            feats, owner = encode_windows(tokenizer, texts, pairs, spec.max_length, spec.stride)
+        else:
+            feats, owner = encode_texts(tokenizer, texts, pairs, spec.max_length), list(range(len(examples)))
         if with_labels:
-            for f, e in zip(feats, examples):
-                f["labels"] = self.label_target(e, path)
-        return feats
+            targets = [self.label_target(e, path) for e in examples]
+            for f, k in zip(feats, owner):
+                f["labels"] = targets[k]
+        return feats, owner
 
     # -- loss and decoding ---------------------------------------------------------------
     def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -261,8 +319,8 @@ class ClassifyTask(Task):
 
     def encode_for_inference(self, examples: list[ClassifyExample], tokenizer,
                              with_labels: bool = False) -> tuple[list[dict], list[int]]:
-        """One feature per example (longer inputs are truncated, as in training)."""
-        return self.encode(examples, tokenizer, with_labels=with_labels), list(range(len(examples)))
+        """One feature per example (longer inputs are truncated, as in training), or one per window."""
+        return self.encode_with_owner(examples, tokenizer, with_labels)
 
     def output_hint(self) -> str:
         count = 1 if self.spec.problem == "regression" else len(self.spec.labels)
@@ -281,7 +339,15 @@ class ClassifyTask(Task):
         return [TextInput(e.text, e.pair, e.line) for e in cls.read_file(path, ClassifySpec(), fmt, need_labels=False)]
 
     def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples, features) -> list[np.ndarray]:
-        return list(feature_outputs)
+        """One output per example: its feature's, or its windows' pooled (mean or max of the logits)."""
+        if len(feature_outputs) == len(examples):
+            return list(feature_outputs)
+        groups: list[list[int]] = [[] for _ in examples]
+        for i, k in enumerate(owner):
+            groups[k].append(i)
+        pool = np.max if self.spec.pool == "max" else np.mean
+        return [feature_outputs[g[0]] if len(g) == 1 else pool(np.stack([feature_outputs[i] for i in g]), axis=0)
+                for g in groups]
 
     def label_thresholds(self, threshold: float | None = None) -> np.ndarray:
         """Multi-label decision thresholds: `threshold` if given, else the spec's fixed one,
@@ -297,8 +363,16 @@ class ClassifyTask(Task):
 
     def decode(self, logits: list[np.ndarray], examples=None, threshold: float | None = None,
                min_score: float | None = None, **_) -> list[dict]:
-        """Head outputs to `{"label", "scores"}` (or `{"value"}`, or `{"labels", "scores"}`).
-        Single-label: `min_score` gives `"label": null` when the best score is below it."""
+        """Head outputs to `{"label", "scores"}` (or `{"value"}`, or `{"labels", "scores"}`),
+        after the example's carried fields (`id`, --keep-fields) when it has any. Single-label:
+        `min_score` gives `"label": null` when the best score is below it."""
+        preds = self.decode_scores(logits, threshold, min_score)
+        if examples is None:
+            return preds
+        return [{**e.extra, **p} if getattr(e, "extra", None) else p for p, e in zip(preds, examples)]
+
+    def decode_scores(self, logits: list[np.ndarray], threshold: float | None = None,
+                      min_score: float | None = None) -> list[dict]:
         if not logits:
             return []
         arr = np.stack(logits)
@@ -322,8 +396,17 @@ class ClassifyTask(Task):
         """Accuracy, F1, MCC with per-class figures and the confusion matrix (single-label),
         micro/macro F1 with per-label figures (multi-label; after an epoch the per-label
         thresholds are tuned here unless one was fixed), or Pearson/Spearman (regression)."""
-        arr = np.stack(logits)
-        gold = [self.label_target(e, path) for e in examples]
+        return self.metrics_from_parts([self.metric_part(logits, examples, path)], path, threshold=threshold,
+                                       during_training=during_training)
+
+    def metric_part(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None, **_):
+        """A chunk's outputs and gold targets as arrays (the examples are not kept)."""
+        return np.stack(logits), [self.label_target(e, path) for e in examples]
+
+    def metrics_from_parts(self, parts: list, path=None, threshold: float | None = None,
+                           during_training: bool = False, **_) -> dict:
+        arr = np.concatenate([p[0] for p in parts])
+        gold = [g for p in parts for g in p[1]]
         names = [str(label) for label in self.spec.labels]
         if self.spec.problem == "regression":
             return regression_metrics(arr[:, 0], np.asarray(gold, dtype=float))
@@ -339,6 +422,44 @@ class ClassifyTask(Task):
 
 
 # -- helpers ---------------------------------------------------------------------------
+def check_windows(spec: ClassifySpec) -> None:
+    if spec.long_input not in LONG_INPUTS:
+        raise UserError(f"--long-input: expected one of {', '.join(LONG_INPUTS)}, got {spec.long_input!r}")
+    if spec.pool not in POOLS:
+        raise UserError(f"--pool: expected one of {', '.join(POOLS)}, got {spec.pool!r}")
+    if not 0 <= spec.stride < spec.max_length - 3:
+        raise UserError(f"--stride {spec.stride}: must be at least 0 and below --max-length minus 3")
+
+
+def report(error: UserError, bad: BadLine | None) -> None:
+    """Raise a bad record's error, or tell `bad` of it (the record is then skipped)."""
+    if bad is None:
+        raise error
+    bad(error)
+
+
+def row_example(row: dict, line_no: int, path, text_col: str, pair_col: str | None, label_col: str | None,
+                need_labels: bool) -> ClassifyExample:
+    text = row.get(text_col)
+    if text is None:
+        raise UserError(f"{where(path, line_no)}: missing field {text_col!r}")
+    if not isinstance(text, str) or not text.strip():
+        raise UserError(f"{where(path, line_no)}: empty text in column {text_col!r}")
+    pair = None
+    if pair_col:
+        pair = row.get(pair_col)
+        if pair is None:
+            raise UserError(f"{where(path, line_no)}: missing field {pair_col!r}")
+        if not isinstance(pair, str) or not pair.strip():
+            raise UserError(f"{where(path, line_no)}: empty text in column {pair_col!r}")
+    label = row.get(label_col) if label_col else None
+    if label_col and need_labels and (label is None or (isinstance(label, str) and not label.strip())):
+        raise UserError(f"{where(path, line_no)}: missing label in column {label_col!r}")
+    if isinstance(label, str):
+        label = label.strip()
+    return ClassifyExample(text, pair, label, line_no)
+
+
 def detect_columns(columns: list[str], spec: ClassifySpec, path, need_labels: bool):
     """Text, pair and label columns from the header (or the spec's stored/overridden names).
 

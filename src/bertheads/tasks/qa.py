@@ -16,6 +16,7 @@ Readers are in `qa_formats`, the SQuAD scores in `qa_metrics`.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,11 +32,11 @@ from bertheads.layers import LayerCombine
 from bertheads.packing import window_count
 from bertheads.readers import read_text
 from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
-from bertheads.tasks.qa_formats import QAExample, check_text, read_examples
+from bertheads.tasks.qa_formats import QAExample, check_text, iter_examples, read_examples
 from bertheads.tasks.qa_metrics import (
     best_threshold,
-    exact,  # noqa: F401  (re-exported: tests import it from here)
-    f1_v1,  # noqa: F401  (re-exported: tests import it from here)
+    exact,
+    f1_v1,
     f1_v2,
     gold_v2,
     max_over,
@@ -128,6 +129,14 @@ class QATask(Task):
                 raise UserError("give either --input or --question/--context, not both")
             return self.from_inputs([{"question": question, "context": context}], source="--question/--context")
         return read_examples(path, need_labels, fmt=fmt)
+
+    def iter_read(self, path, need_labels: bool = True, fmt: str | None = None, keep: tuple[str, ...] = (),
+                  bad=None, question: str | None = None, context: str | None = None, **_) -> Iterator[QAExample]:
+        """`read`, a question at a time (see `qa_formats.iter_examples` for SQuAD JSON)."""
+        if question is not None or context is not None:
+            yield from self.read(path, need_labels, fmt, question, context)
+            return
+        yield from iter_examples(path, need_labels, fmt=fmt, keep=keep, bad=bad)
 
     def from_inputs(self, inputs: list, source: str = "input", **_) -> list[QAExample]:
         """Examples from `{"question", "context"}` dicts or `(question, context)` tuples."""
@@ -253,7 +262,7 @@ class QATask(Task):
             else:
                 s, t = (int(x) for x in o.spans[0])
                 pred = {"answer": e.context[s:t], "start": s, "end": t, "score": round(float(o.scores[0]), 4)}
-            out.append({"id": e.id, **pred} if e.has_id else pred)
+            out.append({**({"id": e.id} if e.has_id else {}), **e.extra, **pred})
         return out
 
     def metrics(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
@@ -280,6 +289,48 @@ class QATask(Task):
             result["null_threshold"] = None if threshold is None else round(float(threshold), 4)
         if predictions_out:
             write_predictions(predictions_out, preds, outputs, examples)
+        return result
+
+
+    def metric_part(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
+                    null_threshold: float | None = None, predictions_out: str | None = None, **_):
+        """A chunk's per-question scores (v1.1 and v2.0 forms: which one applies is known only at
+        the end) under the saved or given null threshold. With `predictions_out` every output
+        and example is kept, as the prediction files hold them all."""
+        if predictions_out:
+            return super().metric_part(outputs, examples)
+        threshold = self.threshold(null_threshold)
+        preds = ["" if answers_nothing(o, threshold) else e.context[int(o.spans[0][0]):int(o.spans[0][1])]
+                 for o, e in zip(outputs, examples)]
+        has = np.array([bool(e.answers) for e in examples], dtype=bool)
+        v1 = np.array([(max_over(exact, p, e.answers), max_over(f1_v1, p, e.answers)) if e.answers else (0.0, 0.0)
+                       for p, e in zip(preds, examples)]).reshape(-1, 2)
+        v2 = np.array([(max_over(exact, p, gold_v2(e.answers)), max_over(f1_v2, p, gold_v2(e.answers)))
+                       for p, e in zip(preds, examples)]).reshape(-1, 2)
+        return has, v1, v2
+
+    def metrics_from_parts(self, parts: list, path=None, null_threshold: float | None = None,
+                           predictions_out: str | None = None, **options) -> dict:
+        if predictions_out:
+            return super().metrics_from_parts(parts, path, null_threshold=null_threshold,
+                                              predictions_out=predictions_out, **options)
+        has = np.concatenate([p[0] for p in parts])
+        if has.all():
+            v1 = np.concatenate([p[1] for p in parts])
+            result = {"exact_match": 100.0 * float(v1[:, 0].mean()), "f1": 100.0 * float(v1[:, 1].mean()),
+                      "examples": len(has)}
+        else:
+            v2 = np.concatenate([p[2] for p in parts])
+            result = {"exact_match": 100.0 * float(v2[:, 0].mean()), "f1": 100.0 * float(v2[:, 1].mean()),
+                      "examples": len(has)}
+            for name, mask in (("HasAns", has), ("NoAns", ~has)):
+                if mask.any():
+                    result[f"{name}_exact"] = 100.0 * float(v2[mask, 0].mean())
+                    result[f"{name}_f1"] = 100.0 * float(v2[mask, 1].mean())
+                    result[f"{name}_total"] = int(mask.sum())
+        threshold = self.threshold(null_threshold)
+        if self.spec.unanswerable or threshold is not None:
+            result["null_threshold"] = None if threshold is None else round(float(threshold), 4)
         return result
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from bertheads.errors import UserError, where
-from bertheads.readers import parse_json, read_jsonl, read_text
+from bertheads.readers import BadLine, open_lines, parse_json, read_jsonl, source_name
 
 
 @dataclass
@@ -19,6 +21,7 @@ class QAExample:
     starts: list[int] = field(default_factory=list)  # their character offsets (-1: not given)
     has_id: bool = False  # the input named its id (predictions then carry it)
     record: str = ""  # "FILE:LINE" or "FILE: question ID", for messages
+    extra: dict = field(default_factory=dict)  # --keep-fields carried into the prediction
 
 
 def check_text(value, name: str, record: str) -> str:
@@ -35,29 +38,59 @@ def read_examples(path: str | None, need_labels: bool = True, strict: bool = Tru
                   fmt: str | None = None) -> list[QAExample]:
     """SQuAD JSON or JSON lines. `strict=False` (training data): a question whose
     answer_start does not match its text is skipped and counted, with one warning at the end."""
-    if fmt not in (None, "auto", "json", "jsonl", "squad"):
-        raise UserError(f"--format {fmt}: the qa task reads SQuAD JSON or JSON lines")
-    text = read_text(path)
-    if not text.strip():
-        raise UserError(f"{where(path)}: file is empty")
-    records = squad_records(text, path) if is_squad_document(text, fmt) else jsonl_records(path)
-    examples, skipped = [], []
-    for record, qid, has_id, obj, context in records:
-        ex = make_example(record, qid, has_id, obj, context, need_labels, strict)
-        if ex is None:
-            skipped.append(record)
-        else:
-            examples.append(ex)
+    skipped: list[str] = []
+    examples = list(iter_examples(path, need_labels, strict, fmt, skipped=skipped))
     if skipped:
         print(f"bertheads: warning: skipped {len(skipped)} training question(s) whose answer_start does not "
               f"match the answer text (first: {skipped[0]})", file=sys.stderr)
     if not examples:
-        raise UserError(f"{where(path)}: no questions")
+        raise UserError(f"{where(source_name(path))}: no questions")
     return examples
 
 
+def iter_examples(path, need_labels: bool = True, strict: bool = True, fmt: str | None = None,
+                  keep: tuple[str, ...] = (), bad: BadLine | None = None,
+                  skipped: list[str] | None = None) -> Iterator[QAExample]:
+    """`read_examples` one question at a time: JSON lines are read as needed; a SQuAD JSON
+    document is one JSON value, so its text is read and parsed whole first (its questions are
+    then encoded and predicted a chunk at a time). Records carry the `keep` fields."""
+    if fmt not in (None, "auto", "json", "jsonl", "squad"):
+        raise UserError(f"--format {fmt}: the qa task reads SQuAD JSON or JSON lines")
+    name = source_name(path)
+    lines = open_lines(path)
+    head: list[str] = []
+    for line in lines:
+        head.append(line)
+        if line.strip():
+            break
+    if not any(line.strip() for line in head):
+        raise UserError(f"{where(name)}: file is empty")
+    if is_squad_document(head[-1], fmt):
+        if keep:
+            raise UserError("--keep-fields: SQuAD JSON questions have only their id; use JSON lines")
+        records = squad_records("".join(head) + "".join(lines), name)
+    else:
+        records = jsonl_records(itertools.chain(head, lines), name, bad)
+    for record, qid, has_id, obj, context in records:
+        try:
+            ex = make_example(record, qid, has_id, obj, context, need_labels, strict)
+        except UserError as exc:
+            if bad is None:
+                raise
+            bad(exc)
+            continue
+        if ex is None:
+            if skipped is not None:
+                skipped.append(record)
+            continue
+        if keep:
+            ex.extra = {k: obj.get(k) for k in keep}
+        yield ex
+
+
 def is_squad_document(text: str, fmt: str | None) -> bool:
-    """A whole-file JSON document (SQuAD) rather than one JSON object per line."""
+    """A whole-file JSON document (SQuAD) rather than one JSON object per line (`text`: the
+    file's first line that is not blank, or more)."""
     if fmt in ("json", "squad"):
         return True
     if fmt == "jsonl":
@@ -91,9 +124,10 @@ def squad_records(text: str, path):
                 yield f"{where(path)}: {name}", qid if qid is not None else f"{a}.{p}.{q}", qid is not None, qa, context
 
 
-def jsonl_records(path):
-    for line, obj in read_jsonl(path):
-        yield where(path, line), obj.get("id", line), "id" in obj, obj, obj.get("context")
+def jsonl_records(path, name: str | None = None, bad: BadLine | None = None):
+    name = name or source_name(path)
+    for line, obj in read_jsonl(path, bad, name):
+        yield where(name, line), obj.get("id", line), "id" in obj, obj, obj.get("context")
 
 
 def make_example(record: str, qid, has_id: bool, obj: dict, context, need_labels: bool,

@@ -15,6 +15,7 @@ entity metrics in `tag_scheme`.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,10 +27,12 @@ from bertheads.argtypes import non_negative_int, positive_int
 from bertheads.errors import UserError, where
 from bertheads.layers import LayerCombine
 from bertheads.packing import window_count
+from bertheads.readers import source_name
 from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
 from bertheads.tasks.tag_formats import (
     CONLL_SUFFIXES,
     TagExample,
+    iter_tagged,
     read_tagged,
     separator,
 )
@@ -147,6 +150,25 @@ class TagTask(Task):
                         raise UserError(f"{where(path, line)}: tag {tag!r} was not seen in training "
                                         f"(known: {', '.join(self.spec.tags)})")
         return examples
+
+    def iter_read(self, path, need_labels: bool = True, fmt: str | None = None, keep: tuple[str, ...] = (),
+                  bad=None, **_) -> Iterator[TagExample]:
+        """`read`, one sentence at a time as the input is read (`bad`: see `iter_tagged`)."""
+        known = set(self.spec.tags)
+        name = source_name(path)
+        for e in iter_tagged(path, self.spec, fmt, need_labels, keep, bad):
+            if need_labels:
+                unknown = [(t, line) for t, line in zip(e.tags, e.word_lines or [e.line] * len(e.tags))
+                           if t not in known]
+                if unknown:
+                    tag, line = unknown[0]
+                    error = UserError(f"{where(name, line)}: tag {tag!r} was not seen in training "
+                                      f"(known: {', '.join(self.spec.tags)})")
+                    if bad is None:
+                        raise error
+                    bad(error)
+                    continue
+            yield e
 
     def from_inputs(self, inputs: list, **_) -> list[TagExample]:
         """Examples from Python values: a raw text, a list of words, or a dict with
@@ -376,23 +398,31 @@ class TagTask(Task):
                     entities.append({"text": " ".join(e.words[a:b]), "type": kind, "start_token": a,
                                      "end_token": b, "score": score})
             if e.text is not None:
-                results.append({"entities": entities})
+                result = {"entities": entities}
             else:
-                results.append({"tokens": e.words, "tags": [self.spec.tags[i] for i in best], "entities": entities})
+                result = {"tokens": e.words, "tags": [self.spec.tags[i] for i in best], "entities": entities}
+            results.append({**e.extra, **result} if e.extra else result)
         return results
 
     def metrics(self, outputs: list[WordScores], examples: list[TagExample], path=None, **_) -> dict:
         """Entity precision, recall and F1 (micro and per type) as seqeval's default mode
         (conlleval rules) computes them, word accuracy, and the span and type errors
         (`tag_scheme.entity_errors`)."""
-        known = set(self.spec.tags)
+        return self.metrics_from_parts([self.metric_part(outputs, examples, path)])
+
+    def metrics_from_parts(self, parts: list, path=None, **_) -> dict:
+        gold, pred = [t for p in parts for t in p[0]], [t for p in parts for t in p[1]]
+        return {**entity_metrics(gold, pred), **entity_errors(gold, pred)}
+
+    def metric_part(self, outputs: list[WordScores], examples: list[TagExample], path=None, **_):
+        """A chunk's gold and predicted tags (the tag names are shared strings: a pointer a word)."""
+        known = {t: t for t in self.spec.tags}
         for e in examples:
             for j, tag in enumerate(e.tags or []):
                 if tag not in known:
                     line = e.word_lines[j] if e.word_lines else e.line
                     raise UserError(f"{where(path, line)}: tag {tag!r} was not seen in training")
-        gold, pred = [e.tags for e in examples], self.predicted_tags(outputs)
-        return {**entity_metrics(gold, pred), **entity_errors(gold, pred)}
+        return [[known[t] for t in e.tags or []] for e in examples], self.predicted_tags(outputs)
 
     def render(self, predictions: list[dict], examples: list[TagExample], fmt: str | None = None) -> str:
         """JSON lines, or for `--format conll` the input's lines with a predicted tag column."""
