@@ -179,7 +179,7 @@ def read_jsonl(path, bad: BadLine | None = None, name: str | None = None) -> Ite
             return
         seen = True
         try:
-            obj = parse_json(line, name, line_no)
+            obj = parse_json(line.strip(), name, line_no)
             if not isinstance(obj, dict):
                 raise UserError(f"{where(name, line_no)}: expected a JSON object")
         except UserError as exc:
