@@ -3,7 +3,11 @@
 import json
 from pathlib import Path
 
+import pytest
+
 import bertheads
+
+pytestmark = pytest.mark.slow
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sentiment"
 

@@ -92,7 +92,7 @@ def test_torchrun_two_processes(tiny_bert, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     metrics = (tmp_path / "m" / "metrics.json").read_text()
     assert '"accuracy"' in metrics
-    assert proc.stdout.count("epoch 1:") == 1  # only the main process evaluates and saves
+    assert proc.stderr.count("epoch 1:") == 1  # only the main process evaluates and saves
     assert proc.stderr.count("bertheads: saved") == 1  # torchrun's exit 0: both finished; rank 0 reports
 
 

@@ -54,6 +54,7 @@ def entries(cache: Path) -> list[Path]:
     return sorted(p for p in (cache / "features").iterdir() if not p.name.startswith("."))
 
 
+@pytest.mark.slow
 def test_classify_features_mode_trains_the_head_and_reuses_the_cache(default_model_dir, write, tmp_path,
                                                                     count_encoder_calls):
     from safetensors.torch import load_file

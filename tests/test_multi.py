@@ -44,6 +44,7 @@ sampling: round-robin
 """
 
 
+@pytest.mark.slow
 def test_train_multi_cli(default_model_dir, tmp_path, capsys, monkeypatch):
     """End to end on the real checkpoint (the tiny random BERT does not learn reliably in a few steps)."""
     config = write_config(tmp_path, GOOD)

@@ -75,9 +75,10 @@ class Model:
         return analyze(self.net, texts, second_texts, questions, batch_size, **options)
 
 
-def load(directory: str | Path, device: str | torch.device | None = None) -> Model:
-    """Load a model directory written by `bertheads train` (or `train(...)`)."""
-    return Model(bundle.load(directory, device), directory)
+def load(directory: str | Path, device: str | torch.device | None = None, verify: bool = True) -> Model:
+    """Load a model directory written by `bertheads train` (or `train(...)`); `verify=False`
+    skips the check of the encoder's weights against the hash saved with them."""
+    return Model(bundle.load(directory, device, verify), directory)
 
 
 def trained(net: BertHeads, out: str | Path | None, result: dict) -> Model:

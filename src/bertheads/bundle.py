@@ -16,22 +16,27 @@ previous one. Loading never unpickles: weights are safetensors, settings JSON.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from bertheads.atomic import atomic_directory
 from bertheads.encoder import Encoder, encoder_hash
 from bertheads.errors import UserError
+from bertheads.manifest import (  # noqa: F401  (MANIFEST, FORMAT_VERSION, HEAD_NAME, read_manifest: re-exported)
+    FORMAT_VERSION,
+    HEAD_NAME,
+    MANIFEST,
+    check_head_weights,
+    first_line,
+    read_head_weights,
+    read_manifest,
+)
 from bertheads.model import BertHeads
 from bertheads.tasks import TASKS
 
-MANIFEST = "bertheads.json"
-FORMAT_VERSION = 1
 RUN_FILES = ("checkpoint", "log.jsonl", "tensorboard")  # a training run's own files in its --out
-HEAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # head names: also file names under heads/
 
 
 def task_class(kind: str):
@@ -78,35 +83,41 @@ def is_model(path: str | Path | None) -> bool:
     return path not in (None, "", "default") and (Path(path) / MANIFEST).is_file()
 
 
-def read_manifest(directory: str | Path) -> dict:
-    directory = Path(directory)
-    path = directory / MANIFEST
-    if not directory.is_dir():
-        raise UserError(f"{directory}: no such model directory")
-    if not path.is_file():
-        raise UserError(f"{directory}: not a bertheads model (no {MANIFEST})")
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg})") from None
-    if manifest.get("format_version") != FORMAT_VERSION or not manifest.get("heads"):
-        raise UserError(f"{path}: unsupported manifest (format_version {manifest.get('format_version')!r})")
-    return manifest
+def load(directory: str | Path, device: str | torch.device | None = None, verify: bool = True) -> BertHeads:
+    """Load a saved model: the encoder from `DIR/encoder`, each head from its safetensors file.
 
-
-def load(directory: str | Path, device: str | torch.device | None = None) -> BertHeads:
-    """Load a saved model: the encoder from `DIR/encoder`, each head from its safetensors file."""
+    The manifest is checked against its schema, every weight file must hold exactly the
+    tensors the manifest describes, and (unless `verify` is False) the encoder's weights must
+    hash to the manifest's `encoder_hash`; any mismatch is a one-line `UserError`.
+    """
     directory = Path(directory)
     manifest = read_manifest(directory)
-    encoder = Encoder.load(str(directory / "encoder"))
+    try:
+        encoder = Encoder.load(str(directory / "encoder"), strict=True)
+    except UserError:
+        raise
+    except Exception as exc:  # a corrupt tokenizer or config file
+        raise UserError(f"{directory / 'encoder'}: cannot load ({type(exc).__name__}: {first_line(exc)})") from None
+    expected_hash = manifest.get("encoder_hash")
+    if verify and expected_hash:
+        digest = encoder_hash(encoder)
+        if digest != expected_hash:
+            raise UserError(f"{directory / 'encoder'}: weights do not match the manifest's encoder_hash "
+                            f"({digest[:12]}... vs {expected_hash[:12]}...): changed after saving; "
+                            f"--no-verify loads them anyway")
     tasks = {}
     for name, entry in manifest["heads"].items():
         cls = task_class(entry["kind"])
-        task = cls.build(cls.spec_from_dict(entry["spec"]), encoder)
+        spec = cls.spec_from_dict(entry["spec"])
+        try:
+            task = cls.build(spec, encoder)
+        except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as exc:
+            raise UserError(f"{directory / MANIFEST}: heads.{name}.spec: cannot build the head "
+                            f"({first_line(exc)})") from None
         weights = directory / "heads" / f"{name}.safetensors"
-        if not weights.is_file():
-            raise UserError(f"{weights}: missing head weights")
-        task.head.load_state_dict(load_file(str(weights)))
+        state = read_head_weights(weights)
+        check_head_weights(state, task.head.state_dict(), weights, task.output_hint())
+        task.head.load_state_dict(state)
         tasks[name] = task
     model = BertHeads(encoder, tasks)
     model.manifest = manifest

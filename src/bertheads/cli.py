@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
     ev.add_argument("--predictions-out", help="qa: write {id: answer} JSON here (and an n-best file beside it)")
     ev.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
+    ev.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
     ev.set_defaults(handler=cmd_evaluate)
 
     pr = sub.add_parser("predict", help="predictions as JSON lines, in input order", parents=[common])
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--context", help="qa: the passage for --question")
     pr.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
     pr.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
+    pr.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
     pr.set_defaults(handler=cmd_predict)
 
     add_extract(sub, common)
@@ -153,6 +155,21 @@ def add_serve(sub, common) -> None:
     p.add_argument("--batch-window-ms", type=float, default=5.0, help="how long to gather concurrent requests")
     p.add_argument("--max-texts", type=positive_int, default=64, help="most texts in one request")
     p.add_argument("--max-text-chars", type=positive_int, default=10000, help="longest text accepted, in characters")
+    # limits, access and checks (serve.settings_from_args reads these)
+    p.add_argument("--max-batch-tokens", type=positive_int, default=4096, help="encoder tokens in one model call")
+    p.add_argument("--max-queue", type=positive_int, default=64,
+                   help="requests waiting; more get 503 with Retry-After")
+    p.add_argument("--timeout", type=positive_float, default=30.0,
+                   help="seconds a request may take: 503 if not started by then, 504 if not finished")
+    p.add_argument("--max-connections", type=positive_int, default=128, help="concurrent connections; more get 503")
+    p.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="a Host header name to accept besides loopback names (repeatable; '*': any)")
+    p.add_argument("--token", default=os.environ.get("BERTHEADS_TOKEN") or None,
+                   help="require 'Authorization: Bearer TOKEN' (default: $BERTHEADS_TOKEN)")
+    p.add_argument("--insecure", action="store_true", help="serve a non-loopback --host without a token")
+    p.add_argument("--cors-origin", action="append", metavar="ORIGIN",
+                   help="a browser origin allowed to call the API (repeatable; default: none)")
+    p.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
     p.set_defaults(handler=cmd_serve)
 
 
@@ -192,7 +209,7 @@ def cmd_train_multi(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    model = load(args.model_dir)
+    model = load(args.model_dir, verify=not args.no_verify)
     metrics = model.evaluate(args.data, head=args.head, batch_size=args.batch_size,
                              **present(args, "predictions_out", "null_threshold"))
     if args.json:
@@ -209,9 +226,9 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    if args.output and Path(args.output).is_dir():
-        raise UserError(f"--output {args.output}: is a directory; name a file")
-    model = load(args.model_dir)
+    if args.output:
+        check_output_file(args.output)
+    model = load(args.model_dir, verify=not args.no_verify)
     options = present(args, "question", "context", "null_threshold")
     examples, predictions = model.predict_file(args.input, head=args.head, fmt=args.format,
                                                batch_size=args.batch_size, progress=bool(args.output), **options)
@@ -243,12 +260,20 @@ def cmd_combine(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from bertheads.serve import ServeSettings, serve  # the web stack loads only for this command
+    from bertheads.serve import serve, settings_from_args  # the web stack loads only for this command
 
-    settings = ServeSettings(max_batch=args.max_batch, window_ms=args.batch_window_ms, max_texts=args.max_texts,
-                             max_text_chars=args.max_text_chars)
-    serve(args.model_dir, args.host, args.port, settings)
+    serve(args.model_dir, args.host, args.port, settings_from_args(args), verify=not args.no_verify)
     return 0
+
+
+def check_output_file(path: str) -> None:
+    """`--output` must name a file that can be written (checked before any work is done)."""
+    out = Path(path)
+    if out.is_dir():
+        raise UserError(f"--output {path}: is a directory; give a file name")
+    parent = next((p for p in out.absolute().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise UserError(f"--output {path}: {parent} is not a directory")
 
 
 def present(args, *names: str) -> dict:

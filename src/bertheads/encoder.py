@@ -87,8 +87,12 @@ def load_tokenizer(name_or_path: str):
     return tokenizer
 
 
-def load_encoder_model(name_or_path: str) -> nn.Module:
-    """The bare Transformer encoder (`AutoModel`), in fp32, with SDPA attention where supported."""
+def load_encoder_model(name_or_path: str, strict: bool = False) -> nn.Module:
+    """The bare Transformer encoder (`AutoModel`), in fp32, with SDPA attention where supported.
+
+    `strict` (a saved model's own encoder): safetensors only, and a weight missing from the
+    files (other than the pooler, which the classify heads hold) or one the model does not
+    have is an error instead of a random initialisation."""
     from transformers import AutoConfig, AutoModel
 
     source = resolve_model(name_or_path)
@@ -98,11 +102,25 @@ def load_encoder_model(name_or_path: str) -> nn.Module:
         raise UserError(f"{name_or_path}: not a loadable checkpoint ({first_line(exc)})") from None
     if getattr(config, "is_encoder_decoder", False) or getattr(config, "is_decoder", False):
         raise UserError(f"{name_or_path}: {config.model_type} is not an encoder-only model")
+    if not strict:
+        try:
+            with quiet_transformers():
+                return AutoModel.from_pretrained(source, config=config, dtype=torch.float32)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{name_or_path}: cannot load the encoder weights ({first_line(exc)})") from None
     try:
         with quiet_transformers():
-            model = AutoModel.from_pretrained(source, config=config, dtype=torch.float32)
-    except (OSError, ValueError) as exc:
+            model, info = AutoModel.from_pretrained(source, config=config, dtype=torch.float32,
+                                                    use_safetensors=True, output_loading_info=True)
+    except Exception as exc:  # truncated or corrupt files raise the safetensors library's own error
         raise UserError(f"{name_or_path}: cannot load the encoder weights ({first_line(exc)})") from None
+    missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith("pooler."))
+    for problem, keys in (("missing from the weight files", missing),
+                          ("not in the model", sorted(info.get("unexpected_keys", ()))),
+                          ("of the wrong shape", sorted(map(str, info.get("mismatched_keys", ()))))):
+        if keys:
+            more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+            raise UserError(f"{name_or_path}: encoder weights {problem}: {', '.join(keys[:3])}{more}")
     return model
 
 
@@ -146,8 +164,8 @@ class Encoder(nn.Module):
         )
 
     @classmethod
-    def load(cls, name_or_path: str) -> Encoder:
-        return cls(load_encoder_model(name_or_path), load_tokenizer(name_or_path))
+    def load(cls, name_or_path: str, strict: bool = False) -> Encoder:
+        return cls(load_encoder_model(name_or_path, strict), load_tokenizer(name_or_path))
 
     def forward(
         self,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 
+from bertheads.argtypes import fraction, non_negative_float, positive_float, positive_int
 from bertheads.errors import UserError
 from bertheads.layers import COMBINES
 from bertheads.packing import INFERENCE_BATCH
@@ -21,55 +22,24 @@ RUN_FLAGS = ("command", "kind", "train", "dev", "out", "model", "epochs", "batch
              "log_every", "tensorboard")
 
 
+class ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """`(default: X)` after each flag's help, except where there is no default to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default in (None, False) or "default" in (action.help or ""):
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with defaults in `--help` and one-line errors (`bertheads: error: ...`, exit 2)."""
 
     def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        kwargs.setdefault("formatter_class", ShowDefaults)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"bertheads: error: {message} (see {self.prog} --help)\n")
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, got {text!r}")
-    return value
 
 
 def accept_layer_lists(parser: argparse.ArgumentParser) -> None:
@@ -98,8 +68,8 @@ def add_training_flags(p: argparse.ArgumentParser, *, max_length: int = 128, bat
     g.add_argument("--eval-batch-size", type=positive_int, default=INFERENCE_BATCH,
                    help="inputs per batch when evaluating on --dev")
     g.add_argument("--keep", choices=KEEP_CHOICES, default=d.keep,
-                   help="which model is saved: the best dev evaluation (ties: lower dev loss, then the later "
-                        "epoch) or the last epoch's")
+                   help="which model is saved: the best dev evaluation (by --select-metric; an equal score with "
+                        "a lower dev loss wins) or the last epoch's")
     g.add_argument("--select-metric", default=None,
                    help="dev metric that chooses the best evaluation (default: the task's main one: accuracy, "
                         "f1, pearson, ...)")

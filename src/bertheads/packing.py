@@ -9,6 +9,7 @@ order restored on output.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -218,3 +219,11 @@ def shard(batches: list[list[int]], rank: int, world: int) -> Iterator[list[int]
     """The batches one process of `world` takes (all of them when running alone)."""
     usable = len(batches) - len(batches) % world if world > 1 else len(batches)
     yield from batches[rank:usable:world]
+
+
+def window_count(tokens: int, room: int, stride: int) -> int:
+    """How many windows of `room` body tokens, neighbours sharing `stride`, cover `tokens`."""
+    if tokens <= room:
+        return 1
+    step = max(1, room - stride)
+    return 1 + math.ceil((tokens - room) / step)

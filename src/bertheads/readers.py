@@ -42,6 +42,46 @@ def file_format(path: str | None, fmt: str | None = None) -> str:
     )
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names the same key twice."""
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    out = dict(pairs)  # the fast path; the duplicate is looked for only when there is one
+    if len(out) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+def parse_json(text: str, path, line: int | None = None):
+    """JSON text parsed; malformed, too deeply nested, or with a key twice in one object: a UserError."""
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{where(path, (line or 1) - 1 + exc.lineno)}: malformed JSON ({exc.msg})") from None
+    except RecursionError:
+        raise UserError(f"{where(path, line)}: JSON nested too deeply") from None
+    except DuplicateKey as exc:
+        raise UserError(f"{where(path, line)}: key {exc.args[0]!r} appears twice in one object") from None
+
+
+def check_header(header: list[str], path) -> None:
+    """Column names must differ (ignoring case, as columns are looked up)."""
+    seen: dict[str, int] = {}
+    for i, name in enumerate(header, 1):
+        key = name.lower()
+        if key in seen:
+            other = header[seen[key] - 1]
+            same = "appears twice" if other == name else f"and {other!r} differ only in case"
+            raise UserError(f"{where(path, 1)}: column {name!r} {same} (columns {seen[key]} and {i}); "
+                            f"column names must be unique")
+        seen[key] = i
+
+
 def read_table(path: str | None, fmt: str) -> tuple[list[str], Iterator[tuple[int, dict]]]:
     """Header and `(line number, row dict)` for TSV/CSV files with a header row."""
     text = read_text(path)
@@ -52,6 +92,7 @@ def read_table(path: str | None, fmt: str) -> tuple[list[str], Iterator[tuple[in
     else:
         reader = csv.reader(io.StringIO(text))
     header = [h.strip() for h in next(reader)]
+    check_header(header, path)
 
     def rows() -> Iterator[tuple[int, dict]]:
         for row in reader:
@@ -74,10 +115,9 @@ def read_jsonl(path: str | None) -> Iterator[tuple[int, dict]]:
         raise UserError(f"{where(path)}: file is empty")
     stripped = text.lstrip()
     if stripped.startswith("["):  # a JSON array of objects is accepted too
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{where(path, exc.lineno)}: malformed JSON ({exc.msg})") from None
+        items = parse_json(text, path)
+        if not isinstance(items, list):
+            raise UserError(f"{where(path)}: expected a JSON array of objects or one object per line")
         for i, obj in enumerate(items, 1):
             if not isinstance(obj, dict):
                 raise UserError(f"{where(path)}: record {i}: expected a JSON object")
@@ -86,10 +126,7 @@ def read_jsonl(path: str | None) -> Iterator[tuple[int, dict]]:
     for line_no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{where(path, line_no)}: malformed JSON ({exc.msg})") from None
+        obj = parse_json(line, path, line_no)
         if not isinstance(obj, dict):
             raise UserError(f"{where(path, line_no)}: expected a JSON object")
         yield line_no, obj

@@ -7,9 +7,11 @@ GET  /heads            names, kinds, inputs and labels of the heads
 GET  /health           status and batching counters
 GET  /docs             OpenAPI documentation (schema at /openapi.json)
 ```
-Concurrent requests are gathered for a short window (`window_ms`) up to `max_batch` texts
-and run as one model call on a single worker thread, so the encoder sees full batches and
-requests never compete for the CPU. Bad input is answered 4xx with a one-line `detail`.
+Concurrent requests are gathered for a short window (`window_ms`) up to `max_batch` texts and
+`max_batch_tokens` encoder tokens and run as one model call on a single worker thread, so the
+encoder sees full batches and requests never compete for the CPU (`serve_queue`). The queue is
+bounded, each request has a deadline, and the `Host` check, token, body limit and metrics sit in
+front of the app (`serve_guard`). Bad input is answered 4xx with a one-line `detail`.
 """
 
 from __future__ import annotations
@@ -19,8 +21,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
@@ -30,12 +31,16 @@ import numpy as np
 import uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from bertheads.api import load
 from bertheads.errors import UserError
 from bertheads.packing import INFERENCE_BATCH
+from bertheads.serve_guard import Control, Guard, Metrics, allowed_hosts, is_loopback
+from bertheads.serve_queue import Batcher, DeadlineExceeded, Overloaded, request_tokens, token_counter
+
+__all__ = ["Batcher", "ServeSettings", "create_app", "running_server", "serve"]
 
 log = logging.getLogger("bertheads.serve")
 
@@ -48,124 +53,42 @@ class ServeSettings:
     max_text_chars: int = 10000  # longest text (or question, or passage) accepted
     batch_size: int = INFERENCE_BATCH  # encoder batch size inside a model call
     max_body_bytes: int = 0  # 0: derived from max_texts and max_text_chars
+    max_batch_tokens: int = 4096  # encoder tokens in one model call (a larger request runs alone)
+    max_queue: int = 64  # requests waiting for the model; more are refused with 503 at once
+    timeout: float = 30.0  # seconds a request may take: 503 if not started by then, 504 if not finished
+    max_connections: int = 128  # concurrent connections (uvicorn answers 503 beyond)
+    allowed_hosts: list[str] = field(default_factory=list)  # Host names accepted besides loopback ('*': any)
+    token: str | None = None  # require `Authorization: Bearer TOKEN` (except on / and /health)
+    insecure: bool = False  # allow a non-loopback address without a token
+    cors_origins: list[str] = field(default_factory=list)  # browser origins allowed to call the API
 
     def body_limit(self) -> int:
         return self.max_body_bytes or 3 * 4 * self.max_texts * self.max_text_chars + 65536
 
-
-# -- batching ------------------------------------------------------------------------------
-@dataclass
-class Job:
-    key: tuple  # requests with the same key can run in one model call
-    payload: dict
-    size: int
-    future: asyncio.Future
-
-
-@dataclass
-class Batcher:
-    """Gathers concurrent requests and runs them together on one worker thread.
-
-    `run(key, payloads)` returns one result list per payload. If a merged call fails, each
-    request of it is retried alone, so one bad request cannot fail its neighbours.
-    """
-
-    run: Callable[[tuple, list[dict]], list[list]]
-    max_batch: int = 64
-    window_s: float = 0.005
-    requests: int = 0
-    batches: int = 0
-    largest: int = 0
-    _queue: asyncio.Queue | None = None
-    _loop: asyncio.AbstractEventLoop | None = None
-    _task: asyncio.Task | None = None
-    _carry: Job | None = None
-    _executor: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="bertheads-model"))
-
-    def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        if self._task is None or self._task.done() or self._loop is not loop:
-            self._queue, self._loop, self._carry = asyncio.Queue(), loop, None
-            self._task = loop.create_task(self._work())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
-
-    async def submit(self, key: tuple, payload: dict, size: int) -> list:
-        self.start()
-        future = asyncio.get_running_loop().create_future()
-        await self._queue.put(Job(key, payload, size, future))
-        return await future
-
-    async def _next(self, timeout: float | None) -> Job | None:
-        if self._carry is not None:
-            job, self._carry = self._carry, None
-            return job
-        if timeout is None:
-            return await self._queue.get()
-        try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
-        except asyncio.TimeoutError:
-            return None
-
-    async def _work(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            first = await self._next(None)
-            jobs, size = [first], first.size
-            deadline = loop.time() + self.window_s
-            while size < self.max_batch:
-                job = await self._next(max(0.0, deadline - loop.time()))
-                if job is None:
-                    break
-                if size + job.size > self.max_batch:
-                    self._carry = job  # starts the next batch
-                    break
-                jobs.append(job)
-                size += job.size
-            groups: dict[tuple, list[Job]] = {}
-            for job in jobs:
-                groups.setdefault(job.key, []).append(job)
-            for key, group in groups.items():
-                await self._run_group(key, group)
-
-    async def _run_group(self, key: tuple, jobs: list[Job]) -> None:
-        loop = asyncio.get_running_loop()
-        jobs = [j for j in jobs if not j.future.done()]  # clients that went away
-        if not jobs:
-            return
-        self.requests += len(jobs)
-        self.batches += 1
-        self.largest = max(self.largest, sum(j.size for j in jobs))
-        try:
-            results = await loop.run_in_executor(self._executor, self.run, key, [j.payload for j in jobs])
-        except Exception as exc:
-            if len(jobs) == 1:
-                if not jobs[0].future.done():
-                    jobs[0].future.set_exception(exc)
-                return
-            for job in jobs:
-                try:
-                    result = (await loop.run_in_executor(self._executor, self.run, key, [job.payload]))[0]
-                except Exception as single:
-                    if not job.future.done():
-                        job.future.set_exception(single)
-                else:
-                    if not job.future.done():
-                        job.future.set_result(result)
-            return
-        for job, result in zip(jobs, results):
-            if not job.future.done():
-                job.future.set_result(result)
+    def check(self, host: str | None = None) -> None:
+        """Settings that cannot work, and a non-loopback `host` without a token, are UserErrors."""
+        for name in ("max_batch", "max_texts", "max_text_chars", "max_batch_tokens", "max_queue", "max_connections"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(self, name)}")
+        if not self.timeout > 0:
+            raise UserError(f"--timeout: expected a positive number of seconds, got {self.timeout}")
+        if self.token is not None and not self.token.strip():
+            raise UserError("--token: empty")
+        if host is not None and not is_loopback(host) and not self.token and not self.insecure:
+            raise UserError(f"--host {host} is not a loopback address: give --token (or set BERTHEADS_TOKEN) so "
+                            f"that clients must authenticate, or --insecure to serve without one")
 
 
+def settings_from_args(args) -> ServeSettings:
+    """`bertheads serve` flags as settings."""
+    return ServeSettings(max_batch=args.max_batch, window_ms=args.batch_window_ms, max_texts=args.max_texts,
+                         max_text_chars=args.max_text_chars, max_batch_tokens=args.max_batch_tokens,
+                         max_queue=args.max_queue, timeout=args.timeout, max_connections=args.max_connections,
+                         allowed_hosts=list(args.allowed_host or []), token=args.token, insecure=args.insecure,
+                         cors_origins=list(args.cors_origin or []))
+
+
+# -- batching (the queue itself is serve_queue.Batcher) ------------------------------------
 def run_batch(model, key: tuple, payloads: list[dict], batch_size: int = INFERENCE_BATCH) -> list[list]:
     """One model call for several requests of the same key; results split per request."""
     sizes = [p["size"] for p in payloads]
@@ -231,7 +154,7 @@ class Problem(BaseModel):
     detail: str
 
 
-ERRORS = {400: {"model": Problem}, 404: {"model": Problem}, 413: {"model": Problem}, 422: {"model": Problem}}
+ERRORS = {code: {"model": Problem} for code in (400, 401, 404, 408, 413, 422, 503, 504)}
 
 
 # -- the app -----------------------------------------------------------------------------
@@ -270,6 +193,11 @@ def check_texts(field_name: str, values: list, settings: ServeSettings, kind: st
             at = f"{field_name}[{i}]" + (f"[{j}]" if isinstance(value, (list, tuple)) else "")
             if not text.strip():
                 raise HTTPException(422, f"{at}: empty {kind}")
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise HTTPException(422, f"{at}: not valid Unicode (a lone surrogate at character {exc.start}); "
+                                         f"send text that UTF-8 can encode") from None
             if len(text) > settings.max_text_chars:
                 raise HTTPException(413, f"{at}: {len(text)} characters; at most {settings.max_text_chars} "
                                          f"(--max-text-chars)")
@@ -280,11 +208,16 @@ def same_length(name: str, values: list | None, texts: list, texts_name: str) ->
         raise HTTPException(422, f"{name}: {len(values)} items, expected one per {texts_name} ({len(texts)})")
 
 
-def create_app(model, settings: ServeSettings | None = None) -> FastAPI:
-    """The FastAPI app serving `model` (a `bertheads.Model`)."""
+def create_app(model, settings: ServeSettings | None = None, bind_host: str | None = None) -> FastAPI:
+    """The FastAPI app serving `model` (a `bertheads.Model`); `bind_host` joins the accepted Host names."""
     settings = settings or ServeSettings()
+    settings.check()
     batcher = Batcher(lambda key, payloads: run_batch(model, key, payloads, settings.batch_size),
-                      settings.max_batch, settings.window_ms / 1000.0)
+                      settings.max_batch, settings.window_ms / 1000.0, settings.max_batch_tokens, settings.max_queue)
+    metrics = Metrics(batcher)
+    batcher.observe = metrics.observe_batch
+    control = Control()
+    count = token_counter(model.net.encoder.tokenizer)
     heads = describe_heads(model)
     forms = {h["name"]: h["inputs"] for h in heads}
 
@@ -298,6 +231,15 @@ def create_app(model, settings: ServeSettings | None = None) -> FastAPI:
                   description="One BERT encoder, many task heads. `POST /analyze` runs every single-text head "
                               "in one encoder pass; `POST /predict/{head}` runs one head.")
     app.state.model, app.state.batcher, app.state.settings = model, batcher, settings
+    app.state.metrics, app.state.control = metrics, control
+    if settings.cors_origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["content-type", "authorization"], max_age=600)
+    app.add_middleware(Guard, hosts=allowed_hosts(settings.allowed_hosts, bind_host), token=settings.token,
+                       body_limit=settings.body_limit(), body_timeout=settings.timeout, control=control,
+                       metrics=metrics)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
@@ -307,34 +249,59 @@ def create_app(model, settings: ServeSettings | None = None) -> FastAPI:
     async def user_error(request: Request, exc: UserError):
         return JSONResponse({"detail": str(exc)}, status_code=422)
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None:
-            if not length.isdigit():
-                return JSONResponse({"detail": "malformed Content-Length header"}, status_code=400)
-            if int(length) > settings.body_limit():
-                return JSONResponse({"detail": f"request body of {length} bytes; at most {settings.body_limit()}"},
-                                    status_code=413)
-        return await call_next(request)
+    @app.exception_handler(Overloaded)
+    async def overloaded(request: Request, exc: Overloaded):
+        metrics.refused.labels(exc.reason).inc()
+        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": str(exc.retry_after)})
+
+    @app.exception_handler(DeadlineExceeded)
+    async def too_slow(request: Request, exc: DeadlineExceeded):
+        metrics.refused.labels("timeout").inc()
+        return JSONResponse({"detail": str(exc)}, status_code=504)
+
+    async def run(request: Request, key: tuple, payload: dict, size: int, cost) -> list | Response:
+        """Queue the request; drop it if the client goes away before its answer."""
+        tokens = await asyncio.get_running_loop().run_in_executor(None, cost)
+        task = asyncio.ensure_future(batcher.submit(key, payload, size, tokens, settings.timeout))
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=0.1)
+                if done:
+                    return task.result()
+                if await request.is_disconnected():
+                    task.cancel()
+                    metrics.refused.labels("client_gone").inc()
+                    return Response(status_code=499)
+        finally:
+            if not task.done():
+                task.cancel()
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
         return HTMLResponse(resources.files("bertheads").joinpath("page.html").read_text(encoding="utf-8"))
 
-    @app.get("/health", summary="liveness and batching counters")
+    @app.get("/health", summary="liveness, batching and queue counters")
     async def health() -> dict:
-        return {"status": "ok", "heads": len(heads), "requests": batcher.requests, "batches": batcher.batches,
-                "largest_batch": batcher.largest}
+        return {"status": "draining" if control.draining else "ok", "heads": len(heads),
+                "requests": batcher.requests, "batches": batcher.batches, "largest_batch": batcher.largest,
+                "largest_batch_tokens": batcher.largest_tokens, "queued": batcher.queued,
+                "dropped": batcher.dropped, "expired": batcher.expired}
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/heads", summary="the model's heads: names, kinds, inputs, labels")
     async def list_heads() -> dict:
         return {"heads": heads, "limits": {"max_texts": settings.max_texts,
-                                           "max_text_chars": settings.max_text_chars}}
+                                           "max_text_chars": settings.max_text_chars,
+                                           "timeout_s": settings.timeout}}
 
     @app.post("/analyze", response_model=Results, responses=ERRORS,
               summary="every single-text head on each text, one encoder pass")
-    async def analyze(body: AnalyzeRequest) -> dict:
+    async def analyze(body: AnalyzeRequest, request: Request) -> Any:
         check_texts("texts", body.texts, settings)
         payload = {"texts": body.texts, "size": len(body.texts)}
         for name, values in (("second_texts", body.second_texts), ("questions", body.questions)):
@@ -343,11 +310,16 @@ def create_app(model, settings: ServeSettings | None = None) -> FastAPI:
                 check_texts(name, values, settings, "question" if name == "questions" else "text")
                 payload[name] = values
         key = ("analyze", body.second_texts is not None, body.questions is not None)
-        return {"results": await batcher.submit(key, payload, len(body.texts))}
+
+        def cost() -> int:
+            return request_tokens(model.net, body.texts, body.second_texts, body.questions, lengths=count)
+
+        results = await run(request, key, payload, len(body.texts), cost)
+        return results if isinstance(results, Response) else {"results": results}
 
     @app.post("/predict/{head}", response_model=Results, responses=ERRORS,
               summary="one head's predictions, in the shapes `bertheads predict` writes")
-    async def predict(head: str, body: PredictRequest) -> dict:
+    async def predict(head: str, body: PredictRequest, request: Request) -> Any:
         if head not in forms:
             raise HTTPException(404, f"no head named {head!r} (heads: {', '.join(forms)})")
         form = {"text": "texts", "pair": "pairs", "question": "questions"}[forms[head]]
@@ -367,20 +339,45 @@ def create_app(model, settings: ServeSettings | None = None) -> FastAPI:
             same_length("contexts", body.contexts, values, "question")
             check_texts("contexts", body.contexts, settings, "passage")
             payload["contexts"] = body.contexts
-        return {"results": await batcher.submit(("predict", head, form), payload, len(values))}
+
+        def cost() -> int:
+            if form == "questions":
+                return request_tokens(model.net, body.contexts, questions=values, heads=[head], lengths=count)
+            if form == "pairs":
+                return request_tokens(model.net, [a for a, _ in values], [b for _, b in values], heads=[head],
+                                      lengths=count)
+            return request_tokens(model.net, values, heads=[head], lengths=count)
+
+        results = await run(request, ("predict", head, form), payload, len(values), cost)
+        return results if isinstance(results, Response) else {"results": results}
 
     return app
 
 
 # -- running ------------------------------------------------------------------------------
-def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None) -> None:
-    """Load the model in `directory` and serve it until interrupted."""
-    model = load(directory)
+def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None,
+          verify: bool = True) -> None:
+    """Load the model in `directory` and serve it until interrupted; SIGTERM (or Ctrl-C) stops
+    taking new work, lets the requests in flight finish (up to `--timeout`), then exits."""
+    settings = settings or ServeSettings()
+    settings.check(host)
+    model = load(directory, verify=verify)
     check_port(host, port)
-    app = create_app(model, settings)
+    app = create_app(model, settings, bind_host=host)
+    control = app.state.control
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            control.draining = True
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", limit_concurrency=settings.max_connections,
+                            timeout_graceful_shutdown=int(settings.timeout) + 5, timeout_keep_alive=30)
+    auth = "bearer token required" if settings.token else "no token"
     print(f"serving {directory} (heads: {', '.join(model.heads)}) on http://{host}:{port}  "
-          f"(page at /, API docs at /docs)", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+          f"(page at /, API docs at /docs, metrics at /metrics; {auth})", flush=True)
+    DrainingServer(config).run()
+    print("bertheads serve: stopped", flush=True)
 
 
 def check_port(host: str, port: int) -> None:

@@ -10,6 +10,7 @@ main process evaluates and saves.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import signal
@@ -34,6 +35,7 @@ from bertheads.runlog import RunLog
 
 SAMPLINGS = ("proportional", "temperature", "round-robin")
 KEEP_CHOICES = ("best", "last")
+log = logging.getLogger(__name__)
 LOWER_IS_BETTER = ("loss", "mse")  # dev metrics where smaller is better
 
 
@@ -256,9 +258,9 @@ def selection_metric(data: list[TaskData], settings: TrainSettings, metrics: dic
             continue
         name = settings.select_metric or d.task.main_metric
         value = metrics[d.name].get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or name == "examples":
             known = sorted(k for k, v in metrics[d.name].items() if isinstance(v, (int, float))
-                           and not isinstance(v, bool))
+                       and not isinstance(v, bool) and k != "examples")
             raise UserError(f"--select-metric {name}: head {d.name!r} has no such dev metric (has: {', '.join(known)})")
         chosen[d.name] = name
     return chosen
@@ -306,7 +308,7 @@ def evaluate_and_save(model: BertHeads, data: list[TaskData], settings: TrainSet
         kept = Choice(epoch, score, loss, metrics, rule, step)
     if summary or keep_now:
         note = "kept" if keep_now else f"epoch {kept.epoch} stays kept"
-        tqdm.write(f"epoch {epoch}: {summary}{'  ' if summary else ''}({note}: {rule})")
+        log.info(f"epoch {epoch}: {summary}{'  ' if summary else ''}({note}: {rule})")
     if out is not None:
         result = metrics_file(data, kept, history)
         if keep_now:

@@ -104,6 +104,21 @@ class Task:
         """The head as the server's `/heads` lists it (the name is added by the caller)."""
         return {"kind": self.kind, "inputs": self.input_form}
 
+    def encoder_cost(self, tokens: int, second: int | None, question: int | None) -> tuple[tuple, int] | None:
+        """The encoder pass one input of this head costs, from its texts' token counts (no special
+        tokens): `(key, tokens)`, heads with equal keys sharing the pass; None when the input
+        lacks what the head reads. Single texts cut at max_length; pairs need `second`."""
+        length = int(self.spec.max_length)
+        if self.input_form == "pair":
+            return None if second is None else (("pair", length), min(tokens + second + 3, length))
+        if tokens + 2 <= length:
+            return ("whole",), tokens + 2
+        return ("cut", length), length
+
+    def output_hint(self) -> str:
+        """What in the spec decides the head's output size, for weight-shape messages."""
+        return ""
+
     # -- what `extract` asks of a kind (plain encoder inputs from the kind's own formats) ----
     @classmethod
     def sniff_format(cls, path: str) -> str | None:

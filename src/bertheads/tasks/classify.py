@@ -82,9 +82,12 @@ class ClassifyTask(Task):
 
     @classmethod
     def add_arguments(cls, parser) -> None:
-        parser.add_argument("--text-column")
-        parser.add_argument("--pair-column")
-        parser.add_argument("--label-column")
+        parser.add_argument("--text-column", help="column (or JSON key) of the text (default: found by its name: "
+                                                  "sentence, text, sentence1, question, ...)")
+        parser.add_argument("--pair-column", help="column of the second text of a pair (default: found by its name: "
+                                                  "sentence2, hypothesis, question2, ...)")
+        parser.add_argument("--label-column", help="column of the label (default: found by its name: label, score, "
+                                                   "class, ...)")
         parser.add_argument("--problem", choices=PROBLEMS, help="default: decided from the training labels")
         parser.add_argument("--class-weights", choices=("none", "balanced"), default=None,
                             help="single-label: 'balanced' weighs each label's loss by n / (labels * its count)")
@@ -237,6 +240,10 @@ class ClassifyTask(Task):
         """One feature per example (longer inputs are truncated, as in training)."""
         return self.encode(examples, tokenizer, with_labels=with_labels), list(range(len(examples)))
 
+    def output_hint(self) -> str:
+        count = 1 if self.spec.problem == "regression" else len(self.spec.labels)
+        return f" ({self.spec.problem}, {len(self.spec.labels)} labels: {count} outputs)"
+
     def describe(self) -> dict:
         return {**super().describe(), "labels": [str(x) if not isinstance(x, (int, str)) else x
                                                  for x in self.spec.labels], "problem": self.spec.problem}
@@ -281,7 +288,14 @@ class ClassifyTask(Task):
 
 # -- helpers ---------------------------------------------------------------------------
 def detect_columns(columns: list[str], spec: ClassifySpec, path, need_labels: bool):
-    """Text, pair and label columns from the header (or the spec's stored/overridden names)."""
+    """Text, pair and label columns from the header (or the spec's stored/overridden names).
+
+    To predict (`need_labels` False), a stored column name the file lacks is found again by
+    its role, so a model trained on a TSV `sentence` column reads JSONL `{"text": ...}`; the
+    spec is then left as it was."""
+    if not need_labels and (spec.text_column not in (None, *columns) or spec.pair_column not in (None, *columns)):
+        roles = ClassifySpec(pair=spec.pair)
+        return detect_columns(columns, roles, path, need_labels)
     lower = [c.lower() for c in columns]
     text_col = find_column(columns, TEXT_COLUMNS, spec.text_column, path, "text")
     if not spec.text_column and "question" in lower and "sentence" in lower:  # QNLI

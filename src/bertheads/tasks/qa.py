@@ -24,9 +24,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from bertheads.argtypes import non_negative_int, positive_int
 from bertheads.atomic import atomic_write_text
 from bertheads.errors import UserError
 from bertheads.layers import LayerCombine
+from bertheads.packing import window_count
 from bertheads.readers import read_text
 from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
 from bertheads.tasks.qa_formats import QAExample, check_text, read_examples
@@ -94,10 +96,10 @@ class QATask(Task):
     @classmethod
     def add_arguments(cls, parser) -> None:
         g = parser.add_argument_group("answer spans")
-        g.add_argument("--stride", type=int, default=128, help="tokens shared by neighbouring windows (128)")
-        g.add_argument("--max-question-length", type=int, default=64, help="questions are cut to N tokens (64)")
-        g.add_argument("--n-best", type=int, default=20, help="start and end candidates per window (20)")
-        g.add_argument("--max-answer-length", type=int, default=30, help="longest answer in tokens (30)")
+        g.add_argument("--stride", type=non_negative_int, default=128, help="tokens shared by neighbouring windows")
+        g.add_argument("--max-question-length", type=positive_int, default=64, help="questions are cut to N tokens")
+        g.add_argument("--n-best", type=positive_int, default=20, help="start and end candidates per window")
+        g.add_argument("--max-answer-length", type=positive_int, default=30, help="longest answer in tokens")
         g.add_argument("--null-threshold", type=float, default=None,
                        help="SQuAD v2: answer nothing when null - best span score exceeds this "
                             "(default: tuned on --dev for the best F1)")
@@ -182,6 +184,14 @@ class QATask(Task):
             for f, i in zip(feats, owner):
                 f["start_positions"], f["end_positions"] = answer_tokens(f, examples[i])
         return feats, owner
+
+    def encoder_cost(self, tokens: int, second: int | None, question: int | None) -> tuple[tuple, int] | None:
+        """The passage (`tokens`) in windows beside the question (cut to max_question_length)."""
+        if question is None:
+            return None
+        spec = self.spec
+        room = max(1, int(spec.max_length) - min(question, int(spec.max_question_length)) - 3)
+        return ("qa", id(self)), window_count(tokens, room, int(spec.stride)) * int(spec.max_length)
 
     # -- plain inputs for `extract` ---------------------------------------------------------
     @classmethod

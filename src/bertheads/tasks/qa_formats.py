@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field
 
 from bertheads.errors import UserError, where
-from bertheads.readers import read_jsonl, read_text
+from bertheads.readers import parse_json, read_jsonl, read_text
 
 
 @dataclass
@@ -65,17 +65,14 @@ def is_squad_document(text: str, fmt: str | None) -> bool:
     first = next(line for line in text.splitlines() if line.strip())
     try:
         obj = json.loads(first)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return not first.lstrip().startswith("[")  # a JSON document over several lines
     return isinstance(obj, dict) and "data" in obj
 
 
 def squad_records(text: str, path):
     """(record name, id, question object, context) for each question of a SQuAD document."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{where(path, exc.lineno)}: malformed JSON ({exc.msg})") from None
+    doc = parse_json(text, path)
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
         raise UserError(f"{where(path)}: expected SQuAD JSON with a 'data' list (or JSON lines)")
     for a, article in enumerate(doc["data"]):

@@ -22,8 +22,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from bertheads.argtypes import non_negative_int, positive_int
 from bertheads.errors import UserError, where
 from bertheads.layers import LayerCombine
+from bertheads.packing import window_count
 from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
 from bertheads.tasks.tag_formats import (
     CONLL_SUFFIXES,
@@ -111,11 +113,12 @@ class TagTask(Task):
                             help="CoNLL column holding the tag, counted from 1 (negative: from the end); default: last")
         parser.add_argument("--label-subwords", choices=("first", "all"), default="first",
                             help="train on each word's first piece (default) or on all its pieces")
-        parser.add_argument("--stride", type=int, default=32,
+        parser.add_argument("--stride", type=non_negative_int, default=32,
                             help="tokens of overlap between the windows of an input longer than --max-length")
         parser.add_argument("--head", dest="head_type", choices=("linear", "bilstm"), default="linear",
                             help="linear layer over the token states, or a 2-layer BiLSTM then the linear layer")
-        parser.add_argument("--lstm-size", type=int, help="bilstm: units per direction (default: encoder hidden size)")
+        parser.add_argument("--lstm-size", type=positive_int,
+                            help="bilstm: units per direction (default: the encoder's hidden size)")
 
     @classmethod
     def build(cls, spec: TagSpec, encoder, pooler_state=None) -> TagTask:
@@ -173,6 +176,16 @@ class TagTask(Task):
     def encode_for_inference(self, examples: list[TagExample], tokenizer,
                              with_labels: bool = False) -> tuple[list[dict], list[int]]:
         return self.encode_windows(examples, tokenizer, with_labels=with_labels, for_inference=True)
+
+    def encoder_cost(self, tokens: int, second: int | None, question: int | None) -> tuple[tuple, int] | None:
+        """A text longer than max_length runs as overlapping windows."""
+        length, stride = int(self.spec.max_length), int(self.spec.stride)
+        if tokens + 2 <= length:
+            return ("whole",), tokens + 2
+        return ("tag", length, stride), window_count(tokens, length - 2, stride) * length
+
+    def output_hint(self) -> str:
+        return f" ({len(self.spec.tags)} tags)"
 
     def describe(self) -> dict:
         return {**super().describe(), "labels": list(self.spec.tags),

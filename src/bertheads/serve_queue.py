@@ -1,0 +1,299 @@
+"""The server's work queue: requests gathered into model calls under a token budget, with a
+bounded queue, per-request deadlines, and the work of clients that went away dropped.
+
+A request's cost is the number of tokens the encoder will run for it (every window of a long
+text for tag and qa heads, the truncated text for classify heads), estimated with the
+model's tokenizer before it is queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+SAFETY = 1.5  # a request starts only if 1.5x its estimated model time fits before its deadline
+
+
+class Overloaded(Exception):
+    """The request cannot be served in time (queue full, or not started by its deadline): 503."""
+
+    def __init__(self, message: str, retry_after: float = 1.0, reason: str = "busy") -> None:
+        super().__init__(message)
+        self.retry_after = max(1, math.ceil(retry_after))
+        self.reason = reason
+
+
+class DeadlineExceeded(Exception):
+    """The request's model call started but did not finish by its deadline: 504."""
+
+
+@dataclass
+class Job:
+    key: tuple  # requests with the same key can run in one model call
+    payload: dict
+    size: int  # texts
+    tokens: int  # estimated encoder tokens
+    future: asyncio.Future
+    deadline: float | None = None  # loop time by which the answer is due
+    state: str = "queued"  # queued -> running -> done; or dropped
+
+
+@dataclass
+class Batcher:
+    """Gathers concurrent requests and runs them together on one worker thread.
+
+    `run(key, payloads)` returns one result list per payload. A model call takes queued
+    requests in arrival order up to `max_batch` texts and `max_tokens` tokens (a request
+    larger than that runs alone). If a merged call fails, each request of it is retried
+    alone, so one bad request cannot fail its neighbours.
+
+    `submit` refuses at once (`Overloaded`) when `max_queue` requests are waiting or when the
+    queued work, at the measured rate, would not start within the request's `timeout`; a
+    request still queued at its deadline is dropped (`Overloaded`), one whose model call
+    outlives it gets `DeadlineExceeded`; cancelling `submit` (the client went away) drops
+    the request if it has not started.
+    """
+
+    run: Callable[[tuple, list[dict]], list[list]]
+    max_batch: int = 64
+    window_s: float = 0.005
+    max_tokens: int = 4096
+    max_queue: int = 64
+    observe: Callable[[int, int, float], None] | None = None  # (texts, tokens, seconds) per model call
+    requests: int = 0
+    batches: int = 0
+    largest: int = 0
+    largest_tokens: int = 0
+    dropped: int = 0  # queued requests whose client went away
+    expired: int = 0  # queued requests whose deadline passed
+    rate: float | None = None  # tokens per second of recent model calls
+    running_tokens: int = 0
+    _pending: deque = field(default_factory=deque)
+    _wake: asyncio.Event | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+    _task: asyncio.Task | None = None
+    _executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="bertheads-model"))
+
+    # -- state ------------------------------------------------------------------------------
+    @property
+    def queued(self) -> int:
+        return len(self._pending)
+
+    @property
+    def queued_tokens(self) -> int:
+        return sum(job.tokens for job in self._pending)
+
+    def expected_wait(self, tokens: int = 0) -> float:
+        """Seconds until a request of `tokens` queued now would be done (0 before any measurement)."""
+        if not self.rate:
+            return 0.0
+        return (self.queued_tokens + self.running_tokens + tokens) / self.rate
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done() or self._loop is not loop:
+            self._pending, self._wake, self._loop = deque(), asyncio.Event(), loop
+            self._task = loop.create_task(self._work())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        for job in self._pending:
+            if not job.future.done():
+                job.future.set_exception(Overloaded("the server is shutting down", reason="shutdown"))
+        self._pending.clear()
+
+    # -- submitting ------------------------------------------------------------------------
+    async def submit(self, key: tuple, payload: dict, size: int, tokens: int | None = None,
+                     timeout: float | None = None) -> list:
+        self.start()
+        tokens = size if tokens is None else tokens
+        if len(self._pending) >= self.max_queue:
+            raise Overloaded(f"server busy: {len(self._pending)} requests waiting (--max-queue); retry later",
+                             self.expected_wait(), "queue_full")
+        wait = self.expected_wait()  # until this request could start
+        if timeout is not None and wait > timeout:
+            raise Overloaded(f"server busy: about {wait:.1f} s of queued work, more than the {timeout:g} s "
+                             f"deadline (--timeout); retry later", wait - timeout, "busy")
+        loop = asyncio.get_running_loop()
+        job = Job(key, payload, size, tokens, loop.create_future(), None if timeout is None else loop.time() + timeout)
+        self._pending.append(job)
+        self._wake.set()
+        try:
+            if timeout is None:
+                return await asyncio.shield(job.future)
+            return await asyncio.wait_for(asyncio.shield(job.future), timeout)
+        except TimeoutError:
+            if job.state == "queued":
+                self._drop(job)
+                self.expired += 1
+                raise Overloaded(f"server busy: the request did not start within the {timeout:g} s deadline "
+                                 f"(--timeout); retry later", self.expected_wait(), "deadline") from None
+            job.state = "abandoned"
+            raise DeadlineExceeded(f"the request did not finish within the {timeout:g} s deadline "
+                                   f"(--timeout); send fewer or shorter texts") from None
+        except asyncio.CancelledError:
+            if job.state == "queued":
+                self._drop(job)
+                self.dropped += 1
+            raise
+
+    def _drop(self, job: Job) -> None:
+        job.state = "dropped"
+        try:
+            self._pending.remove(job)
+        except ValueError:
+            pass
+        if not job.future.done():
+            job.future.cancel()
+
+    # -- the worker --------------------------------------------------------------------------
+    def _fits(self, texts: int, tokens: int, job: Job) -> bool:
+        return texts + job.size <= self.max_batch and tokens + job.tokens <= self.max_tokens
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._pending:
+                self._wake.clear()
+                await self._wake.wait()
+            deadline = loop.time() + self.window_s
+            while loop.time() < deadline and self._pending_fit():
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), max(0.0, deadline - loop.time()))
+                except TimeoutError:
+                    break
+            jobs, texts, tokens = [], 0, 0
+            while self._pending and (not jobs or self._fits(texts, tokens, self._pending[0])):
+                job = self._pending.popleft()
+                if job.future.done():
+                    continue
+                if self._too_late(job, tokens, loop.time()):
+                    self.expired += 1
+                    finish(job, error=Overloaded("server busy: the request would not finish within its deadline "
+                                                 "(--timeout); retry later", self.expected_wait(), "deadline"))
+                    continue
+                job.state = "running"
+                jobs.append(job)
+                texts, tokens = texts + job.size, tokens + job.tokens
+            if not jobs:
+                continue
+            groups: dict[tuple, list[Job]] = {}
+            for job in jobs:
+                groups.setdefault(job.key, []).append(job)
+            self.running_tokens = tokens
+            try:
+                for key, group in groups.items():
+                    await self._run_group(key, group)
+                    self.running_tokens -= sum(job.tokens for job in group)
+            finally:
+                self.running_tokens = 0
+
+    def _too_late(self, job: Job, tokens_before: int, now: float) -> bool:
+        """Whether the job, started now after `tokens_before` tokens, would miss its deadline
+        (estimated at 1.5 times the measured rate, so that a started request finishes in time)."""
+        if job.deadline is None or not self.rate:
+            return False
+        return now + SAFETY * (tokens_before + job.tokens) / self.rate > job.deadline
+
+    def _pending_fit(self) -> bool:
+        """Whether the queued requests still leave room in one model call."""
+        texts = sum(job.size for job in self._pending)
+        tokens = sum(job.tokens for job in self._pending)
+        return texts < self.max_batch and tokens < self.max_tokens
+
+    async def _run_group(self, key: tuple, jobs: list[Job]) -> None:
+        loop = asyncio.get_running_loop()
+        jobs = [j for j in jobs if not j.future.done()]
+        if not jobs:
+            return
+        self.requests += len(jobs)
+        self.batches += 1
+        self.largest = max(self.largest, sum(j.size for j in jobs))
+        texts, tokens = sum(j.size for j in jobs), sum(j.tokens for j in jobs)
+        self.largest_tokens = max(self.largest_tokens, tokens)
+        started = time.perf_counter()
+        try:
+            results = await loop.run_in_executor(self._executor, self.run, key, [j.payload for j in jobs])
+            seconds = time.perf_counter() - started
+            if seconds > 0:  # the rate of successful calls predicts waits and deadlines
+                rate = tokens / seconds
+                self.rate = rate if self.rate is None else 0.7 * self.rate + 0.3 * rate
+            if self.observe is not None:
+                self.observe(texts, tokens, seconds)
+        except Exception as exc:
+            if len(jobs) == 1:
+                finish(jobs[0], error=exc)
+                return
+            for job in jobs:
+                try:
+                    result = (await loop.run_in_executor(self._executor, self.run, key, [job.payload]))[0]
+                except Exception as single:
+                    finish(job, error=single)
+                else:
+                    finish(job, result)
+            return
+        for job, result in zip(jobs, results):
+            finish(job, result)
+
+
+def finish(job: Job, result=None, error: BaseException | None = None) -> None:
+    job.state = "done"
+    if job.future.done():
+        return
+    if error is not None:
+        job.future.set_exception(error)
+    else:
+        job.future.set_result(result)
+
+
+# -- what a request costs ---------------------------------------------------------------------
+def token_counter(tokenizer) -> Callable[[list[str]], list[int]]:
+    """Token counts (no special tokens) from a private copy of a fast tokenizer's backend, so that
+    counting on request threads never shares state with the model's tokenizer."""
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.no_truncation()
+    backend.no_padding()
+
+    def lengths(values: list[str]) -> list[int]:
+        return [len(e.ids) for e in backend.encode_batch(list(values), add_special_tokens=False)]
+
+    return lengths
+
+
+def request_tokens(net, texts: list[str], second: list[str] | None = None, questions: list[str] | None = None,
+                   heads: list[str] | None = None, lengths: Callable[[list[str]], list[int]] | None = None) -> int:
+    """Encoder tokens a request will run: for each text, each distinct pass of the named heads
+    (all single-text heads by default; pair heads with `second`, qa heads with `questions`).
+    Heads whose encoding of a text is the same (the text fits whole) count once. `lengths`
+    counts tokens (default: a `token_counter` of the model's tokenizer)."""
+    lengths = lengths or token_counter(net.encoder.tokenizer)
+    n = lengths(texts)
+    n2 = lengths(second) if second is not None else None
+    nq = lengths(questions) if questions is not None else None
+    names = heads if heads is not None else list(net.tasks)
+    total = 0
+    for i, tokens in enumerate(n):
+        passes: dict[tuple, int] = {}
+        for name in names:
+            cost = net.tasks[name].encoder_cost(tokens, n2[i] if n2 is not None else None,
+                                                nq[i] if nq is not None else None)
+            if cost is not None:
+                passes[cost[0]] = cost[1]
+        total += sum(passes.values())
+    return max(1, total)
