@@ -69,7 +69,7 @@ def test_quiet_and_messages_on_stderr(tiny_bert, write, tmp_path, capsys):
             "--no-progress"]
     code, out, err = run(argv, capsys)
     assert code == 0 and f"bertheads: saved {tmp_path / 'm'}" in err and "saved" not in out
-    code, out, err = run(argv + ["-q"], capsys)
+    code, out, err = run(argv + ["-q", "--overwrite"], capsys)  # the same --out again: replacing needs --overwrite
     assert code == 0 and "saved" not in err
 
 
