@@ -14,7 +14,8 @@ LAYERS = {
     6: {"bertheads", "bertheads.__main__", "bertheads.cli", "bertheads.serve", "bertheads.serve_guard",
         "bertheads.serve_queue"},
     5: {"bertheads.api", "bertheads.multitask", "bertheads.train", "bertheads.flags", "bertheads.combine",
-        "bertheads.analyze", "bertheads.extract", "bertheads.bundle", "bertheads.manifest"},
+        "bertheads.analyze", "bertheads.extract", "bertheads.bundle", "bertheads.manifest", "bertheads.checkpoint",
+        "bertheads.runlog"},
     4: {"bertheads.model"},
     3: {"bertheads.tasks"} | {f"bertheads.tasks.{p.stem}" for p in (PACKAGE / "tasks").glob("*.py")
                               if p.stem != "__init__"},
