@@ -223,7 +223,7 @@ def test_log_schema_eval_every_and_patience(tiny_bert, data, tmp_path):
     else:
         assert len(evals) - 1 - last_kept < 2
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["kept"]["step"] == evals[last_kept]["step"]
+    assert metrics["kept"]["epoch"] == evals[last_kept]["epoch"]
 
 
 def tiny_without_dropout(tiny_bert, tmp_path):

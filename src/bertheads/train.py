@@ -535,5 +535,4 @@ def metrics_file(data: list[TaskData], kept: Choice, history: list) -> dict:
     and every epoch's record."""
     metrics = kept.metrics
     dev = metrics[data[0].name] if len(data) == 1 and metrics else metrics
-    return {"dev": dev, "best_epoch": kept.epoch, "kept": {"epoch": kept.epoch, "step": kept.step, "by": kept.by},
-            "history": history}
+    return {"dev": dev, "best_epoch": kept.epoch, "kept": {"epoch": kept.epoch, "by": kept.by}, "history": history}
