@@ -78,8 +78,17 @@ class Model:
         return analyze(self, texts, second_texts, questions, batch_size, **options)
 
 
-def load(directory: str | Path, device: str | torch.device | None = None) -> Model:
-    """Load a model directory written by `bertheads train` (or `train(...)`)."""
+def load(directory: str | Path, device: str | torch.device | None = None, runtime: str = "torch",
+         precision: str = "fp32") -> Model:
+    """Load a model directory written by `bertheads train` (or `train(...)`).
+
+    `runtime="onnx"` runs it with ONNX Runtime from its `DIR/onnx/` export (`bertheads export
+    DIR --to onnx`), in `precision` "fp32" or "int8"."""
+    from bertheads.runtime_onnx import check_runtime, load_onnx
+
+    check_runtime(runtime, precision)
+    if runtime == "onnx":
+        return Model(load_onnx(directory, precision), directory)
     return Model(bundle.load(directory, device), directory)
 
 

@@ -82,7 +82,49 @@ def build_parser() -> argparse.ArgumentParser:
     from bertheads import extract  # bertheads extract
 
     COMMANDS.update(extract.add_parser(sub))
+    for name in ("predict", "evaluate", "serve"):
+        add_runtime_flags(sub.choices[name])
+    add_export_parser(sub)
     return parser
+
+
+def add_runtime_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("runtime")
+    g.add_argument("--runtime", choices=("torch", "onnx"), default="torch",
+                   help="onnx: run DIR/onnx/ (written by `bertheads export DIR --to onnx`) with ONNX Runtime")
+    g.add_argument("--precision", choices=("fp32", "int8"), default="fp32", help="int8: the quantized ONNX graph")
+
+
+def add_export_parser(sub) -> None:
+    p = sub.add_parser("export", help="a transformers directory for one head, or an ONNX graph of the model")
+    p.add_argument("model_dir")
+    p.add_argument("--to", required=True, choices=("hf", "onnx"))
+    p.add_argument("--out", help="hf: the new directory (required); onnx: default MODEL_DIR/onnx")
+    p.add_argument("--head", help="hf: the head to export (required when the model has several)")
+    p.add_argument("--quantize", choices=("int8",), help="onnx: also write the int8 graph")
+    COMMANDS["export"] = cmd_export
+
+
+def cmd_export(args) -> int:
+    if args.to == "hf":
+        if args.quantize:
+            raise UserError("--quantize: only with --to onnx")
+        if not args.out:
+            raise UserError("--to hf needs --out DIR")
+        from bertheads.export_hf import export_hf
+
+        info = export_hf(args.model_dir, args.out, args.head)
+        print(f"saved {args.out} ({info['class']} for head {info['head']}; "
+              f"pipeline({info['pipeline']!r}, model={args.out!r}))")
+        return 0
+    if args.head:
+        raise UserError("--head: only with --to hf (the ONNX graph holds every head)")
+    from bertheads.export_onnx import export_onnx
+
+    meta = export_onnx(args.model_dir, args.out, args.quantize, log=lambda m: print(m, file=sys.stderr))
+    graphs = ", ".join(f"{g['file']} ({g['bytes'] / 1e6:.1f} MB)" for g in meta["graphs"].values())
+    print(f"saved {args.out or os.path.join(args.model_dir, 'onnx')}: {graphs}")
+    return 0
 
 
 def settings_from(args):
@@ -118,7 +160,7 @@ def cmd_train(args) -> int:
 def cmd_evaluate(args) -> int:
     from bertheads.api import load
 
-    model = load(args.model_dir)
+    model = load(args.model_dir, runtime=args.runtime, precision=args.precision)
     metrics = model.evaluate(args.data, head=args.head, batch_size=args.batch_size,
                              **present(args, "predictions_out", "null_threshold"))
     if args.json:
@@ -138,7 +180,7 @@ def cmd_predict(args) -> int:
     from bertheads.api import load
     from bertheads.bundle import atomic_write_text
 
-    model = load(args.model_dir)
+    model = load(args.model_dir, runtime=args.runtime, precision=args.precision)
     options = present(args, "question", "context", "null_threshold")
     examples, predictions = model.predict_file(args.input, head=args.head, fmt=args.format, batch_size=args.batch_size,
                                      progress=bool(args.output), **options)

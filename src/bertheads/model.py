@@ -60,8 +60,10 @@ def run_heads(
     Features run sorted by length (each batch padded only to its own longest member);
     token-level heads get their rows trimmed to the feature's length. On a CPU with several
     torch threads, batches run side by side on that many worker threads, each using one
-    core (`packing.run_batches`).
+    core (`packing.run_batches`). Another runtime (`runtime_onnx.OnnxNet`) runs its own.
     """
+    if not isinstance(model, BertHeads):
+        return model.run_heads(features, names, batch_size, max_tokens, progress)
     was_training = model.training
     model.eval()
     device = model.device

@@ -444,5 +444,5 @@ def cmd_serve(args) -> int:
 
     settings = ServeSettings(max_batch=args.max_batch, window_ms=args.batch_window_ms, max_texts=args.max_texts,
                              max_text_chars=args.max_text_chars)
-    serve(args.model_dir, args.host, args.port, settings)
+    serve(args.model_dir, args.host, args.port, settings, runtime=args.runtime, precision=args.precision)
     return 0

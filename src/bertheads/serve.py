@@ -382,13 +382,14 @@ def create_app(model, settings: ServeSettings | None = None) -> FastAPI:
 
 
 # -- running ------------------------------------------------------------------------------
-def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None) -> None:
-    """Load the model in `directory` and serve it until interrupted."""
+def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None,
+          runtime: str = "torch", precision: str = "fp32") -> None:
+    """Load the model in `directory` (with `runtime` and `precision`) and serve it until interrupted."""
     import uvicorn
 
     from bertheads.api import load
 
-    model = load(directory)
+    model = load(directory, runtime=runtime, precision=precision)
     check_port(host, port)
     app = create_app(model, settings)
     print(f"serving {directory} (heads: {', '.join(model.heads)}) on http://{host}:{port}  "
