@@ -99,7 +99,9 @@ def test_export_meta_and_int8_settings(model_dir):
     assert settings["heads_kept_fp32"] >= len(HEADS)
     assert meta["graphs"]["fp32"]["max_abs_diff_vs_torch"] < 1e-4
     counts = export_onnx.op_counts(model_dir / "onnx" / "model.int8.onnx")
-    assert counts.get("MatMulInteger", 0) + counts.get("DynamicQuantizeMatMul", 0) > 0
+    assert counts.get("MatMulInteger", 0) > 0 and counts.get("QAttention") == 2  # every encoder linear in int8
+    assert not counts.get("Attention") and not counts.get("Concat", 0) > export_onnx.op_counts(
+        model_dir / "onnx" / "model.onnx").get("Concat", 0)
     assert not counts.get("FastGelu")
     import onnxruntime as ort
 
@@ -130,6 +132,17 @@ def test_serve_onnx_runtime(models):
     with TestClient(create_app(models["fp32"])) as client:
         got = client.post("/analyze", json={"texts": TEXTS[:2]}).json()["results"]
     assert got == json.loads(json.dumps(models["torch"].analyze(TEXTS[:2])))
+
+
+def test_cls_only_model_runs_last_layer_for_cls(tiny_bert, tmp_path):
+    """Like torch, a graph whose heads all read [CLS] computes the last layer for [CLS] alone."""
+    model_dir = save_heads(tiny_bert, tmp_path / "model", {"sentiment": HEADS["sentiment"]})
+    meta = export_onnx.export_onnx(model_dir)
+    assert meta["graphs"]["fp32"]["fusions"]["ops"]["Attention"] == 1  # the other layer is not a full one
+    ours, theirs = bertheads.load(model_dir), bertheads.load(model_dir, runtime="onnx")
+    _, a = raw_outputs(ours, "sentiment", TEXTS)
+    _, b = raw_outputs(theirs, "sentiment", TEXTS)
+    np.testing.assert_allclose(np.stack(b), np.stack(a), atol=1e-4, rtol=0)
 
 
 # -- bad input -------------------------------------------------------------------------------

@@ -107,13 +107,21 @@ def example_inputs(tokenizer, batch: int = 2) -> dict[str, np.ndarray]:
     return {name: np.asarray(enc[name], dtype=np.int64) for name in INPUTS}
 
 
+def first_token_heads(net) -> bool:
+    """Whether every head reads only [CLS] of the last layer (then so does the graph)."""
+    from bertheads.features import reads_first_position_only
+
+    return all(reads_first_position_only(head) for head in net.heads.values())
+
+
 def export_graph(net, path: Path) -> list[str]:
     """Export the fp32 graph with torch's dynamo exporter; returns the output (head) names."""
     names = list(net.tasks)
     module = GraphModule(net, names).eval()
     encoder = net.encoder
     first_token = encoder.first_token_ready
-    encoder.first_token_ready = False  # the graph runs every layer in full (every head reads it)
+    if not first_token_heads(net):  # as in torch: [CLS]-only heads let the last layer run for [CLS] alone
+        encoder.first_token_ready = False
     feed = example_inputs(encoder.tokenizer)
     args = tuple(torch.from_numpy(feed[n]) for n in INPUTS)
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
@@ -136,13 +144,48 @@ def fuse(path: Path) -> dict[str, int]:
     model = ir.load(str(path))
     model, counts = optimize_for_ort(model)
     ir.save(model, str(path))
+    folded = fold_weight_concats(path)
     ops = op_counts(path)
     if ops.get("FastGelu") or ops.get("BiasFastGelu"):  # pragma: no cover - a fusion changed GELU
         raise RuntimeError("the optimized graph approximates GELU (FastGelu); refusing it")
     counts = {k: int(v) for k, v in counts.items() if v}
+    counts["weight_concats_folded"] = folded
     counts["ops"] = {k: ops[k] for k in ("Attention", "MultiHeadAttention", "SkipLayerNormalization",
                                          "BiasGelu", "Gelu", "LayerNormalization") if ops.get(k)}
     return counts
+
+
+def fold_weight_concats(path: Path) -> int:
+    """Replace Concat nodes whose inputs are all initializers by their result (the attention
+    fusion packs the query, key and value weights with a Concat that would otherwise run on
+    every call, and that the quantizer cannot see through), and drop Attention's
+    `qkv_hidden_sizes` when the three are equal (its default; the quantizer leaves Attention
+    nodes that carry it in fp32). Returns how many Concats were folded."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    folded = []
+    for node in graph.node:
+        if node.op_type != "Concat" or not node.input or not all(i in inits for i in node.input):
+            continue
+        axis = next(a.i for a in node.attribute if a.name == "axis")
+        value = np.concatenate([numpy_helper.to_array(inits[i]) for i in node.input], axis=axis)
+        graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
+        folded.append(node)
+    for node in folded:
+        graph.node.remove(node)
+    for node in graph.node:  # equal query/key/value sizes are the default: the quantizer skips the attribute
+        sizes = [a for a in node.attribute if a.name == "qkv_hidden_sizes"]
+        if node.op_type == "Attention" and sizes and len(set(sizes[0].ints)) == 1:
+            node.attribute.remove(sizes[0])
+    used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    for init in [i for i in graph.initializer if i.name not in used]:
+        graph.initializer.remove(init)
+    onnx.save(model, str(path))
+    return len(folded)
 
 
 def op_counts(path: Path) -> dict[str, int]:
@@ -173,7 +216,8 @@ def quantize(src: Path, dst: Path, settings: Int8Settings) -> dict:
     ops = op_counts(dst)
     return {**asdict(settings), "op_types": list(settings.op_types), "heads_kept_fp32": len(excluded),
             "quantized_ops": {k: v for k, v in ops.items() if k in ("MatMulInteger", "QAttention",
-                                                                       "DynamicQuantizeMatMul")}}
+                                                                       "DynamicQuantizeMatMul")},
+            "fp32_ops_left": {k: v for k, v in ops.items() if k in ("Attention", "MatMul", "Gemm")}}
 
 
 def session(path: Path, threads: int = 1):
