@@ -113,6 +113,10 @@ def worker(mode: str, job_path: str) -> None:
     os.dup2(2, 1)  # anything else printed goes to stderr
     job = json.loads(Path(job_path).read_text())
     task, inputs = job["task"], job["inputs"]
+    if job.get("threads"):
+        import torch
+
+        torch.set_num_threads(job["threads"])  # ours: that many workers; the pipeline: that many threads
     started = time.perf_counter()
     if mode == "pipeline":
         run, versions = pipeline_runner(task, job["hf"])
@@ -215,11 +219,12 @@ def start_worker(mode: str, job: Path, peer_python: Path | None) -> tuple[subpro
 
 
 def speed(task: str, inputs: list, model_dir: Path, hf_dir: Path, modes: list[str], rounds: int,
-          peer_python: Path | None, work: Path) -> dict:
+          peer_python: Path | None, work: Path, threads: int | None = None) -> dict:
     import statistics
 
     job = work / f"job-{task}.json"
-    job.write_text(json.dumps({"task": task, "inputs": inputs, "model": str(model_dir), "hf": str(hf_dir)}))
+    job.write_text(json.dumps({"task": task, "inputs": inputs, "model": str(model_dir), "hf": str(hf_dir),
+                               "threads": threads}))
     procs, info = {}, {}
     for mode in modes:
         log(f"loading {mode}")
@@ -243,12 +248,13 @@ def speed(task: str, inputs: list, model_dir: Path, hf_dir: Path, modes: list[st
         for proc in procs.values():
             proc.stdin.close()
             proc.wait(timeout=60)
-    result = {"inputs": len(inputs), "rounds": rounds, "loadavg_end": os.getloadavg()}
+    result = {"inputs": len(inputs), "rounds": rounds, "threads": threads, "loadavg_end": os.getloadavg()}
     pipe_rate = len(inputs) / statistics.median(times["pipeline"]) if "pipeline" in times else None
     for mode in modes:
         rate = len(inputs) / statistics.median(times[mode])
         agree = sum(a == b for a, b in zip(predictions[mode], predictions["torch-fp32"]))
         result[mode] = {"per_second": round(rate, 2), "seconds": times[mode], "cpu_seconds": cpu[mode],
+                        "per_cpu_second": round(len(inputs) / statistics.median(cpu[mode]), 2),
                         "vs_pipeline": round(rate / pipe_rate, 3) if pipe_rate else None,
                         "same_as_torch": f"{agree}/{len(inputs)}", **info[mode]}
     return result
@@ -266,8 +272,8 @@ def disk_sizes(model_dir: Path, hf_dir: Path) -> dict:
 
 def markdown(task: str, r: dict) -> str:
     unit = {"classify": "sentences", "tag": "sentences", "qa": "questions"}[task]
-    lines = [f"| {task} mode | {unit}/s (median) | x pipeline | same as torch | quality | max diff vs torch | "
-             f"size MB | peak RSS MB |", "|---|---|---|---|---|---|---|---|"]
+    lines = [f"| {task} mode | {unit}/s (median) | x pipeline | {unit}/CPU-s | same as torch | quality | "
+             f"max diff vs torch | size MB | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|"]
     for mode, s in r["speed"].items():
         if not isinstance(s, dict):
             continue
@@ -275,7 +281,8 @@ def markdown(task: str, r: dict) -> str:
         metrics = q.get("metrics", {})
         main = {k: round(v * (100 if k in ("accuracy", "f1") and task != "qa" else 1), 2)
                 for k, v in metrics.items() if k in ("accuracy", "f1", "exact_match")}
-        lines.append(f"| {mode} | {s['per_second']} | {s['vs_pipeline']} | {s['same_as_torch']} | {main or '-'} | "
+        lines.append(f"| {mode} | {s['per_second']} | {s['vs_pipeline']} | {s.get('per_cpu_second')} | "
+                     f"{s['same_as_torch']} | {main or '-'} | "
                      f"{q.get('max_abs_diff_vs_torch', '-')} | {r['sizes'].get(mode.replace('-1x2', ''), '-')} | "
                      f"{s.get('peak_rss_mb')} |")
     return "\n".join(lines)
@@ -291,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, help="only the first N inputs (a quick check)")
     parser.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(MODES + EXTRA_MODES)}")
     parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--threads", type=int, help="torch threads in each mode's process (1: every side on one "
+                        "core, so inputs per CPU-second compare the work whatever else loads the machine)")
+    parser.add_argument("--speed-limit", type=int, help="only the first N inputs for the speed rounds")
     parser.add_argument("--qa-quality-all", action="store_true", help="qa quality on all 3,335 questions")
     parser.add_argument("--worker")
     parser.add_argument("--job")
@@ -325,8 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     record["quality"] = {} if args.skip_quality else quality(args.task, model_dir, dev_path, args.limit,
                                                              args.qa_quality_all)
     OUT.mkdir(parents=True, exist_ok=True)
-    record["speed"] = speed(args.task, inputs, model_dir, hf_dir, modes, args.rounds, peer, OUT)
-    save_json(f"export-{args.task}" + (f"-limit{args.limit}" if args.limit else ""), record)
+    record["speed"] = speed(args.task, inputs[: args.speed_limit], model_dir, hf_dir, modes, args.rounds, peer, OUT,
+                            args.threads)
+    save_json(f"export-{args.task}" + (f"-limit{args.limit}" if args.limit else "")
+              + (f"-threads{args.threads}" if args.threads else ""), record)
     print(markdown(args.task, record))
     return 0
 
