@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         export_hf(model_dir, hf_dir)
     modes = args.modes.split(",")
     peer = None
-    if args.task == "qa" and "pipeline" in modes:
+    if args.task == "qa" and "pipeline" in modes and args.rounds:
         subprocess.run(["bash", str(HERE / "setup_peer.sh")], check=True)
         peer = HERE / ".venv-qa-peer" / "bin" / "python"
     inputs, dev_path = read_inputs(args.task, args.limit)
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                                                              args.qa_quality_all)
     OUT.mkdir(parents=True, exist_ok=True)
     record["speed"] = speed(args.task, inputs[: args.speed_limit], model_dir, hf_dir, modes, args.rounds, peer, OUT,
-                            args.threads)
+                            args.threads) if args.rounds else {}
     save_json(f"export-{args.task}" + (f"-limit{args.limit}" if args.limit else "")
               + (f"-threads{args.threads}" if args.threads else ""), record)
     print(markdown(args.task, record))
