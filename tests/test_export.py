@@ -96,7 +96,13 @@ def test_export_meta_and_int8_settings(model_dir):
     assert fused["Attention"] == 2 and fused["SkipLayerNormalization"] >= 2 and fused["BiasGelu"] == 2
     settings = meta["graphs"]["int8"]["quantization"]
     assert settings["per_channel"] and settings["reduce_range"] and settings["weight_type"] == "QInt8"
-    assert settings["heads_kept_fp32"] >= len(HEADS)
+    import onnx
+
+    heads = export_onnx.head_nodes(model_dir / "onnx" / "model.onnx")
+    assert len(heads) >= 6 and settings["heads_kept_fp32"] == len(heads)  # Gemm; MatMul and Add
+    int8_nodes = {n.name: n.op_type for n in onnx.load(str(model_dir / "onnx" / "model.int8.onnx")).graph.node}
+    assert all((int8_nodes.get(name) or int8_nodes.get(f"{name}_MatMul")) in ("Gemm", "MatMul", "Add")
+               for name in heads)  # left in fp32
     assert meta["graphs"]["fp32"]["max_abs_diff_vs_torch"] < 1e-4
     counts = export_onnx.op_counts(model_dir / "onnx" / "model.int8.onnx")
     assert counts.get("MatMulInteger", 0) > 0 and counts.get("QAttention") == 2  # every encoder linear in int8

@@ -203,18 +203,25 @@ def head_nodes(path: Path) -> list[str]:
 
     graph = onnx.load(str(path), load_external_data=False).graph
     head_weights = {i.name for i in graph.initializer if "heads." in i.name}
-    return [n.name for n in graph.node if head_weights.intersection(n.input)]
+    reading = [n for n in graph.node if head_weights.intersection(n.input)]
+    # a token-level head's linear layer is MatMul (weight transposed into a constant of another
+    # name) then Add (its bias): the MatMul is found through the Add
+    inputs = {i for n in reading for i in n.input}
+    feeding = [n for n in graph.node if n.op_type == "MatMul" and inputs.intersection(n.output)]
+    return [n.name for n in reading + feeding]
 
 
 def quantize(src: Path, dst: Path, settings: Int8Settings) -> dict:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    excluded = head_nodes(src)
+    heads = head_nodes(src)
+    # the quantizer first rewrites each Gemm into a MatMul named NAME_MatMul (and an Add)
+    excluded = heads + [f"{name}_MatMul" for name in heads]
     quantize_dynamic(str(src), str(dst), weight_type=getattr(QuantType, settings.weight_type),
                      per_channel=settings.per_channel, reduce_range=settings.reduce_range,
                      op_types_to_quantize=list(settings.op_types), nodes_to_exclude=excluded)
     ops = op_counts(dst)
-    return {**asdict(settings), "op_types": list(settings.op_types), "heads_kept_fp32": len(excluded),
+    return {**asdict(settings), "op_types": list(settings.op_types), "heads_kept_fp32": len(heads),
             "quantized_ops": {k: v for k, v in ops.items() if k in ("MatMulInteger", "QAttention",
                                                                        "DynamicQuantizeMatMul")},
             "fp32_ops_left": {k: v for k, v in ops.items() if k in ("Attention", "MatMul", "Gemm")}}
