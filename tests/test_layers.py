@@ -15,7 +15,8 @@ LAYERS = {
         "bertheads.serve_queue"},
     5: {"bertheads.api", "bertheads.multitask", "bertheads.train", "bertheads.flags", "bertheads.combine",
         "bertheads.analyze", "bertheads.extract", "bertheads.bundle", "bertheads.manifest", "bertheads.checkpoint",
-        "bertheads.runlog", "bertheads.report", "bertheads.tune", "bertheads.stream"},
+        "bertheads.runlog", "bertheads.report", "bertheads.tune", "bertheads.stream",
+        "bertheads.export_hf", "bertheads.export_onnx", "bertheads.runtime_onnx"},
     4: {"bertheads.model"},
     3: {"bertheads.tasks"} | {f"bertheads.tasks.{p.stem}" for p in (PACKAGE / "tasks").glob("*.py")
                               if p.stem != "__init__"},

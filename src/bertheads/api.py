@@ -16,6 +16,7 @@ from bertheads.model import BertHeads, head_outputs
 from bertheads.multitask import MultiConfig, multi_task_manifest, read_config, single_task, train_tasks
 from bertheads.packing import INFERENCE_BATCH
 from bertheads.report import report
+from bertheads.runtime_onnx import check_runtime, load_onnx
 from bertheads.stream import StreamReport, StreamSettings, evaluate_stream, predict_chunks, predict_stream
 from bertheads.train import TrainSettings
 
@@ -118,9 +119,16 @@ class Model:
         return analyze(self.net, texts, second_texts, questions, batch_size, **options)
 
 
-def load(directory: str | Path, device: str | torch.device | None = None, verify: bool = True) -> Model:
+def load(directory: str | Path, device: str | torch.device | None = None, verify: bool = True,
+         runtime: str = "torch", precision: str = "fp32") -> Model:
     """Load a model directory written by `bertheads train` (or `train(...)`); `verify=False`
-    skips the check of the encoder's weights against the hash saved with them."""
+    skips the check of the encoder's weights against the hash saved with them.
+
+    `runtime="onnx"` runs it with ONNX Runtime from its `DIR/onnx/` export (`bertheads export
+    DIR --to onnx`), in `precision` "fp32" or "int8"."""
+    check_runtime(runtime, precision)
+    if runtime == "onnx":
+        return Model(load_onnx(directory, precision), directory)
     return Model(bundle.load(directory, device, verify), directory)
 
 

@@ -27,6 +27,8 @@ from bertheads import __version__
 from bertheads.api import combine, load, train, train_multi
 from bertheads.bundle import MANIFEST, encoder_location
 from bertheads.errors import UserError
+from bertheads.export_hf import export_hf
+from bertheads.export_onnx import export_onnx
 from bertheads.extract import INPUT_FORMATS, POOLS, ExtractSettings, extract
 from bertheads.flags import (
     HEAD_FLAGS,
@@ -111,11 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--no-progress", action="store_true", help="no progress bar (shown with --output)")
     pr.set_defaults(handler=cmd_predict)
 
+    add_export(sub, common)
     add_tune(sub, common)
     add_report(sub, common)
     add_extract(sub, common)
     add_combine(sub, common)
     add_serve(sub, common)
+    for name in ("predict", "evaluate", "serve"):
+        add_runtime_flags(sub.choices[name])
     return parser
 
 
@@ -215,6 +220,24 @@ def add_combine(sub, common) -> None:
     p.set_defaults(handler=cmd_combine)
 
 
+def add_runtime_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("runtime")
+    g.add_argument("--runtime", choices=("torch", "onnx"), default="torch",
+                   help="onnx: run DIR/onnx/ (written by `bertheads export DIR --to onnx`) with ONNX Runtime")
+    g.add_argument("--precision", choices=("fp32", "int8"), default="fp32", help="int8: the quantized ONNX graph")
+
+
+def add_export(sub, common) -> None:
+    p = sub.add_parser("export", help="a transformers directory for one head, or an ONNX graph of the model",
+                       parents=[common])
+    p.add_argument("model_dir", help="a model directory written by `bertheads train`")
+    p.add_argument("--to", required=True, choices=("hf", "onnx"), help="the format to write")
+    p.add_argument("--out", help="hf: the new directory (required); onnx: default MODEL_DIR/onnx")
+    p.add_argument("--head", help="hf: the head to export (required when the model has several)")
+    p.add_argument("--quantize", choices=("int8",), help="onnx: also write the int8 graph")
+    p.set_defaults(handler=cmd_export)
+
+
 def add_serve(sub, common) -> None:
     p = sub.add_parser("serve", help="HTTP API (FastAPI) and web page for a saved model", parents=[common])
     p.add_argument("model_dir", help="a model directory written by `bertheads train`")
@@ -278,7 +301,7 @@ def cmd_train_multi(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    model = load(args.model_dir, verify=not args.no_verify)
+    model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size,
                               skip_bad_lines=args.skip_bad_lines)
     metrics = model.evaluate(args.data, head=args.head, settings=settings,
@@ -301,7 +324,7 @@ def cmd_evaluate(args) -> int:
 def cmd_predict(args) -> int:
     if args.output:
         check_output_file(args.output)
-    model = load(args.model_dir, verify=not args.no_verify)
+    model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
     options = present(args, "question", "context", "null_threshold", "threshold", "min_score")
     model.read_long_inputs(args.head, **present(args, "long_input", "pool"))
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
@@ -310,6 +333,24 @@ def cmd_predict(args) -> int:
                                   **options)
     if report.skipped and os.environ.get("RANK", "0") == "0":
         log.warning(f"skipped {report.skipped} bad record(s) of {args.input or '<stdin>'}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    if args.to == "hf":
+        if args.quantize:
+            raise UserError("--quantize: only with --to onnx")
+        if not args.out:
+            raise UserError("--to hf needs --out DIR")
+        info = export_hf(args.model_dir, args.out, args.head)
+        log.info(f"saved {args.out} ({info['class']} for head {info['head']}; "
+                 f"pipeline({info['pipeline']!r}, model={args.out!r}))")
+        return 0
+    if args.head:
+        raise UserError("--head: only with --to hf (the ONNX graph holds every head)")
+    meta = export_onnx(args.model_dir, args.out, args.quantize, log=log.info)
+    graphs = ", ".join(f"{g['file']} ({g['bytes'] / 1e6:.1f} MB)" for g in meta["graphs"].values())
+    log.info(f"saved {args.out or os.path.join(args.model_dir, 'onnx')}: {graphs}")
     return 0
 
 
@@ -360,7 +401,8 @@ def cmd_combine(args) -> int:
 def cmd_serve(args) -> int:
     from bertheads.serve import serve, settings_from_args  # the web stack loads only for this command
 
-    serve(args.model_dir, args.host, args.port, settings_from_args(args), verify=not args.no_verify)
+    serve(args.model_dir, args.host, args.port, settings_from_args(args), verify=not args.no_verify,
+          runtime=args.runtime, precision=args.precision)
     return 0
 
 

@@ -65,6 +65,10 @@ def run_heads(
     core (`packing.run_batches`). With `losses` (features carrying their labels), each named
     head's loss is computed on every batch too: `losses[name]` collects `[sum, examples]`.
     """
+    if not isinstance(model, BertHeads):  # another runtime (`runtime_onnx.OnnxNet`) runs its own batches
+        if losses is not None:  # it gives the heads' outputs only: no loss to report
+            losses.update({name: [math.nan, 0] for name in names})
+        return model.run_heads(features, names, batch_size, max_tokens, progress)
     was_training = model.training
     model.eval()
     device = model.device

@@ -356,12 +356,12 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
 
 # -- running ------------------------------------------------------------------------------
 def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None,
-          verify: bool = True) -> None:
+          verify: bool = True, runtime: str = "torch", precision: str = "fp32") -> None:
     """Load the model in `directory` and serve it until interrupted; SIGTERM (or Ctrl-C) stops
     taking new work, lets the requests in flight finish (up to `--timeout`), then exits."""
     settings = settings or ServeSettings()
     settings.check(host)
-    model = load(directory, verify=verify)
+    model = load(directory, verify=verify, runtime=runtime, precision=precision)
     check_port(host, port)
     app = create_app(model, settings, bind_host=host)
     control = app.state.control
