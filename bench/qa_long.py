@@ -107,9 +107,23 @@ def window_logits(model, examples, cache: Path):
     else:
         started = time.perf_counter()
         logits = run_heads(model.net, features, [name])[name]
-        log(f"  {len(features)} windows in {time.perf_counter() - started:.0f} s")
-        np.savez(cache, logits=np.concatenate(logits), lengths=np.array([len(x) for x in logits]))
+        seconds = time.perf_counter() - started
+        log(f"  {len(features)} windows in {seconds:.0f} s")
+        np.savez(cache, logits=np.concatenate(logits), lengths=np.array([len(x) for x in logits]),
+                 encoder_seconds=seconds)
     return task, features, owner, logits
+
+
+def decode_seconds(task, features, owner, logits, examples, rounds: int = 3) -> dict:
+    """`collect` (all decoding after the encoder) timed per choice, rounds alternating."""
+    times: dict[str, list[float]] = {c: [] for c in CHOICES}
+    for _ in range(rounds):
+        for c in CHOICES:
+            task.spec.window_choice = c
+            start = time.perf_counter()
+            task.collect(logits, owner, examples, features)
+            times[c].append(time.perf_counter() - start)
+    return {c: round(median(t), 4) for c, t in times.items()}
 
 
 def our_scores(task, features, owner, logits, examples, choice: str, threshold: float | None) -> dict:
@@ -149,6 +163,10 @@ def run_ours(label: str, directory: Path, versions: dict, tune: list | None, wor
         got = window_logits(model, examples, work / f"{label}-{version}.npz")
         rows[version] = {"windows": len(got[1]),
                          **{c: our_scores(*got, examples, c, thresholds.get(c)) for c in CHOICES}}
+        data = np.load(work / f"{label}-{version}.npz")
+        if "encoder_seconds" in data:
+            rows[version]["encoder_seconds"] = round(float(data["encoder_seconds"]), 2)
+        rows[version]["decode_seconds"] = decode_seconds(*got, examples)
     return rows
 
 
@@ -247,6 +265,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=1000, help="first N eval questions (1000)")
     parser.add_argument("--ours", action="append", default=[], metavar="LABEL=DIR",
                         help="a bertheads SQuAD v1.1 model (repeatable)")
+    parser.add_argument("--v2-limit", type=int, default=None, help="first N squad2 eval questions (--limit)")
     parser.add_argument("--ours-v2", action="append", default=[], metavar="LABEL=DIR",
                         help="a bertheads SQuAD v2.0 model (squad2 eval split; repeatable)")
     parser.add_argument("--trainer", type=Path, help="the Trainer's model directory (--train-trainer's output)")
@@ -283,8 +302,9 @@ def main() -> None:
     if args.ours_v2:
         v2_path = require_data("squad2", "eval-split.json")
         all_v2 = read_examples(str(v2_path))
-        v2 = build_versions(v2_path, all_v2[: args.limit], tokenizer)
-        tune = all_v2[args.limit: 2 * args.limit]
+        n = args.v2_limit or args.limit
+        v2 = build_versions(v2_path, all_v2[:n], tokenizer)
+        tune = all_v2[n: 2 * n]
         for spec in args.ours_v2:
             label, directory = spec.split("=", 1)
             record[label] = run_ours(label, Path(directory), v2, tune, work)
@@ -302,7 +322,7 @@ def markdown(r: dict) -> str:
         if not isinstance(rows, dict) or "plain" not in rows:
             continue
         for choice in rows["plain"]:
-            if choice == "windows":
+            if choice not in CHOICES and choice != "run_qa":
                 continue
             cells = [rows[v][choice] for v in VERSIONS]
             f1 = [c["f1"] for c in cells]
@@ -312,6 +332,10 @@ def markdown(r: dict) -> str:
     for label, rows in r.items():
         if isinstance(rows, dict) and "plain" in rows:
             lines.append(f"{label} windows: " + ", ".join(f"{v} {rows[v]['windows']}" for v in VERSIONS))
+            for v in VERSIONS:
+                if "decode_seconds" in rows[v]:
+                    lines.append(f"{label} {v}: encoder {rows[v].get('encoder_seconds', '?')} s (this run or the "
+                                 f"cached one), decoding {rows[v]['decode_seconds']} s")
             if "thresholds" in rows:
                 lines.append(f"{label} null thresholds (tuned on held-out plain questions): {rows['thresholds']}")
                 for v in VERSIONS:
