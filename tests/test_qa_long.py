@@ -71,9 +71,9 @@ def test_distractor_window_outscores_answer_raw_but_not_relative(tiny_bert, choi
     assert got["score"] == pytest.approx(8.0 + 8.0)  # span minus its own window's null score
 
 
-def test_default_choice_is_relative_and_old_models_keep_raw():
-    assert QASpec().window_choice == "relative"
+def test_saved_choice_is_kept_and_old_models_get_raw():
     assert QATask.spec_from_dict({"max_length": 256}).window_choice == "raw"  # saved before the setting
+    assert QATask.spec_from_dict({"window_choice": "relative"}).window_choice == "relative"
     assert QATask.spec_from_dict({"window_choice": "relative+context"}).window_choice == "relative+context"
 
 

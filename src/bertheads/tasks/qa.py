@@ -43,7 +43,7 @@ from bertheads.tasks.qa_metrics import (
 # How spans found in different windows of one passage compare: "raw" start + end scores;
 # "relative": each span's score minus its own window's null ([CLS]) score; "+context": a span
 # that overlapping windows both find is scored in the window where it has the most context.
-WINDOW_CHOICES = ("relative", "raw", "relative+context", "context")
+WINDOW_CHOICES = ("raw", "relative", "relative+context", "context")
 
 
 @dataclass
@@ -56,7 +56,7 @@ class QASpec(HeadSettings):
     null_threshold: float | None = None  # answer "" when null score - best span > this (None: never)
     unanswerable: bool = False  # the training data had questions without an answer (SQuAD v2.0)
     tune_threshold: bool = True  # tune `null_threshold` on the dev set (off when it was given)
-    window_choice: str = "relative"  # how spans of different windows compare (WINDOW_CHOICES)
+    window_choice: str = "raw"  # how spans of different windows compare (WINDOW_CHOICES)
     negative_windows: int = 0  # training: answerless windows of other passages per question
 
 
@@ -105,10 +105,10 @@ class QATask(Task):
         g.add_argument("--null-threshold", type=float, default=None,
                        help="SQuAD v2: answer nothing when null - best span score exceeds this "
                             "(default: tuned on --dev for the best F1)")
-        g.add_argument("--window-choice", choices=WINDOW_CHOICES, default="relative",
-                       help="how spans of a long passage's windows compare: relative (default: span score "
-                            "minus its window's null score), raw (start + end), +context (a span two windows "
-                            "share is scored where it has the most context)")
+        g.add_argument("--window-choice", choices=WINDOW_CHOICES, default="raw",
+                       help="how spans of a long passage's windows compare: raw (default: start + end), "
+                            "relative (span score minus its window's null score), +context (a span two "
+                            "windows share is scored where it has the most context)")
         g.add_argument("--negative-windows", type=int, default=0, metavar="K",
                        help="training: also pair each question with K other passages of the file as "
                             "answerless windows (0)")
