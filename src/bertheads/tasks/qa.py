@@ -45,6 +45,11 @@ from bertheads.tasks.qa_metrics import (
     squad_v2_scores,
 )
 
+# How spans found in different windows of one passage compare: "raw" start + end scores;
+# "relative": each span's score minus its own window's null ([CLS]) score; "+context": a span
+# that overlapping windows both find is scored in the window where it has the most context.
+WINDOW_CHOICES = ("raw", "relative", "relative+context", "context")
+
 
 @dataclass
 class QASpec(HeadSettings):
@@ -56,6 +61,8 @@ class QASpec(HeadSettings):
     null_threshold: float | None = None  # answer "" when null score - best span > this (None: never)
     unanswerable: bool = False  # the training data had questions without an answer (SQuAD v2.0)
     tune_threshold: bool = True  # tune `null_threshold` on the dev set (off when it was given)
+    window_choice: str = "raw"  # how spans of different windows compare (WINDOW_CHOICES)
+    negative_windows: int = 0  # training: answerless windows of other passages per question
 
 
 @dataclass
@@ -104,6 +111,18 @@ class QATask(Task):
         g.add_argument("--null-threshold", type=float, default=None,
                        help="SQuAD v2: answer nothing when null - best span score exceeds this "
                             "(default: tuned on --dev for the best F1)")
+        g.add_argument("--window-choice", choices=WINDOW_CHOICES, default="raw",
+                       help="how spans of a long passage's windows compare: raw (default: start + end), "
+                            "relative (span score minus its window's null score), +context (a span two "
+                            "windows share is scored where it has the most context)")
+        g.add_argument("--negative-windows", type=int, default=0, metavar="K",
+                       help="training: also pair each question with K other passages of the file as "
+                            "answerless windows (0)")
+
+    @classmethod
+    def spec_from_dict(cls, data: dict) -> QASpec:
+        """Models saved before `window_choice` existed keep the raw comparison they were tuned with."""
+        return super().spec_from_dict({"window_choice": "raw", **data})
 
     @classmethod
     def build(cls, spec: QASpec, encoder, pooler_state=None) -> QATask:
@@ -183,8 +202,15 @@ class QATask(Task):
     def encode(self, examples: list[QAExample], tokenizer, with_labels: bool = True,
                path: str | None = None) -> list[dict]:
         """Training windows: one holding the whole (first) answer points at its start and end
-        tokens, any other at [CLS] (position 0)."""
-        return self.encode_for_inference(examples, tokenizer, with_labels)[0]
+        tokens, any other at [CLS] (position 0); with `negative_windows`, windows of other
+        passages are added, pointing at [CLS] too."""
+        feats = self.encode_for_inference(examples, tokenizer, with_labels)[0]
+        if with_labels and self.spec.negative_windows > 0:
+            negatives, _ = self.windows(other_passages(examples, self.spec.negative_windows), tokenizer)
+            for f in negatives:
+                f["start_positions"], f["end_positions"] = 0, 0
+            feats += negatives
+        return feats
 
     def encode_for_inference(self, examples: list[QAExample], tokenizer,
                              with_labels: bool = False) -> tuple[list[dict], list[int]]:
@@ -221,21 +247,30 @@ class QATask(Task):
 
     def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples: list[QAExample],
                 features: list[dict]) -> list[QAOutput]:
-        """Each question's n best spans over all its windows, and its null score."""
+        """Each question's n best spans over all its windows, and its null score (see
+        `spec.window_choice` for how spans of different windows compare)."""
         spec = self.spec
+        relative, by_context = window_choice_parts(spec.window_choice)
         per_example: list[list[tuple]] = [[] for _ in examples]
+        owners = np.asarray(owner, dtype=np.int64)
+        change = owners[1:] != owners[:-1]  # an example's windows are consecutive
+        first, last = np.r_[True, change], np.r_[change, True]
         chunk = 1024
         for lo in range(0, len(features), chunk):
             part = range(lo, min(lo + chunk, len(features)))
             ctx = np.array([features[i]["_context"] for i in part], dtype=np.int64)
             scores, starts, ends, null = best_spans([feature_outputs[i] for i in part], ctx,
                                                     spec.n_best, spec.max_answer_length)
+            if relative:
+                scores = scores - null[:, None]
+            room = span_context(starts, ends, ctx, first[part.start:part.stop], last[part.start:part.stop])
             for j, i in enumerate(part):
                 keep = np.isfinite(scores[j])
                 offsets = features[i]["_offsets"]
                 chars = np.stack([offsets[starts[j][keep], 0], offsets[ends[j][keep], 1]], axis=1)
-                per_example[owner[i]].append((scores[j][keep], chars, float(null[j])))
-        return [merge_windows(parts, spec.n_best) for parts in per_example]
+                per_example[owner[i]].append((scores[j][keep], chars, float(null[j]),
+                                              room[j][keep] if by_context else None))
+        return [merge_windows(parts, spec.n_best, relative) for parts in per_example]
 
     # -- loss and decoding ---------------------------------------------------------------
     def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -343,6 +378,9 @@ def check_settings(spec: QASpec, encoder) -> None:
     for name in ("stride", "max_question_length", "n_best", "max_answer_length"):
         if getattr(spec, name) < 1:
             raise UserError(f"--{name.replace('_', '-')}: must be at least 1, got {getattr(spec, name)}")
+    window_choice_parts(spec.window_choice)
+    if spec.negative_windows < 0:
+        raise UserError(f"--negative-windows: must be at least 0, got {spec.negative_windows}")
     room = spec.max_length - spec.max_question_length - tokenizer.num_special_tokens_to_add(pair=True)
     if room <= spec.stride:
         raise UserError(f"--stride {spec.stride} must be smaller than the passage room in a window "
@@ -366,6 +404,28 @@ def cut_questions(tokenizer, questions: list[str], max_tokens: int) -> list[str]
         while first > 0 and words[first - 1] == words[max_tokens]:
             first -= 1
         out.append(question[: offsets[first][0]].rstrip() if first else question[: offsets[max_tokens - 1][1]])
+    return out
+
+
+def other_passages(examples: list[QAExample], k: int) -> list[QAExample]:
+    """Each question paired with the `k` passages nearest its own in file order (neighbours
+    first, usually of the same article), as questions without an answer there."""
+    passages: dict[str, int] = {}
+    for e in examples:
+        passages.setdefault(e.context, len(passages))
+    texts = list(passages)
+    k = min(k, len(texts) - 1)
+    steps = [d for n in range(1, len(texts)) for d in (-n, n)]
+    out = []
+    for e in examples:
+        own = passages[e.context]
+        picked = []
+        for d in steps:
+            if len(picked) == k:
+                break
+            if 0 <= own + d < len(texts):
+                picked.append(own + d)
+        out += [QAExample(e.question, texts[p], f"{e.id}/negative{j}") for j, p in enumerate(picked)]
     return out
 
 
@@ -441,17 +501,49 @@ def exact_best_span(start: np.ndarray, end: np.ndarray, max_answer_length: int) 
     return s, s + d, float(pair[s, d])
 
 
-def merge_windows(parts: list[tuple[np.ndarray, np.ndarray, float]], n_best: int) -> QAOutput:
-    """One question's spans from all its windows: best first, each character span once."""
-    null = min(p[2] for p in parts)
+def window_choice_parts(choice: str) -> tuple[bool, bool]:
+    """(scores relative to the window's null score, duplicate spans from the most context)."""
+    if choice not in WINDOW_CHOICES:
+        raise UserError(f"--window-choice {choice}: expected one of {', '.join(WINDOW_CHOICES)}")
+    return "relative" in choice, "context" in choice
+
+
+def span_context(starts: np.ndarray, ends: np.ndarray, context: np.ndarray, first: np.ndarray,
+                 last: np.ndarray) -> np.ndarray:
+    """Passage tokens a window shows on the short side of each span `[W, n]`; the side where the
+    window is the passage's first (last) one counts as unlimited, as the passage ends there."""
+    unlimited = np.iinfo(np.int64).max
+    left = np.where(first[:, None], unlimited, starts - context[:, :1])
+    right = np.where(last[:, None], unlimited, context[:, 1:] - ends)
+    return np.minimum(left, right)
+
+
+def merge_windows(parts: list[tuple], n_best: int, relative: bool = False) -> QAOutput:
+    """One question's spans from all its windows: best first, each character span once.
+
+    `parts` holds (scores, character spans, window null score, context or None) per window. A
+    span that several overlapping windows find keeps its best score, or, when the context is
+    given, its score in the window where it has the most context. With `relative` scores
+    (span minus its window's null score) the question's null score is 0.
+    """
+    null = 0.0 if relative else min(p[2] for p in parts)
     scores = np.concatenate([p[0] for p in parts])
     spans = np.concatenate([p[1] for p in parts]).reshape(-1, 2)
-    order = np.argsort(-scores, kind="stable")
-    scores, spans = scores[order], spans[order]
-    if len(parts) > 1:  # overlapping windows find the same span: keep its best score
-        _, first = np.unique(spans, axis=0, return_index=True)
-        keep = np.sort(first)
+    if len(parts) > 1 and len(parts[0]) > 3 and parts[0][3] is not None:
+        room = np.concatenate([p[3] for p in parts])
+        by_room = np.lexsort((-scores, -room, spans[:, 1], spans[:, 0]))  # each span: most context first
+        _, first = np.unique(spans[by_room], axis=0, return_index=True)
+        keep = by_room[first]
         scores, spans = scores[keep], spans[keep]
+        order = np.argsort(-scores, kind="stable")
+        scores, spans = scores[order], spans[order]
+    else:
+        order = np.argsort(-scores, kind="stable")
+        scores, spans = scores[order], spans[order]
+        if len(parts) > 1:  # overlapping windows find the same span: keep its best score
+            _, first = np.unique(spans, axis=0, return_index=True)
+            keep = np.sort(first)
+            scores, spans = scores[keep], spans[keep]
     return QAOutput(float(null), scores[:n_best].astype(np.float64), spans[:n_best].astype(np.int64))
 
 

@@ -1,0 +1,353 @@
+"""Long passages in QA: does the answer come from the right window?
+
+Three versions of the first N questions of `squad/eval-split.json` (and `squad2/eval-split.json`):
+
+- plain: the question's own paragraph, as in SQuAD;
+- filler: about 700 tokens of neutral filler text before the paragraph;
+- article: the three other paragraphs of the same article nearest it (those before it first)
+  before the paragraph.
+
+The answers' character offsets move with the paragraph. Each model's window logits are
+computed once per version (cached under bench/out/NAME/) and decoded with every
+`--window-choice` of `bertheads.tasks.qa`; SQuAD v2.0 models get their null threshold tuned
+per choice on the plain versions of eval questions N..2N-1 (never the scored ones), then
+applied unchanged to the long versions. The Hugging Face Trainer's model (trained by
+`bench/qa.py`'s `run_trainer`, the `run_qa` recipe) gets `run_qa`'s windows (`bench/qa.py`'s
+`hf_windows`) and its decoding (`decode_like_ours`: best raw start + end over all windows).
+
+    # the models (1 epoch, default checkpoint, bench/qa.py's hyperparameters)
+    bertheads train qa --train ../shared/data/squad/train-split.json --out bench/out/qalong/ours-v1 ...
+    python bench/qa_long.py --train-trainer bench/out/qalong/trainer-v1
+    # the table
+    python bench/qa_long.py --ours v1=bench/out/qalong/ours-v1 --trainer bench/out/qalong/trainer-v1 \\
+        --ours-v2 v2=bench/out/qalong/ours-v2
+    # prediction speed, raw against relative+context (rounds alternate)
+    python bench/qa_long.py --speed bench/out/qalong/ours-v1
+
+Results: bench/out/qa-long.json (or --name); Markdown on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from common import OUT, environment, median, require_data, save_json  # noqa: E402
+
+VERSIONS = ("plain", "filler", "article")
+FILLER_SENTENCE = "This sentence is only filler text and it says nothing about anything in particular."
+FILLER_TOKENS = 700
+CHOICES = ("raw", "context", "relative", "relative+context")
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# -- the three versions ---------------------------------------------------------------------------
+def filler_text(tokenizer, tokens: int = FILLER_TOKENS) -> str:
+    per = len(tokenizer(FILLER_SENTENCE, add_special_tokens=False)["input_ids"])
+    return " ".join([FILLER_SENTENCE] * max(1, round(tokens / per)))
+
+
+def article_paragraphs(path: Path) -> tuple[dict[str, tuple[int, int]], list[list[str]]]:
+    """Question id -> (article, paragraph), and every article's paragraph texts."""
+    doc = json.loads(path.read_text())
+    where, texts = {}, []
+    for a, article in enumerate(doc["data"]):
+        texts.append([p["context"] for p in article["paragraphs"]])
+        for p, para in enumerate(article["paragraphs"]):
+            for qa in para["qas"]:
+                where[str(qa["id"])] = (a, p)
+    return where, texts
+
+
+def with_prefix(e, prefix: str):
+    moved = copy.copy(e)
+    moved.context = prefix + e.context
+    moved.starts = [s + len(prefix) if s >= 0 else s for s in e.starts]
+    return moved
+
+
+def build_versions(path: Path, examples: list, tokenizer) -> dict[str, list]:
+    where, texts = article_paragraphs(path)
+    filler = filler_text(tokenizer) + "\n"
+    article = []
+    for e in examples:
+        a, p = where[e.id]
+        paragraphs = texts[a]
+        others = [q for q in sorted(range(len(paragraphs)), key=lambda q: (abs(q - p), q > p)) if q != p][:3]
+        article.append(with_prefix(e, "\n".join(paragraphs[q] for q in sorted(others)) + "\n"))
+    return {"plain": examples, "filler": [with_prefix(e, filler) for e in examples], "article": article}
+
+
+# -- ours -----------------------------------------------------------------------------------------
+def window_logits(model, examples, cache: Path):
+    """Our windows of `examples` and the head's logits for each (cached)."""
+    from bertheads.model import run_heads
+
+    name = next(iter(model.net.tasks))
+    task = model.net.tasks[name]
+    features, owner = task.encode_for_inference(examples, model.net.encoder.tokenizer)
+    if cache.exists():
+        data = np.load(cache)
+        logits = np.split(data["logits"], np.cumsum(data["lengths"])[:-1])
+    else:
+        started = time.perf_counter()
+        logits = run_heads(model.net, features, [name])[name]
+        seconds = time.perf_counter() - started
+        log(f"  {len(features)} windows in {seconds:.0f} s")
+        np.savez(cache, logits=np.concatenate(logits), lengths=np.array([len(x) for x in logits]),
+                 encoder_seconds=seconds)
+    return task, features, owner, logits
+
+
+def decode_seconds(task, features, owner, logits, examples, rounds: int = 3) -> dict:
+    """`collect` (all decoding after the encoder) timed per choice, rounds alternating."""
+    times: dict[str, list[float]] = {c: [] for c in CHOICES}
+    for _ in range(rounds):
+        for c in CHOICES:
+            task.spec.window_choice = c
+            start = time.perf_counter()
+            task.collect(logits, owner, examples, features)
+            times[c].append(time.perf_counter() - start)
+    return {c: round(median(t), 4) for c, t in times.items()}
+
+
+def our_scores(task, features, owner, logits, examples, choice: str, threshold: float | None) -> dict:
+    task.spec.window_choice = choice
+    outputs = task.collect(logits, owner, examples, features)
+    result = task.metrics(outputs, examples, null_threshold=threshold)
+    keep = ("exact_match", "f1", "HasAns_f1", "NoAns_f1")
+    return {k.replace("exact_match", "exact"): round(float(result[k]), 2) for k in keep if k in result}
+
+
+def tuned_threshold(task, features, owner, logits, examples, choice: str) -> float:
+    """The v2.0 null threshold for `choice`, tuned on (held-out) plain questions."""
+    from bertheads.tasks.qa import best_threshold, f1_v2, gold_v2, max_over, null_minus_best
+
+    task.spec.window_choice = choice
+    outputs = task.collect(logits, owner, examples, features)
+    text = [e.context[int(o.spans[0][0]):int(o.spans[0][1])] if len(o.scores) else "" for o, e in zip(outputs, examples)]
+    diffs = np.array([null_minus_best(o) for o in outputs])
+    has = np.array([bool(e.answers) for e in examples])
+    span_f1 = np.array([max_over(f1_v2, t, gold_v2(e.answers)) if e.answers else 0.0 for t, e in zip(text, examples)])
+    return float(best_threshold(diffs, has, span_f1))
+
+
+def run_ours(label: str, directory: Path, versions: dict, tune: list | None, work: Path) -> dict:
+    import bertheads
+
+    model = bertheads.load(directory)
+    rows: dict = {}
+    thresholds = {}
+    if tune is not None:
+        log(f"{label}: tuning set ({len(tune)} plain questions)")
+        got = window_logits(model, tune, work / f"{label}-tune.npz")
+        thresholds = {c: tuned_threshold(*got, tune, c) for c in CHOICES}
+        rows["thresholds"] = {c: round(t, 4) for c, t in thresholds.items()}
+    for version, examples in versions.items():
+        log(f"{label}: {version}")
+        got = window_logits(model, examples, work / f"{label}-{version}.npz")
+        rows[version] = {"windows": len(got[1]),
+                         **{c: our_scores(*got, examples, c, thresholds.get(c)) for c in CHOICES}}
+        data = np.load(work / f"{label}-{version}.npz")
+        if "encoder_seconds" in data:
+            rows[version]["encoder_seconds"] = round(float(data["encoder_seconds"]), 2)
+        rows[version]["decode_seconds"] = decode_seconds(*got, examples)
+    return rows
+
+
+# -- the Trainer's model, run_qa way --------------------------------------------------------------
+def train_trainer(out: Path, limit: int | None) -> dict:
+    """bench/qa.py's Trainer run (run_qa recipe) on squad/train-split.json; its model is saved
+    in OUT/trainer-model."""
+    from qa import run_trainer
+
+    from bertheads.encoder import default_model_path
+    from bertheads.tasks.qa import read_examples
+
+    train = read_examples(str(require_data("squad", "train-split.json")))[:limit]
+    probe = read_examples(str(require_data("squad", "eval-split.json")))[:16]
+    out.mkdir(parents=True, exist_ok=True)
+    got = run_trainer(default_model_path(), train, probe, out)
+    got.pop("answers")
+    (out / "trainer-train.json").write_text(json.dumps(got, indent=1) + "\n")
+    return got
+
+
+def trainer_answers(model_dir: Path, examples: list, cache: Path) -> tuple[list[str], int]:
+    """run_qa's windows (padded to 384 there; here each runs at its own length, same logits)
+    and run_qa's decoding of them."""
+    import torch
+    from qa import decode_like_ours, hf_windows
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    enc, owner, seqs = hf_windows(tokenizer, examples, train=False)
+    n = len(owner)
+    lengths = np.array([int(sum(m)) for m in enc["attention_mask"]])
+    width = len(enc["input_ids"][0])
+    if cache.exists():
+        data = np.load(cache)
+        start, end = data["start"], data["end"]
+    else:
+        model = AutoModelForQuestionAnswering.from_pretrained(model_dir).eval()
+        start, end = np.zeros((n, width), np.float32), np.zeros((n, width), np.float32)
+        order = np.argsort(-lengths, kind="stable")
+        started = time.perf_counter()
+        with torch.inference_mode():
+            i = 0
+            while i < n:
+                size = max(1, 2048 // int(lengths[order[i]]))
+                idx = order[i:i + size]
+                longest = int(lengths[idx].max())
+                batch = {k: torch.tensor([enc[k][j][:longest] for j in idx])
+                         for k in ("input_ids", "token_type_ids", "attention_mask")}
+                out = model(**batch)
+                start[idx, :longest] = out.start_logits.float().numpy()
+                end[idx, :longest] = out.end_logits.float().numpy()
+                i += size
+        log(f"  {n} windows in {time.perf_counter() - started:.0f} s")
+        np.savez(cache, start=start, end=end)
+    return decode_like_ours((start, end), enc, owner, seqs, examples), n
+
+
+def run_trainer_model(model_dir: Path, versions: dict, work: Path) -> dict:
+    from qa import scores
+
+    rows = {}
+    for version, examples in versions.items():
+        log(f"trainer: {version}")
+        answers, n = trainer_answers(model_dir, examples, work / f"trainer-{version}.npz")
+        got = scores(answers, examples)
+        rows[version] = {"windows": n, "run_qa": {"exact": got["exact_match"], "f1": got["f1"]}}
+    return rows
+
+
+# -- prediction speed -----------------------------------------------------------------------------
+def speed(directory: Path, inputs: list[dict], rounds: int) -> dict:
+    """`Model.predict` end to end with the raw and relative+context choices, rounds alternating."""
+    import bertheads
+
+    model = bertheads.load(directory)
+    task = model.task()
+    other = "relative+context"
+    times: dict[str, list[float]] = {"raw": [], other: []}
+    model.predict(inputs[:20])
+    for r in range(rounds):
+        for choice in times:
+            task.spec.window_choice = choice
+            start = time.perf_counter()
+            model.predict(inputs)
+            times[choice].append(time.perf_counter() - start)
+        log(f"round {r + 1}: " + ", ".join(f"{c} {len(inputs) / t[-1]:.1f} q/s" for c, t in times.items()))
+    return {"questions": len(inputs), "seconds": times,
+            "time_ratio_raw_over_other": median(times["raw"]) / median(times[other])}
+
+
+# -- the run --------------------------------------------------------------------------------------
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=1000, help="first N eval questions (1000)")
+    parser.add_argument("--ours", action="append", default=[], metavar="LABEL=DIR",
+                        help="a bertheads SQuAD v1.1 model (repeatable)")
+    parser.add_argument("--v2-limit", type=int, default=None, help="first N squad2 eval questions (--limit)")
+    parser.add_argument("--ours-v2", action="append", default=[], metavar="LABEL=DIR",
+                        help="a bertheads SQuAD v2.0 model (squad2 eval split; repeatable)")
+    parser.add_argument("--trainer", type=Path, help="the Trainer's model directory (--train-trainer's output)")
+    parser.add_argument("--train-trainer", type=Path, metavar="OUT", help="train the Trainer peer into OUT, then stop")
+    parser.add_argument("--train-limit", type=int, default=None, help="with --train-trainer: first N questions")
+    parser.add_argument("--speed", type=Path, metavar="DIR", help="time prediction of this model, then stop")
+    parser.add_argument("--speed-version", choices=VERSIONS, default="filler")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--name", default="qa-long")
+    args = parser.parse_args()
+
+    from bertheads.encoder import Encoder
+    from bertheads.tasks.qa import read_examples
+
+    if args.train_trainer:
+        log("Trainer: training")
+        print(json.dumps(train_trainer(args.train_trainer, args.train_limit), indent=1))
+        return
+    tokenizer = Encoder.load("default").tokenizer
+    work = OUT / args.name
+    work.mkdir(parents=True, exist_ok=True)
+    record: dict = {"command": " ".join(["python", "bench/qa_long.py", *sys.argv[1:]]),
+                    "environment": environment(), "load_average_start": os.getloadavg()}
+    v1_path = require_data("squad", "eval-split.json")
+    v1 = build_versions(v1_path, read_examples(str(v1_path))[: args.limit], tokenizer)
+    if args.speed:
+        inputs = [{"question": e.question, "context": e.context} for e in v1[args.speed_version]]
+        record["speed"] = {"version": args.speed_version, **speed(args.speed, inputs, args.rounds)}
+    for spec in args.ours:
+        label, directory = spec.split("=", 1)
+        record[label] = run_ours(label, Path(directory), v1, None, work)
+    if args.trainer:
+        record["trainer"] = run_trainer_model(args.trainer, v1, work)
+    if args.ours_v2:
+        v2_path = require_data("squad2", "eval-split.json")
+        all_v2 = read_examples(str(v2_path))
+        n = args.v2_limit or args.limit
+        v2 = build_versions(v2_path, all_v2[:n], tokenizer)
+        tune = all_v2[n: 2 * n]
+        for spec in args.ours_v2:
+            label, directory = spec.split("=", 1)
+            record[label] = run_ours(label, Path(directory), v2, tune, work)
+    record["load_average_end"] = os.getloadavg()
+    path = save_json(args.name, record)
+    print(markdown(record))
+    log(f"wrote {path}")
+
+
+def markdown(r: dict) -> str:
+    lines = [f"`{r['command']}`; load average {r['load_average_start'][0]:.1f} -> {r['load_average_end'][0]:.1f}", "",
+             "| model | decoding | plain F1 (EM) | filler F1 (EM) | article F1 (EM) | filler cost | article cost |",
+             "|---|---|---|---|---|---|---|"]
+    for label, rows in r.items():
+        if not isinstance(rows, dict) or "plain" not in rows:
+            continue
+        for choice in rows["plain"]:
+            if choice not in CHOICES and choice != "run_qa":
+                continue
+            cells = [rows[v][choice] for v in VERSIONS]
+            f1 = [c["f1"] for c in cells]
+            lines.append(f"| {label} | {choice} | " + " | ".join(f"{c['f1']:.2f} ({c['exact']:.2f})" for c in cells)
+                         + f" | {f1[0] - f1[1]:.2f} | {f1[0] - f1[2]:.2f} |")
+    lines.append("")
+    for label, rows in r.items():
+        if isinstance(rows, dict) and "plain" in rows:
+            lines.append(f"{label} windows: " + ", ".join(f"{v} {rows[v]['windows']}" for v in VERSIONS))
+            for v in VERSIONS:
+                if "decode_seconds" in rows[v]:
+                    lines.append(f"{label} {v}: encoder {rows[v].get('encoder_seconds', '?')} s (this run or the "
+                                 f"cached one), decoding {rows[v]['decode_seconds']} s")
+            if "thresholds" in rows:
+                lines.append(f"{label} null thresholds (tuned on held-out plain questions): {rows['thresholds']}")
+                for v in VERSIONS:
+                    lines.append(f"{label} {v} HasAns/NoAns F1: " + ", ".join(
+                        f"{c} {rows[v][c]['HasAns_f1']:.1f}/{rows[v][c]['NoAns_f1']:.1f}" for c in CHOICES
+                        if "HasAns_f1" in rows[v][c]))
+    if "speed" in r:
+        s = r["speed"]
+        lines.append(f"speed ({s['questions']} {s['version']} questions): " + ", ".join(
+            f"{c} {s['questions'] / median(t):.1f} q/s" for c, t in s["seconds"].items())
+            + f"; relative+context / raw time ratio {1 / s['time_ratio_raw_over_other']:.3f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

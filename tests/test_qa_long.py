@@ -1,0 +1,165 @@
+"""Answer spans in long passages: choosing across windows, v2 null decisions, negative windows."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import bertheads
+from bertheads.errors import UserError
+from bertheads.tasks.qa import (
+    QAExample,
+    QASpec,
+    QATask,
+    answer_tokens,
+    merge_windows,
+    other_passages,
+    span_context,
+)
+
+
+def make_task(tokenizer_dir: str, **settings) -> tuple[QATask, object]:
+    from bertheads.encoder import load_tokenizer
+
+    return QATask(QASpec(**settings), None), load_tokenizer(tokenizer_dir)
+
+
+def long_example() -> QAExample:
+    words = [f"{w}{i}" for i, w in enumerate(["river", "bridge", "tower", "square"] * 30)]
+    answer = "the golden lighthouse"
+    context = " ".join(words) + f", and then {answer} stood there."
+    return QAExample("Which wonder stood there?", context, "x", [answer], [context.index(answer)])
+
+
+def distractor_logits(feats: list[dict], example: QAExample) -> list[np.ndarray]:
+    """The answer's window: a modest span (8) and a low null score (-8). The first window (no
+    answer): a higher-scoring span (10) but an even higher null score (12): it "knows" it
+    holds no answer. Every other window: a high null score, low spans."""
+    logits = []
+    for w, f in enumerate(feats):
+        x = np.full((len(f["input_ids"]), 2), -5.0, dtype=np.float32)
+        s, e = answer_tokens(f, example)
+        c0, _ = f["_context"]
+        if s:
+            x[s, 0], x[e, 1] = 4.0, 4.0
+            x[0] = -4.0
+        else:
+            x[0] = 6.0
+            if w == 0:
+                x[c0 + 2, 0], x[c0 + 3, 1] = 5.0, 5.0
+        logits.append(x)
+    return logits
+
+
+@pytest.mark.parametrize("choice", ["relative", "relative+context"])
+def test_distractor_window_outscores_answer_raw_but_not_relative(tiny_bert, choice):
+    task, tokenizer = make_task(tiny_bert, max_length=48, stride=12, max_question_length=8)
+    example = long_example()
+    feats, owner = task.encode_for_inference([example], tokenizer)
+    assert len(feats) > 3
+    assert answer_tokens(feats[0], example) == (0, 0)
+    logits = distractor_logits(feats, example)
+    task.spec.window_choice = "raw"
+    raw = task.decode(task.collect(logits, owner, [example], feats), [example])[0]
+    assert raw["answer"] != example.answers[0]  # today's decoding: the distractor wins (10 > 8)
+    assert raw["start"] < feats[0]["_offsets"][feats[0]["_context"][1]][1]
+    task.spec.window_choice = choice
+    got = task.decode(task.collect(logits, owner, [example], feats), [example])[0]
+    assert got["answer"] == example.answers[0]
+    assert got["score"] == pytest.approx(8.0 + 8.0)  # span minus its own window's null score
+
+
+def test_saved_choice_is_kept_and_old_models_get_raw():
+    assert QATask.spec_from_dict({"max_length": 256}).window_choice == "raw"  # saved before the setting
+    assert QATask.spec_from_dict({"window_choice": "relative"}).window_choice == "relative"
+    assert QATask.spec_from_dict({"window_choice": "relative+context"}).window_choice == "relative+context"
+
+
+def test_span_context_counts_passage_ends_as_unlimited():
+    starts = np.array([[5, 12], [5, 12]])
+    ends = np.array([[6, 14], [6, 14]])
+    ctx = np.array([[3, 15], [3, 15]])
+    first, last = np.array([True, False]), np.array([False, True])
+    room = span_context(starts, ends, ctx, first, last)
+    assert room[0].tolist() == [9, 1]  # first window: only the right side counts
+    assert room[1].tolist() == [2, 9]  # last window: only the left side counts
+
+
+def test_same_span_in_two_windows_scored_where_it_has_most_context():
+    edge = (np.array([9.0, 6.0]), np.array([[10, 15], [30, 35]]), 0.0, np.array([1, 50]))
+    middle = (np.array([5.0]), np.array([[10, 15]]), 0.0, np.array([40]))
+    got = merge_windows([edge, middle], n_best=20)
+    assert got.spans.tolist() == [[30, 35], [10, 15]] and got.scores.tolist() == [6.0, 5.0]
+    best = merge_windows([edge[:3], middle[:3]], n_best=20)  # without context: the best score
+    assert best.spans.tolist() == [[10, 15], [30, 35]] and best.scores.tolist() == [9.0, 6.0]
+
+
+def test_v2_null_decision_per_window_with_long_passages():
+    """Unanswerable: each window's null score beats its own best span, but the raw decision
+    compares the smallest null (window A) with the best span (window B) and answers."""
+    task = QATask(QASpec(null_threshold=0.0, unanswerable=True), None)
+    ex = QAExample("q", "x" * 60, "1")
+    a = (np.array([-3.0]), np.array([[0, 4]]), -2.0, None)  # null - span = 1
+    b = (np.array([8.0]), np.array([[20, 24]]), 10.0, None)  # null - span = 2
+    raw = merge_windows([a, b], n_best=20)
+    assert task.decode([raw], [ex])[0]["answer"] != ""
+    rel = merge_windows([(a[0] - a[2], *a[1:]), (b[0] - b[2], *b[1:])], n_best=20, relative=True)
+    assert rel.null_score == 0.0
+    assert task.decode([rel], [ex])[0] == {"answer": "", "start": 0, "end": 0, "score": 0.0}
+    # an answerable window (span beats its own null by 3) is answered despite the other window
+    c = (np.array([1.0]), np.array([[40, 44]]), -2.0, None)
+    rel = merge_windows([(a[0] - a[2], *a[1:]), (c[0] - c[2], *c[1:])], n_best=20, relative=True)
+    got = task.decode([rel], [ex])[0]
+    assert (got["start"], got["end"], got["score"]) == (40, 44, 3.0)
+    assert task.decode([rel], [ex], null_threshold=-3.5)[0]["answer"] == ""
+
+
+def test_other_passages_are_the_nearest_distinct_ones():
+    ex = [QAExample(f"q{i}", f"passage {i // 2}", f"{i}", ["p"], [0]) for i in range(6)]  # 3 passages
+    got = other_passages(ex, 2)
+    assert len(got) == 12 and all(not g.answers for g in got)
+    assert [g.context for g in got[:2]] == ["passage 1", "passage 2"]  # first passage: neighbours after
+    assert [g.context for g in got[4:6]] == ["passage 0", "passage 2"]  # middle: one each side
+    assert got[4].question == "q2"
+    assert len(other_passages(ex[:2], 3)) == 0  # only one passage: no negatives
+
+
+def test_negative_windows_added_to_training_only(tiny_bert):
+    task, tokenizer = make_task(tiny_bert, max_length=64, stride=16, max_question_length=16, negative_windows=1)
+    ex = [QAExample("What is the capital?", f"The capital is {c}.", str(i), [c], [15])
+          for i, c in enumerate(["Paris", "Rome", "Oslo"])]
+    feats = task.encode(ex, tokenizer, with_labels=True)
+    assert len(feats) == 6
+    assert all(f["start_positions"] > 0 for f in feats[:3])
+    assert all(f["start_positions"] == 0 and f["end_positions"] == 0 for f in feats[3:])
+    assert len(task.encode_for_inference(ex, tokenizer)[0]) == 3
+
+
+def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path):
+    from bertheads.cli import main
+
+    doc = {"data": [{"paragraphs": [{"context": f"The capital is {c}. Rivers run through it.",
+                                     "qas": [{"id": c, "question": "What is the capital?",
+                                              "answers": [{"text": c, "answer_start": 15}]}]}
+                                    for c in ("Paris", "Rome", "Oslo", "Bern")]}]}
+    train = tmp_path / "train.json"
+    train.write_text(json.dumps(doc))
+    out = tmp_path / "m"
+    assert main(["train", "qa", "--train", str(train), "--out", str(out), "--model", tiny_bert, "--epochs", "1",
+                 "--max-length", "64", "--stride", "16", "--max-question-length", "16", "--no-progress",
+                 "--window-choice", "relative+context", "--negative-windows", "2"]) == 0
+    spec = bertheads.load(out).task().spec
+    assert spec.window_choice == "relative+context" and spec.negative_windows == 2
+
+
+def test_bad_settings_are_user_errors(tiny_bert):
+    from bertheads.encoder import Encoder
+    from bertheads.tasks.qa import check_settings
+
+    encoder = Encoder.load(tiny_bert)
+    with pytest.raises(UserError, match="--window-choice best"):
+        check_settings(QASpec(window_choice="best"), encoder)
+    with pytest.raises(UserError, match="--negative-windows"):
+        check_settings(QASpec(negative_windows=-1), encoder)
