@@ -247,7 +247,9 @@ def test_bilstm_head_on_frozen_features_round_trips(tiny_bert, tag_data, tmp_pat
     model = bertheads.load(out)
     assert model.task().head.lstm is not None
     saved = json.loads((out / "metrics.json").read_text())["dev"]
-    assert model.evaluate(str(tag_data / "dev.txt")) == saved  # same weights after loading
+    live = model.evaluate(str(tag_data / "dev.txt"))
+    # same weights after loading; training evaluated from the cached (float16) dev states
+    assert live.pop("loss") == pytest.approx(saved.pop("loss"), abs=1e-4) and live == saved
     assert len(model.predict(["Angela Merkel visited Paris."])) == 1
 
 
