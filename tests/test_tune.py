@@ -132,3 +132,13 @@ def test_cli_sampler_trials_and_table(tiny_bert, data, tmp_path, write, capsys):
     rows = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(1e-4 <= r["params"]["lr"] <= 1e-3 for r in rows)
     assert "best: trial" in text and (out / "bertheads.json").is_file()
+
+
+def test_features_mode_trials_share_one_cache_entry(tiny_bert, data, tmp_path, write):
+    space = write("space.yaml", "lr: [1.0e-3, 3.0e-3]\nbatch_size: [8]\n")
+    cache = tmp_path / "cache"
+    rows = tune.tune("classify", data, data, tmp_path / "o", model=tiny_bert,
+                     settings=bertheads.TrainSettings(epochs=1, progress=False),
+                     search=tune.TuneSettings(space=space), mode="features", cache_dir=str(cache))
+    assert [r["state"] for r in rows] == ["complete", "complete"]
+    assert len(list((cache / "features").iterdir())) == 1  # built by the first trial, read by the second
