@@ -177,13 +177,15 @@ def part_shards(work: Path, n: int, rounds: int) -> dict:
     return row
 
 
-def long_documents(work: Path, min_pieces: int = 400, insert_after: int = 160, seed: int = 0) -> Path:
-    """JSONL of long passages, each with a labelled SST-2 dev sentence inserted past the start."""
+def long_documents(work: Path, min_pieces: int = 400, insert_after: int = 160, seed: int = 0,
+                   max_pieces: int | None = None, split: str = "dev", name: str = "long-docs") -> Path:
+    """JSONL of long passages, each with a labelled SST-2 sentence (of `split`) inserted past the
+    start; `max_pieces` bounds the passages (training documents: shorter ones than the test's)."""
     from transformers import AutoTokenizer
 
     from bertheads.encoder import default_model_path
 
-    path = work / "long-docs.jsonl"
+    path = work / f"{name}.jsonl"
     if path.exists():
         return path
     tok = AutoTokenizer.from_pretrained(default_model_path())
@@ -191,8 +193,9 @@ def long_documents(work: Path, min_pieces: int = 400, insert_after: int = 160, s
     for name in ("squad/dev-v1.1.json", "squad2/dev-v2.0.json"):
         for article in json.loads((DATA / name).read_text())["data"]:
             contexts.extend(p["context"] for p in article["paragraphs"])
-    contexts = [c for c in dict.fromkeys(contexts) if len(tok(c)["input_ids"]) > min_pieces]
-    rows = [r.split("\t") for r in (DATA / "sst2/dev.tsv").read_text().splitlines()[1:]]
+    contexts = [c for c in dict.fromkeys(contexts)
+                if min_pieces < len(tok(c)["input_ids"]) <= (max_pieces or 1 << 30)]
+    rows = [r.split("\t") for r in (DATA / f"sst2/{split}.tsv").read_text().splitlines()[1:]]
     rng = random.Random(seed)
     pos = [s for s, label in rows if label == "1" and len(s.split()) >= 6]
     neg = [s for s, label in rows if label == "0" and len(s.split()) >= 6]
@@ -208,12 +211,21 @@ def long_documents(work: Path, min_pieces: int = 400, insert_after: int = 160, s
     return path
 
 
-def part_long(work: Path, limit: int) -> dict:
+def part_long(work: Path, limit: int, train_windows: bool = False) -> dict:
     model = work / "sst2-default"
     if not (model / "bertheads.json").exists():
         subprocess.run([PY, "-m", "bertheads", "train", "classify", "--train", str(DATA / "sst2/train.tsv"),
                         "--out", str(model), "--epochs", "1", "--limit", str(limit), "--no-progress", "-q"],
                        env=env(), check=True, stdout=subprocess.DEVNULL)
+    if train_windows:  # go on training the SST-2 encoder on long documents, each window with its label
+        train = long_documents(work, min_pieces=200, max_pieces=400, split="train", name="long-train")
+        tuned = work / "long-windows"
+        if not (tuned / "bertheads.json").exists():
+            subprocess.run([PY, "-m", "bertheads", "train", "classify", "--train", str(train), "--out", str(tuned),
+                            "--model", str(model / "encoder"), "--epochs", "1", "--batch-size", "16",
+                            "--long-input", "windows", "--pool", "max", "--no-progress", "-q"],
+                           env=env(), check=True, stdout=subprocess.DEVNULL)
+        model = tuned
     docs = long_documents(work)
     gold = {}
     for line in docs.read_text().splitlines():
@@ -244,6 +256,8 @@ def main() -> None:
     ap.add_argument("--whole-max", type=int, default=100000, help="largest input the whole-file path runs on")
     ap.add_argument("--shard-lines", type=int, default=100000)
     ap.add_argument("--long-limit", type=int, default=4000, help="SST-2 training sentences for the long part")
+    ap.add_argument("--long-train", action="store_true",
+                    help="long part: first train on long documents (200-400 pieces) with --long-input windows")
     ap.add_argument("--results", default=None, help="append the JSON rows to this file")
     args = ap.parse_args()
     work = Path(args.work)
@@ -256,7 +270,7 @@ def main() -> None:
     if "shards" in parts:
         results["shards"] = part_shards(work, args.shard_lines, args.rounds)
     if "long" in parts:
-        results["long"] = part_long(work, args.long_limit)
+        results["long"] = part_long(work, args.long_limit, args.long_train)
     if args.results:
         with open(args.results, "a") as fh:
             fh.write(json.dumps(results) + "\n")
