@@ -141,3 +141,15 @@ def test_cli_keep_last_saves_the_final_epoch(tiny_bert, write, tmp_path, capsys)
     # evaluate reports the same dev loss from the saved weights
     again = bertheads.load(tmp_path / "m").evaluate(data)
     assert again["loss"] == pytest.approx(saved["dev"]["loss"], rel=1e-5)
+
+
+def test_joint_score_puts_percent_metrics_on_the_same_scale():
+    from bertheads.train import score_of
+
+    metrics = {"qa": {"f1": 80.0, "loss": 1.0}, "sentiment": {"accuracy": 0.9, "loss": 0.5}}
+    chosen = {"qa": "f1", "sentiment": "accuracy"}
+    assert score_of(metrics, chosen, {"qa": 100.0, "sentiment": 1.0}) == (pytest.approx(0.85), 0.75)
+    # without the scale the QA F1 would decide alone
+    better_qa = {"qa": {"f1": 81.0, "loss": 1.0}, "sentiment": {"accuracy": 0.5, "loss": 0.5}}
+    scales = {"qa": 100.0, "sentiment": 1.0}
+    assert score_of(better_qa, chosen, scales)[0] < score_of(metrics, chosen, scales)[0]

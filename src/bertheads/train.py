@@ -283,12 +283,20 @@ def selection_metric(data: list[TaskData], settings: TrainSettings, metrics: dic
     return chosen
 
 
-def score_of(metrics: dict, chosen: dict[str, str]) -> tuple[float, float]:
+def score_of(metrics: dict, chosen: dict[str, str], scales: dict[str, float] | None = None) -> tuple[float, float]:
     """(score, dev loss) of one evaluation: the mean over tasks of the selection metric (negated
-    where smaller is better) and of the dev loss."""
-    scores = [(-1 if name in LOWER_IS_BETTER else 1) * float(metrics[t][name]) for t, name in chosen.items()]
+    where smaller is better; divided by the task's `scales` entry, so that SQuAD's 0-100 scores
+    and 0-1 accuracies weigh alike) and of the dev loss."""
+    scales = scales or {}
+    scores = [(-1 if name in LOWER_IS_BETTER else 1) * float(metrics[t][name]) / scales.get(t, 1.0)
+              for t, name in chosen.items()]
     losses = [float(metrics[t].get("loss", math.nan)) for t in chosen]
     return float(np.mean(scores)), float(np.mean(losses))
+
+
+def metric_scales(data: list[TaskData]) -> dict[str, float]:
+    """Each task's metric scale (100 for metrics in percent, such as SQuAD's EM and F1)."""
+    return {d.name: float(getattr(d.task, "metric_scale", 1.0)) for d in data}
 
 
 def better(score: float, loss: float, kept: Choice) -> bool:
@@ -310,7 +318,7 @@ def evaluate_and_save(model: BertHeads, data: list[TaskData], settings: TrainSet
     history.append(record)
     if metrics:
         chosen = selection_metric(data, settings, metrics)
-        score, loss = score_of(metrics, chosen)
+        score, loss = score_of(metrics, chosen, metric_scales(data))
         names = sorted(set(chosen.values()))
         rule = f"{', '.join(names)}{' (mean over heads)' if len(chosen) > 1 else ''}, then dev loss"
         summary = "  ".join(f"{n}: " + ", ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float))
@@ -455,7 +463,7 @@ class Loop:
             if self.log is not None:
                 self.log.evaluation(self.step, epoch, dev, self.kept is not before)
             if dev and self.settings.patience:
-                score, loss = score_of(dev, selection_metric(self.data, self.settings, dev))
+                score, loss = score_of(dev, selection_metric(self.data, self.settings, dev), metric_scales(self.data))
                 if self.best is None or better(score, loss, Choice(score=self.best[0], loss=self.best[1])):
                     self.best, self.waited = (score, loss), 0
                 else:

@@ -72,7 +72,8 @@ class Task:
     spec_type: ClassVar[type]
     reads_pairs: ClassVar[bool] = False
     text_formats: ClassVar[tuple[str, ...]] = ()  # formats `read_texts` reads for `extract`
-    generic_reader: ClassVar[bool] = False  # reads tables no other kind claims (classify)
+    generic_reader: ClassVar[bool] = False
+    metric_scale: ClassVar[float] = 1.0  # 100 when the metrics are percentages (SQuAD EM/F1)  # reads tables no other kind claims (classify)
     prepare_options: ClassVar[tuple[str, ...]] = ()  # extra keyword options `prepare` takes
 
     def __init__(self, spec: Any, head: nn.Module) -> None:

@@ -99,6 +99,7 @@ class QATask(Task):
     help = "answer spans in a passage for a question (SQuAD v1.1 / v2.0)"
     training_defaults = {"max_length": 384, "batch_size": 16}
     input_form = "question"
+    metric_scale = 100.0  # SQuAD's EM and F1 are percentages
     text_formats = ("squad", "jsonl")
 
     @classmethod
