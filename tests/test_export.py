@@ -86,8 +86,9 @@ def test_int8_close_to_fp32_on_labelled_set(models, write):
     _, ours = raw_outputs(models["torch"], "qa", QUESTIONS)
     _, theirs = raw_outputs(models["int8"], "qa", QUESTIONS)
     assert max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs)) < 0.05
-    assert models["int8"].evaluate(path, head="sentiment") == pytest.approx(
-        models["fp32"].evaluate(path, head="sentiment"), abs=1 / len(rows) + 1e-9)
+    plain = {k: v for k, v in models["fp32"].evaluate(path, head="sentiment").items() if isinstance(v, (int, float))}
+    got = models["int8"].evaluate(path, head="sentiment")
+    assert {k: got[k] for k in plain} == pytest.approx(plain, abs=1 / len(rows) + 1e-9)
 
 
 def test_export_meta_and_int8_settings(model_dir):
@@ -131,11 +132,13 @@ def test_cli_predict_evaluate_onnx(model_dir, write, capsys):
     assert main(["evaluate", str(model_dir), "--head", "sentiment", "--data", dev, "--json", "--runtime", "onnx"]) == 0
     onnx_metrics = json.loads(capsys.readouterr().out)
     assert main(["evaluate", str(model_dir), "--head", "sentiment", "--data", dev, "--json"]) == 0
-    assert onnx_metrics == json.loads(capsys.readouterr().out)
+    torch_metrics = json.loads(capsys.readouterr().out)
+    assert "loss" not in onnx_metrics and "loss" in torch_metrics  # the ONNX graph gives outputs only
+    assert onnx_metrics == {k: v for k, v in torch_metrics.items() if k != "loss"}
 
 
 def test_serve_onnx_runtime(models):
-    with TestClient(create_app(models["fp32"])) as client:
+    with TestClient(create_app(models["fp32"]), base_url="http://localhost") as client:
         got = client.post("/analyze", json={"texts": TEXTS[:2]}).json()["results"]
     assert got == json.loads(json.dumps(models["torch"].analyze(TEXTS[:2])))
 
@@ -260,7 +263,7 @@ def test_hf_export_in_pipelines(model_dir, models, tmp_path, capsys):
     torch_model = models["torch"]
     out = tmp_path / "sentiment"
     assert main(["export", str(model_dir), "--to", "hf", "--head", "sentiment", "--out", str(out)]) == 0
-    assert "text-classification" in capsys.readouterr().out
+    assert "text-classification" in capsys.readouterr().err
     hf = AutoModelForSequenceClassification.from_pretrained(str(out))
     assert hf.config.id2label == {0: "negative", 1: "positive"}
     got = pipeline("text-classification", model=str(out))(TEXTS)

@@ -35,7 +35,7 @@ def one_line_error(capsys, argv: list[str]) -> str:
 def test_deeply_nested_jsonl_is_one_line(write, model_dir, capsys, content):
     path = write("deep.jsonl", '{"text": "fine"}\n' + content if content.startswith("{") else content)
     err = one_line_error(capsys, ["predict", model_dir, "--head", "sentiment", "--input", path])
-    where = "deep.jsonl:2" if content.startswith("{") else "deep.jsonl"  # a JSON array: the whole file
+    where = "deep.jsonl:2" if content.startswith("{") else "deep.jsonl:1"  # a JSON array: where it starts
     assert f"{where}: JSON nested too deeply" in err
 
 

@@ -134,7 +134,10 @@ def test_streamed_evaluation_equals_the_whole_file(models, tmp_path):
     streamed = model.evaluate(str(models / "train.tsv"), settings=StreamSettings(chunk_size=5))
     assert streamed.keys() == whole.keys()
     for key in whole:
-        assert streamed[key] == pytest.approx(whole[key], rel=1e-6)
+        if isinstance(whole[key], dict):  # per-class figures and the confusion matrix: counts
+            assert streamed[key] == whole[key]
+        else:
+            assert streamed[key] == pytest.approx(whole[key], rel=1e-6)
     tagger = api.load(models / "t")
     whole = evaluate_head(tagger.net, "tag", tagger.task().read(str(models / "train.conll")), None)
     streamed = tagger.evaluate(str(models / "train.conll"), settings=StreamSettings(chunk_size=4))

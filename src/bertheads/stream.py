@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import itertools
 import logging
-import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -241,7 +240,8 @@ def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | 
     if not parts:
         raise UserError(f"{path}: no examples")
     metrics = task.metrics_from_parts(parts, path, **options)
-    metrics["loss"] = total / count if count else math.nan
+    if count:  # the ONNX runtime gives outputs only: no loss then
+        metrics["loss"] = total / count
     if report.skipped:
         metrics["skipped"] = report.skipped
     return metrics
