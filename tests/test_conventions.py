@@ -28,6 +28,7 @@ def run(argv, capsys):
 
 
 # -- conventions ----------------------------------------------------------------------------
+@pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
 def test_python_dash_m_and_version():
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc = subprocess.run([sys.executable, "-m", "bertheads", "--version"], capture_output=True, text=True, env=env,

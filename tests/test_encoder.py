@@ -75,6 +75,7 @@ def test_directory_without_weights(tmp_path):
         Encoder.load(str(tmp_path))
 
 
+@pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
 def test_torchrun_two_processes(tiny_bert, tmp_path):
     """The same command runs under torchrun: two processes share the batches, one saves."""
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
@@ -107,6 +108,7 @@ torch.save({"heads": heads, "world": world}, os.path.join(out, f"heads-{os.envir
 """
 
 
+@pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
 def test_torchrun_features_mode_averages_head_gradients(tiny_bert, tmp_path):
     """Features mode under two processes: each sees half the batches, and the heads stay the
     same on both (their gradients are averaged), as in fine-tuning."""

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
 def test_gpu_script_runs_on_cpu_with_a_tiny_limit(tiny_bert, tmp_path):
     rows = "".join(f"{w} film\t{i % 2}\n" for i, w in enumerate(["good", "awful", "great", "dull"] * 4))
     data = tmp_path / "sst.tsv"

@@ -76,6 +76,7 @@ def whole_run(tiny_bert, data):
     return out
 
 
+@pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
 def test_kill_at_a_random_step_then_resume_equals_the_uninterrupted_run(tiny_bert, data, whole_run):
     step = random.randrange(1, STEPS)
     out = data / f"killed-{step}"
@@ -97,6 +98,7 @@ def test_kill_at_a_random_step_then_resume_equals_the_uninterrupted_run(tiny_ber
     assert not (out / "checkpoint").exists()  # a finished run removes its checkpoint
 
 
+@pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
 def test_resume_refusals_leave_out_untouched(tiny_bert, data, capsys):
     out = data / "refusals"
     killed = run_cli(argv(tiny_bert, data, out), crash_at="train:step:4")
@@ -142,6 +144,7 @@ bundle.save(model, sys.argv[2], {"dev": {"new": True}})
 @pytest.mark.parametrize("how,point", [("exchange", "model:written"), ("exchange", "model:synced"),
                                        ("exchange", "model:swapped"), ("rename", "model:set-aside"),
                                        ("rename", "model:swapped")])
+@pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
 def test_kill_at_each_point_of_a_save_leaves_a_loadable_model(whole_run, tmp_path, how, point):
     out = tmp_path / "model"
     bundle.save(bundle.load(whole_run), out, {"dev": {"new": False}})
@@ -162,6 +165,7 @@ def test_kill_at_each_point_of_a_save_leaves_a_loadable_model(whole_run, tmp_pat
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
 
 
+@pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
 def test_kill_while_a_checkpoint_is_written_keeps_one_to_resume(tiny_bert, data, whole_run):
     out = data / "ckpt-kill"
     killed = run_cli(argv(tiny_bert, data, out), crash_at="checkpoint:synced:2")  # writing the second checkpoint
@@ -174,6 +178,7 @@ def test_kill_while_a_checkpoint_is_written_keeps_one_to_resume(tiny_bert, data,
     same_weights(whole_run, out)
 
 
+@pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
 def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tiny_bert, data):
     out = data / "interrupted"
     args = argv(tiny_bert, data, out)
@@ -308,6 +313,7 @@ def test_tensorboard_event_files(tiny_bert, data, tmp_path):
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
 
 
+@pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
 def test_torchrun_two_processes_resume_exactly(tiny_bert, data, tmp_path):
     """Under torchrun (2 CPU processes, gloo): killed at step 4, resumed, same weights and losses."""
     import shutil

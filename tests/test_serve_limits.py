@@ -305,6 +305,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
 def test_sigterm_finishes_in_flight_and_refuses_new(model_dir):
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -186,6 +186,7 @@ def torchrun(args: list[str], cwd) -> subprocess.CompletedProcess:
                            "-m", "bertheads", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
 def test_torchrun_shards_give_the_single_process_bytes(models, tmp_path):
     src = tmp_path / "in.tsv"
     src.write_text("id\tsentence\n" + "".join(f"{i}\t{t}\n" for i, t in enumerate(sentences(50))))
