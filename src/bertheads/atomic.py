@@ -26,19 +26,8 @@ from pathlib import Path
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write a text file through a temporary file in the same directory, then rename it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_writer(path) as fh:
+        fh.write(text)
 
 
 CRASH_ENV = "BERTHEADS_CRASH_AT"  # tests: "POINT" or "POINT:N" kills the process (SIGKILL) there
