@@ -215,3 +215,11 @@ def find_column(columns: list[str], wanted: list[str], override: str | None, pat
         if name in lower:
             return lower[name]
     return None
+
+
+def carried_fields(record: dict, keep: tuple[str, ...] | list[str] = ()) -> dict:
+    """What a prediction carries back from its input record: its `id`, and the `keep` fields."""
+    extra = {"id": record["id"]} if "id" in record else {}
+    for name in keep:
+        extra[name] = record.get(name)
+    return extra

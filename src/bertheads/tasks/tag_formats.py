@@ -7,7 +7,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from bertheads.errors import UserError, where
-from bertheads.readers import BadLine, file_format, open_lines, read_jsonl, read_lines, source_name
+from bertheads.readers import (
+    BadLine,
+    carried_fields,
+    file_format,
+    open_lines,
+    read_jsonl,
+    read_lines,
+    source_name,
+)
 from bertheads.tasks.tag_scheme import check_tag
 
 COLUMN_SPLIT = re.compile(r"[ \t]+")  # CoNLL columns; other white space belongs to the word
@@ -159,10 +167,7 @@ def iter_tag_jsonl(path, need_labels: bool, keep: tuple[str, ...] = (),
                 raise
             bad(exc)
             continue
-        extra = {"id": obj["id"]} if "id" in obj else {}
-        for field_name in keep:
-            extra[field_name] = obj.get(field_name)
-        example.extra = extra
+        example.extra = carried_fields(obj, keep)
         yield example
 
 
