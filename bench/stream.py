@@ -13,11 +13,13 @@ rss     one process per run (peak RSS from the kernel's accounting of the child,
         the streamed/whole ratio do not depend on the accuracy.
 shards  100k SST-2 lines: `torchrun --standalone --nproc_per_node 2` against one process with 2
         torch threads (same small classify model); outputs compared byte for byte.
-long    SQuAD contexts (v1.1 + v2.0 dev files) longer than 400 word pieces, each with an SST-2
-        dev sentence inserted after its first 160 word pieces; the label is that sentence's
-        sentiment, so it lies past the first 128 tokens. The classifier is the default checkpoint
-        fine-tuned on SST-2 train (--limit, one epoch, max length 128); it predicts the documents
-        with --long-input truncate and windows (mean and max pooling).
+long    documents of 400+ word pieces (consecutive paragraphs of a SQuAD article), each with an
+        SST-2 sentence inserted; its sentiment is the label. Test: squad/eval-split articles, dev
+        sentences inserted at word piece 160-240, past the first 128 tokens. The default
+        checkpoint is fine-tuned on SST-2 train (--limit, one epoch), then trained one epoch on
+        squad/train-split documents (train sentences at any place) with --long-input truncate and
+        again with windows; each predicts the test documents its own way (windows: mean and max
+        pooling), and so does the SST-2-only model.
 """
 
 from __future__ import annotations
@@ -177,10 +179,12 @@ def part_shards(work: Path, n: int, rounds: int) -> dict:
     return row
 
 
-def long_documents(work: Path, min_pieces: int = 400, insert_after: int = 160, seed: int = 0,
-                   max_pieces: int | None = None, split: str = "dev", name: str = "long-docs") -> Path:
-    """JSONL of long passages, each with a labelled SST-2 sentence (of `split`) inserted past the
-    start; `max_pieces` bounds the passages (training documents: shorter ones than the test's)."""
+def long_documents(work: Path, source: str, name: str, insert_at: tuple[int, int] = (160, 160),
+                   min_pieces: int = 400, seed: int = 0, sst2_split: str = "dev") -> Path:
+    """JSONL of long documents, each with a labelled SST-2 sentence (of `sst2_split`) inserted at
+    a word piece drawn from `insert_at`: consecutive paragraphs of one article of `source` (a
+    SQuAD file) joined until the document has at least `min_pieces` word pieces; each document
+    is written twice, once with a positive and once with a negative sentence."""
     from transformers import AutoTokenizer
 
     from bertheads.encoder import default_model_path
@@ -189,53 +193,64 @@ def long_documents(work: Path, min_pieces: int = 400, insert_after: int = 160, s
     if path.exists():
         return path
     tok = AutoTokenizer.from_pretrained(default_model_path())
-    contexts = []
-    for name in ("squad/dev-v1.1.json", "squad2/dev-v2.0.json"):
-        for article in json.loads((DATA / name).read_text())["data"]:
-            contexts.extend(p["context"] for p in article["paragraphs"])
-    contexts = [c for c in dict.fromkeys(contexts)
-                if min_pieces < len(tok(c)["input_ids"]) <= (max_pieces or 1 << 30)]
-    rows = [r.split("\t") for r in (DATA / f"sst2/{split}.tsv").read_text().splitlines()[1:]]
+    documents = []
+    for article in json.loads((DATA / source).read_text())["data"]:
+        parts, pieces = [], 0
+        for paragraph in article["paragraphs"]:
+            parts.append(paragraph["context"].strip())
+            pieces += len(tok(paragraph["context"], add_special_tokens=False)["input_ids"])
+            if pieces >= min_pieces:
+                documents.append(" ".join(parts))
+                parts, pieces = [], 0
+    rows = [r.split("\t") for r in (DATA / f"sst2/{sst2_split}.tsv").read_text().splitlines()[1:]]
     rng = random.Random(seed)
     pos = [s for s, label in rows if label == "1" and len(s.split()) >= 6]
     neg = [s for s, label in rows if label == "0" and len(s.split()) >= 6]
     with open(path, "w") as fh:
-        for i, context in enumerate(contexts):
+        for i, document in enumerate(documents):
+            enc = tok(document, return_offsets_mapping=True, add_special_tokens=False)
             for label, pool in ((1, pos), (0, neg)):
                 sentence = rng.choice(pool)
-                enc = tok(context, return_offsets_mapping=True, add_special_tokens=False)
-                cut = enc["offset_mapping"][insert_after][0]
-                cut = context.rfind(" ", 0, cut) + 1 or cut  # at a word boundary at or before the piece
-                text = context[:cut] + sentence.strip().capitalize() + ". " + context[cut:]
+                cut = enc["offset_mapping"][rng.randint(*insert_at)][0]
+                cut = document.rfind(" ", 0, cut) + 1 or cut  # at a word boundary at or before the piece
+                text = document[:cut] + sentence.strip().capitalize() + ". " + document[cut:]
                 fh.write(json.dumps({"id": f"{i}-{label}", "sentence": text, "label": label}) + "\n")
     return path
 
 
-def part_long(work: Path, limit: int, train_windows: bool = False) -> dict:
-    model = work / "sst2-default"
-    if not (model / "bertheads.json").exists():
+def part_long(work: Path, limit: int) -> dict:
+    """A model fine-tuned on SST-2 sentences, then trained on long documents (SQuAD train-split
+    articles) twice, once per --long-input; each predicts the test documents (eval-split
+    articles, the sentence past word piece 128) its own way, the windows one with both pools."""
+    base = work / "sst2-default"
+    if not (base / "bertheads.json").exists():
         subprocess.run([PY, "-m", "bertheads", "train", "classify", "--train", str(DATA / "sst2/train.tsv"),
-                        "--out", str(model), "--epochs", "1", "--limit", str(limit), "--no-progress", "-q"],
+                        "--out", str(base), "--epochs", "1", "--limit", str(limit), "--no-progress", "-q"],
                        env=env(), check=True, stdout=subprocess.DEVNULL)
-    if train_windows:  # go on training the SST-2 encoder on long documents, each window with its label
-        train = long_documents(work, min_pieces=200, max_pieces=400, split="train", name="long-train")
-        tuned = work / "long-windows"
-        if not (tuned / "bertheads.json").exists():
-            subprocess.run([PY, "-m", "bertheads", "train", "classify", "--train", str(train), "--out", str(tuned),
-                            "--model", str(model / "encoder"), "--epochs", "1", "--batch-size", "16",
-                            "--long-input", "windows", "--pool", "max", "--no-progress", "-q"],
-                           env=env(), check=True, stdout=subprocess.DEVNULL)
-        model = tuned
-    docs = long_documents(work)
+    train = long_documents(work, "squad/train-split.json", "long-train", insert_at=(0, 380), sst2_split="train")
+    docs = long_documents(work, "squad/eval-split.json", "long-test", insert_at=(160, 240))
     gold = {}
     for line in docs.read_text().splitlines():
         r = json.loads(line)
         gold[r["id"]] = r["label"]
-    row = {"documents": len(gold), "load": open("/proc/loadavg").read().split()[:3]}
-    for name, flags in (("truncate", ["--long-input", "truncate"]),
-                        ("windows_mean", ["--long-input", "windows", "--pool", "mean"]),
-                        ("windows_max", ["--long-input", "windows", "--pool", "max"])):
-        out = work / f"long-{name}.jsonl"
+    row = {"documents": len(gold), "train_documents": len(train.read_text().splitlines()),
+           "load": open("/proc/loadavg").read().split()[:3]}
+    runs = (("truncate", "truncate", ["--long-input", "truncate"]),
+            ("windows_mean", "windows", ["--long-input", "windows", "--pool", "mean"]),
+            ("windows_max", "windows", ["--long-input", "windows", "--pool", "max"]))
+    for mode in ("truncate", "windows"):
+        tuned = work / f"long-{mode}"
+        if not (tuned / "bertheads.json").exists():
+            start = time.perf_counter()
+            subprocess.run([PY, "-m", "bertheads", "train", "classify", "--train", str(train), "--out", str(tuned),
+                            "--model", str(base / "encoder"), "--epochs", "1", "--batch-size", "16",
+                            "--long-input", mode, "--pool", "mean", "--no-progress", "-q"],
+                           env=env(), check=True, stdout=subprocess.DEVNULL)
+            row[f"train_seconds_{mode}"] = round(time.perf_counter() - start, 1)
+    runs += tuple((f"sst2_only_{name}", "", flags) for name, _, flags in runs)
+    for name, mode, flags in runs:
+        model = work / f"long-{mode}" if mode else base
+        out = work / f"long-out-{name}.jsonl"
         start = time.perf_counter()
         subprocess.run([PY, "-m", "bertheads", "predict", str(model), "--input", str(docs), "--output", str(out),
                         "--no-progress", "-q", *flags], env=env(), check=True)
@@ -256,8 +271,6 @@ def main() -> None:
     ap.add_argument("--whole-max", type=int, default=100000, help="largest input the whole-file path runs on")
     ap.add_argument("--shard-lines", type=int, default=100000)
     ap.add_argument("--long-limit", type=int, default=4000, help="SST-2 training sentences for the long part")
-    ap.add_argument("--long-train", action="store_true",
-                    help="long part: first train on long documents (200-400 pieces) with --long-input windows")
     ap.add_argument("--results", default=None, help="append the JSON rows to this file")
     args = ap.parse_args()
     work = Path(args.work)
@@ -270,7 +283,7 @@ def main() -> None:
     if "shards" in parts:
         results["shards"] = part_shards(work, args.shard_lines, args.rounds)
     if "long" in parts:
-        results["long"] = part_long(work, args.long_limit, args.long_train)
+        results["long"] = part_long(work, args.long_limit)
     if args.results:
         with open(args.results, "a") as fh:
             fh.write(json.dumps(results) + "\n")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import bertheads
+import bertheads.tasks.qa
 from bertheads.errors import UserError
 from bertheads.tasks.qa import (
     QAExample,
@@ -137,7 +138,7 @@ def test_negative_windows_added_to_training_only(tiny_bert):
     assert len(task.encode_for_inference(ex, tokenizer)[0]) == 3
 
 
-def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path):
+def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     from bertheads.cli import main
 
     doc = {"data": [{"paragraphs": [{"context": f"The capital is {c}. Rivers run through it.",
@@ -150,8 +151,21 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path):
     assert main(["train", "qa", "--train", str(train), "--out", str(out), "--model", tiny_bert, "--epochs", "1",
                  "--max-length", "64", "--stride", "16", "--max-question-length", "16", "--no-progress",
                  "--window-choice", "relative+context", "--negative-windows", "2"]) == 0
-    spec = bertheads.load(out).task().spec
+    model = bertheads.load(out)
+    spec = model.task().spec
     assert spec.window_choice == "relative+context" and spec.negative_windows == 2
+    model.choose_windows(window_choice="raw")  # predict/evaluate --window-choice
+    assert model.task().spec.window_choice == "raw"
+    with pytest.raises(UserError, match="--window-choice best"):
+        model.choose_windows(window_choice="best")
+    used = []
+    decode = bertheads.tasks.qa.QATask.collect
+    monkeypatch.setattr(bertheads.tasks.qa.QATask, "collect",
+                        lambda self, *a: used.append(self.spec.window_choice) or decode(self, *a))
+    assert main(["predict", str(out), "--question", "What is the capital?", "--context", "The capital is Rome.",
+                 "--window-choice", "relative"]) == 0
+    assert main(["evaluate", str(out), "--data", str(train), "--window-choice", "context"]) == 0
+    assert used == ["relative", "context"]
 
 
 def test_bad_settings_are_user_errors(tiny_bert):

@@ -18,6 +18,7 @@ from bertheads.packing import INFERENCE_BATCH
 from bertheads.report import report
 from bertheads.runtime_onnx import check_runtime, load_onnx
 from bertheads.stream import StreamReport, StreamSettings, evaluate_stream, predict_chunks, predict_stream
+from bertheads.tasks.qa import window_choice_parts
 from bertheads.train import TrainSettings
 
 
@@ -93,6 +94,17 @@ class Model:
             task.spec.long_input = long_input
         if pool is not None:
             task.spec.pool = pool
+
+    def choose_windows(self, head: str | None = None, window_choice: str | None = None) -> None:
+        """Override how a qa head compares spans of a long passage's windows (see
+        `tasks.qa.WINDOW_CHOICES`)."""
+        if window_choice is None:
+            return
+        task = self.task(head)
+        if task.kind != "qa":
+            raise UserError(f"--window-choice is for qa heads, not {task.kind}")
+        window_choice_parts(window_choice)
+        task.spec.window_choice = window_choice
 
     def render(self, predictions: list[dict], examples: list, fmt: str | None = None, head: str | None = None) -> str:
         """Predictions as the text `bertheads predict` writes (JSON lines unless the task has a format)."""

@@ -45,6 +45,7 @@ from bertheads.multitask import read_config
 from bertheads.packing import INFERENCE_BATCH
 from bertheads.stream import CHUNK_SIZE, StreamSettings
 from bertheads.tasks import TASKS
+from bertheads.tasks.qa import WINDOW_CHOICES
 from bertheads.train import SAMPLINGS
 
 log = logging.getLogger("bertheads")
@@ -86,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
     ev.add_argument("--threshold", type=fraction, help="multi-label classify: one threshold for every label "
                                                        "instead of the saved ones")
+    ev.add_argument("--window-choice", choices=WINDOW_CHOICES,
+                    help="qa: override the saved way spans of a long passage's windows compare")
     ev.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
     add_stream_flags(ev, keep=False)
     ev.set_defaults(handler=cmd_evaluate)
@@ -110,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--long-input", choices=("truncate", "windows"),
                     help="classify: override the saved way of reading texts longer than --max-length")
     pr.add_argument("--pool", choices=("mean", "max"), help="classify, --long-input windows: override the saved pooling")
+    pr.add_argument("--window-choice", choices=WINDOW_CHOICES,
+                    help="qa: override the saved way spans of a long passage's windows compare")
     pr.add_argument("--no-progress", action="store_true", help="no progress bar (shown with --output)")
     pr.set_defaults(handler=cmd_predict)
 
@@ -302,6 +307,7 @@ def cmd_train_multi(args) -> int:
 
 def cmd_evaluate(args) -> int:
     model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
+    model.choose_windows(args.head, args.window_choice)
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size,
                               skip_bad_lines=args.skip_bad_lines)
     metrics = model.evaluate(args.data, head=args.head, settings=settings,
@@ -327,6 +333,7 @@ def cmd_predict(args) -> int:
     model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
     options = present(args, "question", "context", "null_threshold", "threshold", "min_score")
     model.read_long_inputs(args.head, **present(args, "long_input", "pool"))
+    model.choose_windows(args.head, args.window_choice)
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
                               skip_bad_lines=args.skip_bad_lines, progress=bool(args.output) and not args.no_progress)
     report = model.predict_stream(args.input, args.output, head=args.head, fmt=args.format, settings=settings,
