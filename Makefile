@@ -33,7 +33,7 @@ demo: install
 	@# three heads (sentiment, NER, QA) on one encoder, from the small sets in examples/ (see examples/README.md);
 	@# the dev sets are a handful of examples each, too few to choose an epoch by: the last one is kept
 	$(VENV)/bin/bertheads train multi --config examples/demo.yaml --out runs/demo \
-		--epochs 6 --batch-size 16 --lr 1e-4 --seed 42 --keep last --overwrite
+		--epochs 12 --batch-size 16 --lr 1e-4 --seed 42 --keep last --overwrite
 	$(PY) examples/demo.py runs/demo
 
 test: install-test
