@@ -43,7 +43,7 @@ def main() -> int:
 
     PARTS["imports"] = time.time() - START
     load = Encoder.load.__func__
-    Encoder.load = classmethod(lambda cls, name: timed_call("load encoder", load, cls, name))
+    Encoder.load = classmethod(lambda cls, *a, **k: timed_call("load encoder", load, cls, *a, **k))
     timed(multitask, "prepare_task", "read + tokenize")
     timed(cache, "encoder_identity", "key: encoder hash")
     if hasattr(multitask, "reference"):  # the remembered checkpoint hash (after the change)
@@ -60,10 +60,10 @@ def main() -> int:
     return code
 
 
-def timed_call(part: str, fn, *args):
+def timed_call(part: str, fn, *args, **kwargs):
     began = time.perf_counter()
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     finally:
         PARTS[part] = PARTS.get(part, 0.0) + time.perf_counter() - began
 
