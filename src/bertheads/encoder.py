@@ -24,6 +24,7 @@ from torch import nn
 from bertheads.errors import UserError
 
 DEFAULT_MODEL = "default"
+LAZY_LOAD = threading.Lock()  # a lazy encoder's weights load once, whichever thread asks first
 
 
 def default_model_path() -> str:
@@ -124,6 +125,34 @@ def load_encoder_model(name_or_path: str, strict: bool = False) -> nn.Module:
     return model
 
 
+def lazy_parts(name_or_path: str) -> tuple | None:
+    """(config, pooler weights) of a local checkpoint whose single `model.safetensors` holds a
+    BERT pooler, read without building the model; None for any other checkpoint."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    source = Path(resolve_model(name_or_path))
+    weights = source / "model.safetensors"
+    if not weights.is_file():
+        return None
+    try:
+        config = AutoConfig.from_pretrained(str(source))
+        with safe_open(str(weights), "pt") as st:
+            keys = set(st.keys())
+            for prefix in ("pooler.dense.", "bert.pooler.dense."):
+                if {prefix + "weight", prefix + "bias"} <= keys:
+                    pooler = {k: st.get_tensor(prefix + k).float() for k in ("weight", "bias")}
+                    break
+            else:
+                return None
+    except Exception:  # anything unusual: the eager load reports it properly
+        return None
+    if getattr(config, "is_encoder_decoder", False) or getattr(config, "is_decoder", False):
+        return None
+    config.dtype = torch.float32  # as `load_encoder_model` loads it (the config is part of cache keys)
+    return config, pooler
+
+
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
@@ -145,17 +174,22 @@ class Encoder(nn.Module):
     listed layers (0 is the embedding output) when a head reads several.
     """
 
-    def __init__(self, model: nn.Module, tokenizer) -> None:
+    def __init__(self, model: nn.Module | None, tokenizer, config=None, pooler_state=None,
+                 source: str | None = None) -> None:
+        """`model` None: a lazy encoder of checkpoint `source` (see `load(lazy=True)`), whose
+        weights load the first time `model` is used; `config` and `pooler_state` stand in."""
         super().__init__()
-        self.model = model
         self.tokenizer = tokenizer
-        # The BERT pooler belongs to the classify head (it is copied there); dropping it here
-        # saves work on every forward and keeps token-level heads independent of it.
-        self.pooler_state = take_pooler(model)
-        # Heads that read only [CLS] of the last layer let that layer run for [CLS] alone.
         self._first_token = threading.local()
-        self.first_token_ready = install_first_token_layer(model, self._first_token)
-        config = model.config
+        self._source = source if model is None else None
+        self._replay: list = []  # module changes (.to(), .float(), ...) made before the weights loaded
+        self._requires_grad: bool | None = None
+        if model is None:
+            self.pooler_state = pooler_state
+            self._config = config
+        else:
+            self._adopt(model)
+            config = model.config
         self.info = EncoderInfo(
             hidden_size=int(config.hidden_size if hasattr(config, "hidden_size") else config.dim),
             num_layers=int(getattr(config, "num_hidden_layers", getattr(config, "n_layers", 0))),
@@ -163,8 +197,68 @@ class Encoder(nn.Module):
             and int(getattr(config, "type_vocab_size", 0) or 0) > 1,
         )
 
+    def _adopt(self, model: nn.Module) -> None:
+        self.model = model
+        # The BERT pooler belongs to the classify head (it is copied there); dropping it here
+        # saves work on every forward and keeps token-level heads independent of it.
+        self.pooler_state = take_pooler(model)
+        # Heads that read only [CLS] of the last layer let that layer run for [CLS] alone.
+        self.first_token_ready = install_first_token_layer(model, self._first_token)
+
+    @property
+    def config(self):
+        """The checkpoint's config (without loading a lazy encoder's weights)."""
+        return self.model.config if self.loaded else self._config
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory (a lazy encoder's load on first use)."""
+        return self.__dict__.get("_source") is None
+
+    def __getattr__(self, name: str):
+        if name in ("model", "first_token_ready") and not self.loaded:
+            self._load_weights()
+            return getattr(self, name)
+        return super().__getattr__(name)
+
+    def _load_weights(self) -> None:
+        """Load a lazy encoder's weights and give them the state the module was given meanwhile
+        (device and dtype, train/eval, requires_grad)."""
+        with LAZY_LOAD, torch.inference_mode(False):  # one load, with ordinary (trainable) tensors
+            if self.loaded:  # another thread loaded them meanwhile
+                return
+            model = load_encoder_model(self._source)
+            for fn in self._replay:
+                model._apply(fn)
+            model.train(self.training)
+            if self._requires_grad is not None:
+                model.requires_grad_(self._requires_grad)
+            pooler = self.pooler_state
+            self._adopt(model)
+            self.pooler_state = pooler
+            self._replay = []
+            self._source = None
+
+    def _apply(self, fn, recurse: bool = True):
+        if not self.loaded:
+            self._replay.append(fn)
+        return super()._apply(fn, recurse)
+
+    def requires_grad_(self, requires_grad: bool = True):
+        self._requires_grad = requires_grad
+        return super().requires_grad_(requires_grad)
+
     @classmethod
-    def load(cls, name_or_path: str, strict: bool = False) -> Encoder:
+    def load(cls, name_or_path: str, strict: bool = False, lazy: bool = False) -> Encoder:
+        """The checkpoint's encoder and tokenizer. `lazy`: when the checkpoint is a local
+        directory whose `model.safetensors` holds the pooler, only the config, the tokenizer
+        and the pooler weights are read now; the weights load when the encoder is first run
+        (a features-mode run whose states are all cached never does)."""
+        if lazy and not strict:
+            found = lazy_parts(name_or_path)
+            if found is not None:
+                config, pooler = found
+                return cls(None, load_tokenizer(name_or_path), config, pooler, source=name_or_path)
         return cls(load_encoder_model(name_or_path, strict), load_tokenizer(name_or_path))
 
     def forward(

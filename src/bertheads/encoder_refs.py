@@ -86,7 +86,7 @@ def load_reference(directory: Path, ref: dict) -> Encoder:
         if found is None or not (found / "config.json").is_file():
             raise UserError(f"{directory}: holds heads only; its encoder, {ref.get('source')!r} at {ref.get('path')}, "
                             f"is not on this machine; copy that checkpoint to {directory / 'encoder'}")
-    encoder = Encoder.load(str(found))
+    encoder = Encoder.load(str(found), lazy=True)  # the weights load on first use (the hash is remembered)
     digest = checkpoint_hash(encoder, found)
     if digest != ref.get("hash"):
         raise UserError(f"{directory}: the checkpoint at {found} is not the one its heads were trained on "

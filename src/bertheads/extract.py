@@ -120,7 +120,7 @@ def encode_inputs(tokenizer, inputs: list[TextInput], max_length: int) -> list[d
 
 
 def model_max_length(encoder) -> int:
-    limit = int(getattr(encoder.model.config, "max_position_embeddings", 512) or 512)
+    limit = int(getattr(encoder.config, "max_position_embeddings", 512) or 512)
     tok_limit = getattr(encoder.tokenizer, "model_max_length", None)
     if isinstance(tok_limit, int) and 0 < tok_limit < 100_000:
         limit = min(limit, tok_limit)

@@ -213,7 +213,8 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
                         f"`bertheads combine` features-mode models, or use one mode")
     torch.manual_seed(settings.seed)
     saved = bundle.load(model) if bundle.is_model(model) else None
-    encoder = saved.encoder if saved is not None else Encoder.load(model)
+    # features mode: the weights load only if some states are not cached yet
+    encoder = saved.encoder if saved is not None else Encoder.load(model, lazy=modes == {"features"})
     data = [prepare_task(t.kind, t.train, t.dev, encoder, options[t.name], t.limit or limit, t.name)
             for t in config.tasks]
     if saved is not None:
