@@ -172,3 +172,12 @@ def test_head_only_models_load_combine_and_move(tiny_bert, data, tmp_path, write
     other.model.save_pretrained(str(moved / "encoder"))
     with pytest.raises(UserError, match="is not the one its heads were trained on"):
         bertheads.load(moved)
+
+
+def test_limit_stops_reading_the_training_file(tiny_bert, data, tmp_path, write):
+    train, dev = data
+    rows = Path(train).read_text()
+    bad = write("bad_tail.tsv", rows + "a line with no label column\n")  # past the first 16 examples
+    assert train_cli(tiny_bert, bad, dev, tmp_path / "all") == 2
+    assert train_cli(tiny_bert, bad, dev, tmp_path / "first", "--limit", "16") == 0
+    assert bundle.read_manifest(tmp_path / "first")["heads"]["classify"]["spec"]["labels"] == [0, 1]

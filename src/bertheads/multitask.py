@@ -184,8 +184,8 @@ def prepare_task(kind: str, train_path: str, dev_path: str | None, encoder: Enco
     """Read and encode one task's training (and dev) data and build its head."""
     cls = task_class(kind)
     spec = make_spec(cls, options, encoder)
-    task, examples = cls.prepare(train_path, spec, encoder, **{k: v for k, v in options.items()
-                                                                 if k in cls.prepare_options})
+    extra = {k: v for k, v in {**options, "limit": limit}.items() if k in cls.prepare_options}
+    task, examples = cls.prepare(train_path, spec, encoder, **extra)  # (a task may stop reading at limit)
     if limit:
         examples = examples[:limit]
     features = task.encode(examples, encoder.tokenizer, with_labels=True, path=train_path)

@@ -109,7 +109,7 @@ class ClassifyHead(nn.Module):
 class ClassifyTask(Task):
     kind = "classify"
     spec_type = ClassifySpec
-    prepare_options = ("problem",)
+    prepare_options = ("problem", "limit")
     help = "labels or scores for a text or a text pair, read from [CLS]"
 
     @classmethod
@@ -149,9 +149,9 @@ class ClassifyTask(Task):
     # -- reading ------------------------------------------------------------------------
     @staticmethod
     def read_file(path: str | None, spec: ClassifySpec, fmt: str | None = None,
-                  need_labels: bool = True) -> list[ClassifyExample]:
-        """Read examples; updates `spec`'s column names when they are detected."""
-        examples = list(ClassifyTask.iter_file(path, spec, fmt, need_labels))
+                  need_labels: bool = True, limit: int | None = None) -> list[ClassifyExample]:
+        """Read examples (the first `limit`); updates `spec`'s column names when they are detected."""
+        examples = list(itertools.islice(ClassifyTask.iter_file(path, spec, fmt, need_labels), limit))
         if not examples:
             raise UserError(f"{where(source_name(path))}: no examples")
         return examples
@@ -200,9 +200,10 @@ class ClassifyTask(Task):
             yield example
 
     @classmethod
-    def prepare(cls, path: str, spec: ClassifySpec, encoder, problem: str | None = None):
-        """Read the training file, decide the problem type and label map, build the task."""
-        examples = cls.read_file(path, spec)
+    def prepare(cls, path: str, spec: ClassifySpec, encoder, problem: str | None = None, limit: int | None = None):
+        """Read the training file (its first `limit` examples), decide the problem type and label
+        map, build the task."""
+        examples = cls.read_file(path, spec, limit=limit)
         spec.problem, spec.labels = infer_labels(examples, path, problem)
         if isinstance(spec.label_names, str):  # the API may give "negative,positive"
             try:
