@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bertheads.errors import UserError
+
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write a text file through a temporary file in the same directory, then rename it."""
@@ -171,6 +173,15 @@ def swap_into_place(tmp: Path, out: Path, label: str = "save") -> None:
     else:
         os.rename(tmp, out)
         fsync_path(out.parent)
+
+
+def check_replaceable(out: Path, marker: str, what: str) -> None:
+    """Refuse to replace `out` unless it is missing, empty, or `what` (a directory holding `marker`)."""
+    if out.exists():
+        if not out.is_dir():
+            raise UserError(f"{out}: exists and is not a directory")
+        if any(out.iterdir()) and not (out / marker).is_file():
+            raise UserError(f"{out}: exists, is not empty and is not {what}; choose another --out")
 
 
 @contextmanager

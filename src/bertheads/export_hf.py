@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from bertheads import bundle
-from bertheads.atomic import atomic_directory
+from bertheads.atomic import atomic_directory, check_replaceable
 from bertheads.errors import UserError
 
 MARKER = "bertheads-export.json"
@@ -30,14 +30,6 @@ PIPELINE_TASKS = {"classify": "text-classification", "tag": "token-classificatio
 PROBLEM_TYPES = {"single_label": "single_label_classification", "regression": "regression",
                  "multi_label": "multi_label_classification"}
 CHECK_TOLERANCE = 1e-4
-
-
-def check_hf_out(out: Path) -> None:
-    if out.exists():
-        if not out.is_dir():
-            raise UserError(f"{out}: exists and is not a directory")
-        if any(out.iterdir()) and not (out / MARKER).is_file():
-            raise UserError(f"{out}: exists, is not empty and is not a bertheads export; choose another --out")
 
 
 def pick_head(net, head: str | None) -> str:
@@ -149,7 +141,7 @@ def export_hf(directory: str | Path, out: str | Path, head: str | None = None) -
     directory = Path(directory)
     bundle.read_manifest(directory)
     out = Path(out)
-    check_hf_out(out)
+    check_replaceable(out, MARKER, "a bertheads export")
     if out.resolve() == directory.resolve() or directory.resolve() in out.resolve().parents:
         raise UserError(f"--out {out}: choose a directory outside the model")
     net = bundle.load(directory)

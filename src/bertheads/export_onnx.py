@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from bertheads import bundle
-from bertheads.atomic import atomic_directory
+from bertheads.atomic import atomic_directory, check_replaceable
 from bertheads.errors import UserError
 from bertheads.layers import reads_first_position_only
 
@@ -73,15 +73,6 @@ def check_exportable(net) -> None:
         if getattr(task.spec, "head_type", "linear") == "bilstm":
             raise UserError(f"head {name!r}: a BiLSTM tag head cannot be exported to ONNX "
                             f"(its packed sequences have no ONNX form); use the torch runtime")
-
-
-def check_onnx_out(out: Path) -> None:
-    """Refuse to replace a directory that is not an ONNX export of ours."""
-    if out.exists():
-        if not out.is_dir():
-            raise UserError(f"{out}: exists and is not a directory")
-        if any(out.iterdir()) and not (out / META).is_file():
-            raise UserError(f"{out}: exists, is not empty and is not a bertheads ONNX export; choose another --out")
 
 
 class GraphModule(nn.Module):
@@ -263,7 +254,7 @@ def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_t
     if quantize_to not in (None, "int8"):
         raise UserError(f"--quantize: expected int8, got {quantize_to!r}")
     out = Path(out) if out else directory / ONNX_DIR
-    check_onnx_out(out)
+    check_replaceable(out, META, "a bertheads ONNX export")
     say = log or (lambda _msg: None)
     net = bundle.load(directory)
     check_exportable(net)
