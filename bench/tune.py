@@ -6,8 +6,8 @@ settings, on the same data, in one run (ours only: the peer has no equivalent co
     nice -n 10 .venv/bin/python bench/tune.py --task conll --mode features --limit 1000 --epochs 2 \
         --space-layers=-1:-1,-2,-3,-4 --combine concat,mean --lr 1e-3,3e-3
 
-Classify tasks: the baseline is `bertheads train` with the defaults (lr 5e-5, batch size 32)
-for `--epochs` epochs; the search is the grid `--lr` x `--batch-size` (plus `--combine`,
+Classify tasks: the baseline is `bertheads train` with every default (lr 5e-5, batch size 32,
+3 epochs; `--baseline-epochs` to change); the search is the grid `--lr` x `--batch-size` (plus `--combine`,
 `--layers`, `--head` for features mode), each trial scored by its best epoch, then
 `--restarts` other seeds of the best setting. `--ft-epoch` (features mode) also times one
 fine-tuning epoch of the same data for the time-per-trial comparison. Results:
@@ -78,6 +78,7 @@ def main() -> None:
     p.add_argument("--combine", default=None, help="features mode: combine choices, comma separated")
     p.add_argument("--head", default=None, help="tag: head choices (linear,bilstm)")
     p.add_argument("--no-baseline", action="store_true")
+    p.add_argument("--baseline-epochs", type=int, help="epochs of the baseline run (default: train's default)")
     p.add_argument("--ft-epoch", action="store_true", help="also time one fine-tuning epoch")
     p.add_argument("--no-pruning", action="store_true")
     p.add_argument("--name", default=None)
@@ -103,10 +104,11 @@ def main() -> None:
     options = {"mode": args.mode, "cache_dir": str(work / "cache")}
 
     if not args.no_baseline:
-        log(f"baseline: train {kind} with the defaults, {args.epochs} epochs")
+        epochs = args.baseline_epochs or bertheads.TrainSettings().epochs
+        log(f"baseline: train {kind} with the defaults, {epochs} epochs")
         started = time.perf_counter()
         model = bertheads.train(kind, train, dev, work / "baseline", limit=args.limit,
-                                settings=bertheads.TrainSettings(epochs=args.epochs, progress=False), **options)
+                                settings=bertheads.TrainSettings(epochs=epochs, progress=False), **options)
         result = json.loads((work / "baseline" / "metrics.json").read_text())
         record["baseline"] = {"seconds": time.perf_counter() - started,
                               "dev": {k: v for k, v in result["dev"].items() if isinstance(v, (int, float))},

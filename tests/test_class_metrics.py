@@ -42,6 +42,29 @@ def test_multi_label_per_label_match_sklearn():
                                                         "support": s[j]})
 
 
+def test_summary_metrics_match_sklearn_on_random_cases():
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    rng = np.random.default_rng(1)
+    for num_labels, n in [(2, 50), (2, 7), (3, 40), (5, 30)]:
+        gold = rng.integers(0, num_labels, n)
+        pred = np.where(rng.random(n) < 0.6, gold, rng.integers(0, num_labels, n))
+        out = label_metrics(pred, gold, num_labels)
+        average = "binary" if num_labels == 2 else "macro"
+        labels = None if num_labels == 2 else list(range(num_labels))
+        assert out["accuracy"] == pytest.approx(accuracy_score(gold, pred))
+        assert out["f1"] == pytest.approx(f1_score(gold, pred, average=average, labels=labels, zero_division=0))
+        assert out["mcc"] == pytest.approx(matthews_corrcoef(gold, pred))
+        multi_gold, multi_pred = rng.random((n, 4)) < 0.4, rng.random((n, 4)) < 0.4
+        multi = multi_label_metrics(multi_pred, multi_gold)
+        for average in ("micro", "macro"):
+            assert multi[f"{average}_f1"] == pytest.approx(f1_score(multi_gold, multi_pred, average=average,
+                                                                   zero_division=0))
+    # constant predictions: MCC 0, as sklearn; a class never predicted: F1 0, not NaN
+    constant = label_metrics(np.zeros(6, dtype=int), np.array([0, 1, 0, 1, 1, 0]), 2)
+    assert constant["mcc"] == 0.0 and constant["f1"] == 0.0 and constant["accuracy"] == 0.5
+
+
 def test_tuned_thresholds_give_the_best_f1_of_every_cut():
     from sklearn.metrics import f1_score
 

@@ -40,6 +40,30 @@ def test_python_dash_m_and_version():
     assert all(c in proc.stdout for c in ("train", "evaluate", "predict", "extract", "combine", "serve"))
 
 
+@pytest.mark.slow  # runs extra processes
+def test_command_exits_quickly_without_losing_output_or_exit_handlers(tiny_bert, write, tmp_path):
+    """`bertheads` ends with os._exit after the command: its output is all there, the exit
+    handlers ran, and the exit status is the command's."""
+    model = str(tmp_path / "m")
+    assert main(["train", "classify", "--model", tiny_bert, "--train", write("t.tsv", ROWS), "--out", model,
+                 "--epochs", "1", "--no-progress", "-q"]) == 0
+    texts = write("in.txt", "".join(f"movie number {i}\n" for i in range(300)))
+    marker = tmp_path / "atexit-ran"
+    script = ("import atexit, pathlib, sys; "
+              f"atexit.register(lambda: pathlib.Path({str(marker)!r}).write_text('yes')); "
+              "from bertheads.cli import command; sys.argv[0] = 'bertheads'; command()")
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, "-c", script, "predict", model, "--input", texts],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert ["label" in json.loads(line) for line in proc.stdout.splitlines()] == [True] * 300
+    assert marker.read_text() == "yes"
+    marker.unlink()
+    proc = subprocess.run([sys.executable, "-c", script, "predict", str(tmp_path / "none"), "--input",
+                           texts], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("bertheads: error:") and marker.read_text() == "yes"
+
+
 def test_help_shows_each_kinds_defaults(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["train", "qa", "--help"])

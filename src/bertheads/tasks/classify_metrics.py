@@ -1,6 +1,11 @@
 """Classification metrics: accuracy, F1, MCC with per-class figures and the confusion matrix
 (single-label), Pearson/Spearman (regression), micro/macro F1 with per-label figures and the
-per-label thresholds tuned for F1 (multi-label)."""
+per-label thresholds tuned for F1 (multi-label).
+
+The label metrics are computed from counts (the confusion matrix, per-class true positives) with
+numpy and follow scikit-learn's definitions exactly (tests compare them on hand-made and random
+cases): importing sklearn.metrics costs about a second, which every `evaluate` and every
+training run's dev evaluation would pay for a few sums."""
 
 from __future__ import annotations
 
@@ -8,22 +13,32 @@ import numpy as np
 
 
 def label_metrics(pred: np.ndarray, gold: np.ndarray, num_labels: int, names: list[str] | None = None) -> dict:
-    """Accuracy, F1 (binary, or macro over the classes), MCC, per-class precision, recall, F1
-    and support, and the confusion matrix (rows: gold class, columns: predicted class)."""
-    from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, matthews_corrcoef
-
-    average = "binary" if num_labels == 2 else "macro"
-    labels = list(range(num_labels))
-    names = names or [str(i) for i in labels]
+    """Accuracy, F1 (binary: of class 1; else macro over the classes), MCC, per-class
+    precision, recall, F1 and support, and the confusion matrix (rows: gold class, columns:
+    predicted class)."""
+    names = names or [str(i) for i in range(num_labels)]
+    pred, gold = np.asarray(pred, dtype=np.int64), np.asarray(gold, dtype=np.int64)
+    confusion = np.bincount(gold * num_labels + pred, minlength=num_labels * num_labels).reshape(num_labels, num_labels)
+    classes = per_class(pred[:, None] == np.arange(num_labels), gold[:, None] == np.arange(num_labels), names)
+    f1s = [classes[n]["f1"] for n in names]
     return {
-        "accuracy": float(accuracy_score(gold, pred)),
-        "f1": float(f1_score(gold, pred, average=average, labels=labels if average == "macro" else None,
-                             zero_division=0)),
-        "mcc": float(matthews_corrcoef(gold, pred)),
+        "accuracy": float(np.trace(confusion) / max(1, len(gold))),
+        "f1": float(f1s[1] if num_labels == 2 else np.mean(f1s)),
+        "mcc": matthews(confusion),
         "examples": int(len(gold)),
-        "per_class": per_class(pred[:, None] == np.arange(num_labels), gold[:, None] == np.arange(num_labels), names),
-        "confusion": {"labels": names, "matrix": confusion_matrix(gold, pred, labels=labels).tolist()},
+        "per_class": classes,
+        "confusion": {"labels": names, "matrix": confusion.tolist()},
     }
+
+
+def matthews(confusion: np.ndarray) -> float:
+    """Matthews correlation of a [gold, predicted] confusion matrix (the multi-class form;
+    0 when either side is constant)."""
+    c = confusion.astype(np.float64)
+    n, correct = c.sum(), np.trace(c)
+    true, predicted = c.sum(1), c.sum(0)
+    denominator = np.sqrt((n * n - predicted @ predicted) * (n * n - true @ true))
+    return float((correct * n - predicted @ true) / denominator) if denominator else 0.0
 
 
 def per_class(pred: np.ndarray, gold: np.ndarray, names: list[str]) -> dict:
@@ -54,15 +69,18 @@ def regression_metrics(pred: np.ndarray, gold: np.ndarray) -> dict:
 
 
 def multi_label_metrics(pred: np.ndarray, gold: np.ndarray, names: list[str] | None = None) -> dict:
-    from sklearn.metrics import f1_score
-
+    """Micro and macro F1, subset accuracy and per-label precision, recall, F1 and support of
+    boolean [examples, labels] arrays."""
+    pred, gold = np.asarray(pred, dtype=bool), np.asarray(gold, dtype=bool)
     names = names or [str(i) for i in range(gold.shape[1])]
+    labels = per_class(pred, gold, names)
+    tp, predicted, support = int((pred & gold).sum()), int(pred.sum()), int(gold.sum())
     return {
-        "micro_f1": float(f1_score(gold, pred, average="micro", zero_division=0)),
-        "macro_f1": float(f1_score(gold, pred, average="macro", zero_division=0)),
+        "micro_f1": 2 * tp / (predicted + support) if predicted + support else 0.0,
+        "macro_f1": float(np.mean([labels[n]["f1"] for n in names])),
         "subset_accuracy": float(np.mean(np.all(pred == gold, axis=1))),
         "examples": int(len(gold)),
-        "per_label": per_class(pred.astype(bool), gold.astype(bool), names),
+        "per_label": labels,
     }
 
 
