@@ -134,6 +134,21 @@ def our_scores(task, features, owner, logits, examples, choice: str, threshold: 
     return {k.replace("exact_match", "exact"): round(float(result[k]), 2) for k in keep if k in result}
 
 
+def oracle_scores(task, features, owner, logits, examples) -> dict | None:
+    """F1 when only the windows holding a question's whole (first) answer are decoded (raw
+    choice): what a perfect choice of window would give, so the rest of a long passage's cost is
+    how each window is read. None when some question has no such window (SQuAD v2.0)."""
+    from bertheads.tasks.qa import answer_tokens
+
+    keep = [i for i, (f, o) in enumerate(zip(features, owner)) if answer_tokens(f, examples[o]) != (0, 0)]
+    if len({owner[i] for i in keep}) != len(examples):
+        return None
+    task.spec.window_choice = "raw"
+    outputs = task.collect([logits[i] for i in keep], [owner[i] for i in keep], examples, [features[i] for i in keep])
+    result = task.metrics(outputs, examples)
+    return {"exact": round(float(result["exact_match"]), 2), "f1": round(float(result["f1"]), 2)}
+
+
 def tuned_threshold(task, features, owner, logits, examples, choice: str) -> float:
     """The v2.0 null threshold for `choice`, tuned on (held-out) plain questions."""
     from bertheads.tasks.qa import best_threshold, f1_v2, gold_v2, max_over, null_minus_best
@@ -163,6 +178,9 @@ def run_ours(label: str, directory: Path, versions: dict, tune: list | None, wor
         got = window_logits(model, examples, work / f"{label}-{version}.npz")
         rows[version] = {"windows": len(got[1]),
                          **{c: our_scores(*got, examples, c, thresholds.get(c)) for c in CHOICES}}
+        oracle = oracle_scores(*got, examples) if tune is None else None
+        if oracle:
+            rows[version]["oracle window"] = oracle
         data = np.load(work / f"{label}-{version}.npz")
         if "encoder_seconds" in data:
             rows[version]["encoder_seconds"] = round(float(data["encoder_seconds"]), 2)
@@ -321,7 +339,9 @@ def markdown(r: dict) -> str:
         if not isinstance(rows, dict) or "plain" not in rows:
             continue
         for choice in rows["plain"]:
-            if choice not in CHOICES and choice != "run_qa":
+            if choice not in CHOICES and choice not in ("run_qa", "oracle window"):
+                continue
+            if any(choice not in rows[v] for v in VERSIONS):
                 continue
             cells = [rows[v][choice] for v in VERSIONS]
             f1 = [c["f1"] for c in cells]

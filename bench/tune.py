@@ -81,12 +81,17 @@ def main() -> None:
     p.add_argument("--baseline-epochs", type=int, help="epochs of the baseline run (default: train's default)")
     p.add_argument("--ft-epoch", action="store_true", help="also time one fine-tuning epoch")
     p.add_argument("--no-pruning", action="store_true")
+    p.add_argument("--trials", type=int, help="Optuna's sampler (TPE) for N trials instead of the whole grid")
     p.add_argument("--name", default=None)
+    p.add_argument("--work", help="working folder (default: a new temporary one); keep it to --resume")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the interrupted run in --work: its baseline and finished trials are kept")
     args = p.parse_args()
 
     kind, folder, train_name, dev_name, metric = TASKS[args.task]
     data = require_data(*folder)
-    work = Path(tempfile.mkdtemp(prefix="bench-tune-"))
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="bench-tune-"))
+    work.mkdir(parents=True, exist_ok=True)
     train, dev = str(data / train_name), cut(data / dev_name, args.dev_limit, kind, work)
     name = args.name or f"{args.task}-{args.mode}"
     record: dict = {"task": args.task, "args": vars(args), "environment": environment(),
@@ -103,7 +108,14 @@ def main() -> None:
     space_file.write_text("\n".join(space) + "\n")
     options = {"mode": args.mode, "cache_dir": str(work / "cache")}
 
-    if not args.no_baseline:
+    done_baseline = work / "baseline" / "metrics.json"
+    if args.resume and done_baseline.exists():  # an interrupted run: its baseline is kept
+        result = json.loads(done_baseline.read_text())
+        record["baseline"] = {"seconds": None, "resumed": True,
+                              "dev": {k: v for k, v in result["dev"].items() if isinstance(v, (int, float))},
+                              "by_epoch": [h["dev"][kind][metric] for h in result["history"]]}
+        log(f"baseline (kept from the interrupted run): {record['baseline']}")
+    elif not args.no_baseline:
         epochs = args.baseline_epochs or bertheads.TrainSettings().epochs
         log(f"baseline: train {kind} with the defaults, {epochs} epochs")
         started = time.perf_counter()
@@ -127,7 +139,8 @@ def main() -> None:
     started = time.perf_counter()
     rows = tune(kind, train, dev, work / "search", limit=args.limit,
                 settings=bertheads.TrainSettings(epochs=args.epochs, progress=False),
-                search=TuneSettings(space=str(space_file), restarts=args.restarts, pruning=not args.no_pruning),
+                search=TuneSettings(space=str(space_file), restarts=args.restarts, pruning=not args.no_pruning,
+                                    resume=args.resume, trials=args.trials),
                 **options)
     record["search_seconds"] = time.perf_counter() - started
     record["trials"] = rows

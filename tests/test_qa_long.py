@@ -1,4 +1,5 @@
-"""Answer spans in long passages: choosing across windows, v2 null decisions, negative windows."""
+"""Answer spans in long passages: choosing across windows, v2 null decisions, negative windows,
+joined training passages."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from bertheads.tasks.qa import (
     QASpec,
     QATask,
     answer_tokens,
+    joined_passages,
     merge_windows,
     other_passages,
     span_context,
@@ -138,6 +140,41 @@ def test_negative_windows_added_to_training_only(tiny_bert):
     assert len(task.encode_for_inference(ex, tokenizer)[0]) == 3
 
 
+def test_joined_passages_keep_the_answer_and_the_file_order():
+    texts = [f"Passage {i} says {w}." for i, w in enumerate(["alpha", "beta", "gamma", "delta"])]
+    ex = [QAExample("q", texts[i], str(i), [w], [texts[i].index(w)] if i != 2 else [-1])
+          for i, w in enumerate(["alpha", "beta", "gamma", "delta"])]
+    ex.append(QAExample("unanswerable?", texts[1], "none"))
+    got = joined_passages(ex, 2)
+    assert got[0].context == "\n".join(texts[:3])  # first passage: the two after it
+    assert got[1].context == "\n".join(texts[:3])  # one before, one after
+    assert got[3].context == "\n".join(texts[1:])  # last: the two before it, in file order
+    for g, e in zip(got[:4], ex):
+        s = g.starts[0]
+        assert g.context[s: s + len(e.answers[0])] == e.answers[0] and g.context.count(e.context) == 1
+        assert s == g.context.index(e.context) + e.context.index(e.answers[0])  # in its own passage
+    assert got[4].answers == [] and got[4].starts == []
+    assert [g.context for g in joined_passages(ex, 0)] == [e.context for e in ex]
+
+
+def test_join_passages_trains_on_longer_windows_only(tiny_bert):
+    task, tokenizer = make_task(tiny_bert, max_length=48, stride=8, max_question_length=8, join_passages=2)
+    cities = ["Paris", "Rome", "Oslo", "Bern"]
+    ex = [QAExample("What is the capital?", f"The capital of the country number {i} is {c}, by the river.",
+                    str(i), [c], [f"The capital of the country number {i} is ".__len__()])
+          for i, c in enumerate(cities)]
+    plain, _ = task.encode_for_inference(ex, tokenizer, with_labels=True)
+    feats = task.encode(ex, tokenizer, with_labels=True)
+    assert len(feats) >= 2 * len(plain)  # three passages a question: more windows
+    positives = [f for f in feats if f["start_positions"] > 0]
+    assert positives and any(f["start_positions"] == 0 for f in feats)  # windows without the answer: [CLS]
+    for f in positives:  # each labelled span is one of the capitals
+        s, e = f["_offsets"][f["start_positions"]][0], f["_offsets"][f["end_positions"]][1]
+        assert any(tokenizer.decode(f["input_ids"][f["start_positions"]: f["end_positions"] + 1]).lower() == c.lower()
+                   for c in cities) and e > s
+    assert len(task.encode_for_inference(ex, tokenizer)[0]) == len(plain)  # prediction reads passages as given
+
+
 def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     from bertheads.cli import main
 
@@ -150,10 +187,10 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     out = tmp_path / "m"
     assert main(["train", "qa", "--train", str(train), "--out", str(out), "--model", tiny_bert, "--epochs", "1",
                  "--max-length", "64", "--stride", "16", "--max-question-length", "16", "--no-progress",
-                 "--window-choice", "relative+context", "--negative-windows", "2"]) == 0
+                 "--window-choice", "relative+context", "--negative-windows", "2", "--join-passages", "1"]) == 0
     model = bertheads.load(out)
     spec = model.task().spec
-    assert spec.window_choice == "relative+context" and spec.negative_windows == 2
+    assert spec.window_choice == "relative+context" and spec.negative_windows == 2 and spec.join_passages == 1
     model.choose_windows(window_choice="raw")  # predict/evaluate --window-choice
     assert model.task().spec.window_choice == "raw"
     with pytest.raises(UserError, match="--window-choice best"):
@@ -177,3 +214,5 @@ def test_bad_settings_are_user_errors(tiny_bert):
         check_settings(QASpec(window_choice="best"), encoder)
     with pytest.raises(UserError, match="--negative-windows"):
         check_settings(QASpec(negative_windows=-1), encoder)
+    with pytest.raises(UserError, match="--join-passages: must be at least 0"):
+        check_settings(QASpec(join_passages=-2), encoder)

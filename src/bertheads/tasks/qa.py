@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +63,7 @@ class QASpec(HeadSettings):
     tune_threshold: bool = True  # tune `null_threshold` on the dev set (off when it was given)
     window_choice: str = "relative"  # how spans of different windows compare (WINDOW_CHOICES)
     negative_windows: int = 0  # training: answerless windows of other passages per question
+    join_passages: int = 0  # training: each passage read among its K nearest other passages
 
 
 @dataclass
@@ -119,6 +120,10 @@ class QATask(Task):
         g.add_argument("--negative-windows", type=int, default=0, metavar="K",
                        help="training: also pair each question with K other passages of the file as "
                             "answerless windows (default 0; 1 helps long passages, at twice the windows)")
+        g.add_argument("--join-passages", type=int, default=0, metavar="K",
+                       help="training: read each question's passage joined with the K nearest other "
+                            "passages of the file, in file order, so answers sit at varied places among "
+                            "real text and the windows without the answer learn 'not here' (default 0)")
 
     @classmethod
     def spec_from_dict(cls, data: dict) -> QASpec:
@@ -203,9 +208,12 @@ class QATask(Task):
     def encode(self, examples: list[QAExample], tokenizer, with_labels: bool = True,
                path: str | None = None) -> list[dict]:
         """Training windows: one holding the whole (first) answer points at its start and end
-        tokens, any other at [CLS] (position 0); with `negative_windows`, windows of other
+        tokens, any other at [CLS] (position 0); with `join_passages`, each passage is first
+        joined with its nearest other passages; with `negative_windows`, windows of other
         passages are added, pointing at [CLS] too."""
-        feats = self.encode_for_inference(examples, tokenizer, with_labels)[0]
+        joined = with_labels and self.spec.join_passages > 0
+        feats = self.encode_for_inference(joined_passages(examples, self.spec.join_passages) if joined else examples,
+                                          tokenizer, with_labels)[0]
         if with_labels and self.spec.negative_windows > 0:
             negatives, _ = self.windows(other_passages(examples, self.spec.negative_windows), tokenizer)
             for f in negatives:
@@ -380,8 +388,9 @@ def check_settings(spec: QASpec, encoder) -> None:
         if getattr(spec, name) < 1:
             raise UserError(f"--{name.replace('_', '-')}: must be at least 1, got {getattr(spec, name)}")
     window_choice_parts(spec.window_choice)
-    if spec.negative_windows < 0:
-        raise UserError(f"--negative-windows: must be at least 0, got {spec.negative_windows}")
+    for name in ("negative_windows", "join_passages"):
+        if getattr(spec, name) < 0:
+            raise UserError(f"--{name.replace('_', '-')}: must be at least 0, got {getattr(spec, name)}")
     room = spec.max_length - spec.max_question_length - tokenizer.num_special_tokens_to_add(pair=True)
     if room <= spec.stride:
         raise UserError(f"--stride {spec.stride} must be smaller than the passage room in a window "
@@ -408,25 +417,49 @@ def cut_questions(tokenizer, questions: list[str], max_tokens: int) -> list[str]
     return out
 
 
-def other_passages(examples: list[QAExample], k: int) -> list[QAExample]:
-    """Each question paired with the `k` passages nearest its own in file order (neighbours
-    first, usually of the same article), as questions without an answer there."""
+def nearest_passages(examples: list[QAExample], k: int) -> tuple[list[str], list[int], list[list[int]]]:
+    """The file's distinct passages in order, each question's own passage index, and the `k`
+    passages nearest it in file order (one before, one after, then two before...; usually
+    the same article's)."""
     passages: dict[str, int] = {}
     for e in examples:
         passages.setdefault(e.context, len(passages))
     texts = list(passages)
     k = min(k, len(texts) - 1)
-    steps = [d for n in range(1, len(texts)) for d in (-n, n)]
-    out = []
-    for e in examples:
-        own = passages[e.context]
-        picked = []
-        for d in steps:
+    own = [passages[e.context] for e in examples]
+    nearest: dict[int, list[int]] = {}
+    for p in set(own):
+        picked: list[int] = []
+        for n in range(1, len(texts)):
+            for q in (p - n, p + n):
+                if 0 <= q < len(texts) and len(picked) < k:
+                    picked.append(q)
             if len(picked) == k:
                 break
-            if 0 <= own + d < len(texts):
-                picked.append(own + d)
-        out += [QAExample(e.question, texts[p], f"{e.id}/negative{j}") for j, p in enumerate(picked)]
+        nearest[p] = picked
+    return texts, own, [nearest[p] for p in own]
+
+
+def other_passages(examples: list[QAExample], k: int) -> list[QAExample]:
+    """Each question paired with the `k` passages nearest its own in file order, as questions
+    without an answer there."""
+    texts, _, nearest = nearest_passages(examples, k)
+    return [QAExample(e.question, texts[p], f"{e.id}/negative{j}")
+            for e, picked in zip(examples, nearest) for j, p in enumerate(picked)]
+
+
+def joined_passages(examples: list[QAExample], k: int, sep: str = "\n") -> list[QAExample]:
+    """Each question with its passage joined with the `k` passages nearest it (all in file
+    order, `sep` between them); answer offsets move with the passage."""
+    texts, own, nearest = nearest_passages(examples, k)
+    out = []
+    for e, p, picked in zip(examples, own, nearest):
+        before = sep.join(texts[q] for q in sorted(picked) if q < p)
+        after = sep.join(texts[q] for q in sorted(picked) if q > p)
+        shift = len(before) + len(sep) if before else 0
+        context = (before + sep if before else "") + e.context + (sep + after if after else "")
+        starts = [s if s >= 0 else e.context.find(a) for s, a in zip(e.starts, e.answers)]
+        out.append(replace(e, context=context, starts=[s + shift if s >= 0 else -1 for s in starts]))
     return out
 
 
