@@ -166,7 +166,7 @@ def run_trainer(model_dir: str, train_examples, eval_examples, out: Path) -> dic
 def decode_like_ours(logits, enc, owner, seqs, examples) -> list[str]:
     """The Trainer's start/end logits through our decoding (n-best starts and ends per window,
     spans inside the passage, best over windows)."""
-    from bertheads.tasks.qa import best_spans, merge_windows
+    from bertheads.tasks.qa_spans import best_spans, merge_windows
 
     start, end = logits
     per_window, context = [], []

@@ -151,7 +151,8 @@ def oracle_scores(task, features, owner, logits, examples) -> dict | None:
 
 def tuned_threshold(task, features, owner, logits, examples, choice: str) -> float:
     """The v2.0 null threshold for `choice`, tuned on (held-out) plain questions."""
-    from bertheads.tasks.qa import best_threshold, f1_v2, gold_v2, max_over, null_minus_best
+    from bertheads.tasks.qa_metrics import best_threshold, f1_v2, gold_v2, max_over
+    from bertheads.tasks.qa_spans import null_minus_best
 
     task.spec.window_choice = choice
     outputs = task.collect(logits, owner, examples, features)

@@ -14,20 +14,18 @@ from bertheads.cli import main
 from bertheads.errors import UserError
 from bertheads.tasks.qa import (
     QAExample,
-    QAOutput,
     QASpec,
     QATask,
-    best_spans,
     best_threshold,
     exact,
     f1_v1,
     f1_v2,
-    merge_windows,
     normalize_answer,
     read_examples,
     squad_v1_scores,
     squad_v2_scores,
 )
+from bertheads.tasks.qa_spans import QAOutput, best_spans, merge_windows
 
 CITIES = ["Paris", "Berlin", "Rome", "Madrid", "Lisbon", "Vienna"]
 

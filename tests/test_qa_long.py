@@ -17,10 +17,9 @@ from bertheads.tasks.qa import (
     QATask,
     answer_tokens,
     joined_passages,
-    merge_windows,
     other_passages,
-    span_context,
 )
+from bertheads.tasks.qa_spans import merge_windows, span_context
 
 
 def make_task(tokenizer_dir: str, **settings) -> tuple[QATask, object]:

@@ -18,7 +18,7 @@ from bertheads.packing import INFERENCE_BATCH
 from bertheads.report import report
 from bertheads.runtime_onnx import check_runtime, load_onnx
 from bertheads.stream import StreamReport, StreamSettings, evaluate_stream, predict_chunks, predict_stream
-from bertheads.tasks.qa import window_choice_parts
+from bertheads.tasks.qa_spans import window_choice_parts
 from bertheads.train import TrainSettings
 
 

@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import save_file
 
 from bertheads.atomic import atomic_directory
-from bertheads.encoder import Encoder, encoder_hash
+from bertheads.encoder import Encoder, encoder_hash, weights_hash
 from bertheads.encoder_refs import load_reference
 from bertheads.errors import UserError
 from bertheads.manifest import (  # noqa: F401  (MANIFEST, FORMAT_VERSION, HEAD_NAME, read_manifest: re-exported)
@@ -78,7 +78,7 @@ def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: 
         manifest = {
             "format_version": FORMAT_VERSION,
             "heads": {name: task.to_manifest() for name, task in model.tasks.items()},
-            "encoder_hash": reference["hash"] if reference else encoder_hash(model.encoder),
+            "encoder_hash": weights_hash(model.encoder),
             **({"encoder": reference} if reference else {}),
             **(extra or {}),
         }

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from bertheads.atomic import atomic_directory
-from bertheads.encoder import encoder_hash
+from bertheads.encoder import weights_hash
 from bertheads.encoder_refs import CACHE_ENV, cache_root  # noqa: F401 (where they were defined before)
 from bertheads.errors import UserError
 from bertheads.layers import normalise_layers, reads_first_position_only
@@ -67,8 +67,7 @@ class CacheSettings:
 def encoder_identity(encoder) -> str:
     """What fixes the encoder's outputs: its weights (content hash: the remembered one of the
     checkpoint it was loaded from, when it has a `reference`) and its config."""
-    reference = getattr(encoder, "reference", None)
-    weights = reference["hash"] if reference else encoder_hash(encoder)
+    weights = weights_hash(encoder)
     config = {k: v for k, v in encoder.config.to_dict().items()
               if not k.startswith("_") and k not in ("transformers_version", "architectures")}
     digest = hashlib.sha256(weights.encode())

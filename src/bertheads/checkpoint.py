@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 
 from bertheads.atomic import atomic_directory, remove_stale
 from bertheads.bundle import MANIFEST, check_writable_out
-from bertheads.encoder import encoder_hash
+from bertheads.encoder import weights_hash
 from bertheads.errors import UserError
 
 DIRECTORY = "checkpoint"
@@ -56,9 +56,7 @@ def identity(model, data: list, settings, world: int) -> dict:
         heads.update(name.encode())
         heads.update(tensor.detach().cpu().contiguous().float().numpy().tobytes())
     compared = {k: v for k, v in asdict(settings).items() if k not in NOT_COMPARED}
-    reference = getattr(model.encoder, "reference", None)  # a checkpoint's remembered hash
-    encoder = reference["hash"] if reference else encoder_hash(model.encoder)
-    return {"data": digest.hexdigest(), "encoder": encoder, "heads": heads.hexdigest(),
+    return {"data": digest.hexdigest(), "encoder": weights_hash(model.encoder), "heads": heads.hexdigest(),
             "settings": json.loads(json.dumps(compared, default=str)), "processes": world}
 
 

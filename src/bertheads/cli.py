@@ -47,7 +47,7 @@ from bertheads.multitask import read_config
 from bertheads.packing import INFERENCE_BATCH
 from bertheads.stream import CHUNK_SIZE, StreamSettings
 from bertheads.tasks import TASKS
-from bertheads.tasks.qa import WINDOW_CHOICES
+from bertheads.tasks.qa_spans import WINDOW_CHOICES
 from bertheads.train import SAMPLINGS
 
 log = logging.getLogger("bertheads")

@@ -307,6 +307,13 @@ def encoder_hash(encoder: Encoder) -> str:
     return digest.hexdigest()
 
 
+def weights_hash(encoder: Encoder) -> str:
+    """The weights' content hash: the remembered hash of the checkpoint when the encoder is that
+    unchanged checkpoint (it has a `reference`), else `encoder_hash`."""
+    reference = getattr(encoder, "reference", None)
+    return reference["hash"] if reference else encoder_hash(encoder)
+
+
 def install_first_token_layer(model: nn.Module, flag: threading.local) -> bool:
     """Let the last layer of a BERT-style encoder run for the first token only while
     `flag.on` is set (per thread, so a server's concurrent requests do not mix).

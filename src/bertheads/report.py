@@ -27,8 +27,8 @@ from bertheads.atomic import atomic_directory
 from bertheads.errors import UserError
 from bertheads.model import head_outputs
 from bertheads.packing import INFERENCE_BATCH
-from bertheads.tasks.qa import null_minus_best
 from bertheads.tasks.qa_metrics import exact, f1_v1, f1_v2, gold_v2, max_over, normalize_answer
+from bertheads.tasks.qa_spans import null_minus_best
 
 WORST = 10
 QUESTION_WORDS = ("what", "who", "when", "where", "which", "why", "how")
