@@ -83,7 +83,9 @@ def test_resume_continues_an_interrupted_search(tiny_bert, data, tmp_path, scrip
         run(tiny_bert, data, out, search=tune.TuneSettings(pruning=False))
     scripted["stop_at"] = None
     before = scripted["trials"]
-    rows = run(tiny_bert, data, out, search=tune.TuneSettings(pruning=False, resume=True))
+    # where the feature cache lives is not a setting of the search: resuming may move it
+    rows = run(tiny_bert, data, out, search=tune.TuneSettings(pruning=False, resume=True),
+               cache_dir=str(tmp_path / "moved-cache"))
     assert scripted["trials"] - before == 4  # the interrupted trial again, and the three never started
     assert [r["state"] for r in rows] == ["complete", "complete", "fail"] + ["complete"] * 4
     assert len({(r["params"]["lr"], r["params"]["batch_size"]) for r in rows if r["state"] == "complete"}) == 6

@@ -266,6 +266,10 @@ def fmt(value) -> str:
 
 
 # -- the search ------------------------------------------------------------------------------
+# Options that say where things are kept, not what is trained: a resumed search may change them.
+WHERE_NOT_WHAT = ("cache_dir", "cache_max_gb")
+
+
 def prepare_out(out: Path, identity: dict, resume: bool) -> None:
     marker = out / "tune.json"
     if resume:
@@ -303,7 +307,8 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
     identity = {"kind": kind, "train": str(Path(train).resolve()), "dev": str(Path(dev).resolve()),
                 "model": model, "limit": limit, "space": [d.__dict__ for d in space.dimensions],
                 "trials": search.trials, "restarts": search.restarts, "seed": base.seed,
-                "epochs": base.epochs, "options": {k: v for k, v in options.items() if is_plain(v)},
+                "epochs": base.epochs, "options": {k: v for k, v in options.items()
+                                                          if is_plain(v) and k not in WHERE_NOT_WHAT},
                 "training": {k: v for k, v in base.__dict__.items() if k not in ("progress", "resume", "overwrite")}}
     prepare_out(out, json.loads(json.dumps(identity, default=str)), search.resume)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
