@@ -21,8 +21,8 @@ applied unchanged to the long versions. The Hugging Face Trainer's model (traine
     # the table
     python bench/qa_long.py --ours v1=bench/out/qalong/ours-v1 --trainer bench/out/qalong/trainer-v1 \\
         --ours-v2 v2=bench/out/qalong/ours-v2
-    # prediction speed, raw against relative+context (rounds alternate)
-    python bench/qa_long.py --speed bench/out/qalong/ours-v1
+    # prediction speed, before (raw, token windows) against the defaults (rounds alternate)
+    python bench/qa_long.py --speed bench/out/qalong/ours-v1 --speed-limit 300
 
 Results: bench/out/qa-long.json (or --name); Markdown on stdout.
 """
@@ -163,10 +163,13 @@ def tuned_threshold(task, features, owner, logits, examples, choice: str) -> flo
     return float(best_threshold(diffs, has, span_f1))
 
 
-def run_ours(label: str, directory: Path, versions: dict, tune: list | None, work: Path) -> dict:
+def run_ours(label: str, directory: Path, versions: dict, tune: list | None, work: Path,
+             paragraphs: bool = False) -> dict:
     import bertheads
 
     model = bertheads.load(directory)
+    for task in model.net.tasks.values():
+        task.spec.paragraph_windows = paragraphs
     rows: dict = {}
     thresholds = {}
     if tune is not None:
@@ -258,23 +261,25 @@ def run_trainer_model(model_dir: Path, versions: dict, work: Path) -> dict:
 
 # -- prediction speed -----------------------------------------------------------------------------
 def speed(directory: Path, inputs: list[dict], rounds: int) -> dict:
-    """`Model.predict` end to end with the raw and relative+context choices, rounds alternating."""
+    """`Model.predict` end to end, rounds alternating: the decoding before long passages were
+    handled (raw scores, windows across paragraph ends) against today's defaults (relative
+    scores, paragraph windows)."""
     import bertheads
 
     model = bertheads.load(directory)
     task = model.task()
-    other = "relative+context"
-    times: dict[str, list[float]] = {"raw": [], other: []}
+    configs = {"raw, token windows": ("raw", False), "relative, paragraph windows": ("relative", True)}
+    times: dict[str, list[float]] = {c: [] for c in configs}
     model.predict(inputs[:20])
     for r in range(rounds):
-        for choice in times:
-            task.spec.window_choice = choice
+        for name, (choice, paragraphs) in configs.items():
+            task.spec.window_choice, task.spec.paragraph_windows = choice, paragraphs
             start = time.perf_counter()
             model.predict(inputs)
-            times[choice].append(time.perf_counter() - start)
+            times[name].append(time.perf_counter() - start)
         log(f"round {r + 1}: " + ", ".join(f"{c} {len(inputs) / t[-1]:.1f} q/s" for c, t in times.items()))
-    return {"questions": len(inputs), "seconds": times,
-            "time_ratio_raw_over_other": median(times["raw"]) / median(times[other])}
+    today, before = (median(times[c]) for c in reversed(configs))
+    return {"questions": len(inputs), "seconds": times, "time_ratio_default_over_before": today / before}
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -289,11 +294,16 @@ def main() -> None:
     parser.add_argument("--trainer", type=Path, help="the Trainer's model directory (--train-trainer's output)")
     parser.add_argument("--train-trainer", type=Path, metavar="OUT", help="train the Trainer peer into OUT, then stop")
     parser.add_argument("--train-limit", type=int, default=None, help="with --train-trainer: first N questions")
-    parser.add_argument("--speed", type=Path, metavar="DIR", help="time prediction of this model, then stop")
-    parser.add_argument("--speed-version", choices=VERSIONS, default="filler")
+    parser.add_argument("--speed", type=Path, metavar="DIR", help="time prediction of this model (see --speed-version)")
+    parser.add_argument("--speed-version", choices=VERSIONS, action="append",
+                        help="versions timed by --speed (repeatable; default plain and filler)")
+    parser.add_argument("--speed-limit", type=int, default=None, help="--speed: first N questions (--limit)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--paragraph-windows", action="store_true",
+                        help="also read each model with --paragraph-windows (rows 'LABEL+para')")
     parser.add_argument("--name", default="qa-long")
     args = parser.parse_args()
+    args.speed_version = args.speed_version or ["plain", "filler"]
 
     from bertheads.encoder import Encoder
     from bertheads.tasks.qa import read_examples
@@ -310,11 +320,17 @@ def main() -> None:
     v1_path = require_data("squad", "eval-split.json")
     v1 = build_versions(v1_path, read_examples(str(v1_path))[: args.limit], tokenizer)
     if args.speed:
-        inputs = [{"question": e.question, "context": e.context} for e in v1[args.speed_version]]
-        record["speed"] = {"version": args.speed_version, **speed(args.speed, inputs, args.rounds)}
+        record["speed"] = {}
+        for version in args.speed_version:
+            examples = v1[version][: args.speed_limit]
+            inputs = [{"question": e.question, "context": e.context} for e in examples]
+            log(f"speed: {version}, {len(inputs)} questions")
+            record["speed"][version] = speed(args.speed, inputs, args.rounds)
     for spec in args.ours:
         label, directory = spec.split("=", 1)
         record[label] = run_ours(label, Path(directory), v1, None, work)
+        if args.paragraph_windows:
+            record[f"{label}+para"] = run_ours(f"{label}+para", Path(directory), v1, None, work, paragraphs=True)
     if args.trainer:
         record["trainer"] = run_trainer_model(args.trainer, v1, work)
     if args.ours_v2:
@@ -326,6 +342,8 @@ def main() -> None:
         for spec in args.ours_v2:
             label, directory = spec.split("=", 1)
             record[label] = run_ours(label, Path(directory), v2, tune, work)
+            if args.paragraph_windows:
+                record[f"{label}+para"] = run_ours(f"{label}+para", Path(directory), v2, tune, work, paragraphs=True)
     record["load_average_end"] = os.getloadavg()
     path = save_json(args.name, record)
     print(markdown(record))
@@ -362,11 +380,10 @@ def markdown(r: dict) -> str:
                     lines.append(f"{label} {v} HasAns/NoAns F1: " + ", ".join(
                         f"{c} {rows[v][c]['HasAns_f1']:.1f}/{rows[v][c]['NoAns_f1']:.1f}" for c in CHOICES
                         if "HasAns_f1" in rows[v][c]))
-    if "speed" in r:
-        s = r["speed"]
-        lines.append(f"speed ({s['questions']} {s['version']} questions): " + ", ".join(
+    for version, s in r.get("speed", {}).items():
+        lines.append(f"speed ({s['questions']} {version} questions, median of rounds): " + ", ".join(
             f"{c} {s['questions'] / median(t):.1f} q/s" for c, t in s["seconds"].items())
-            + f"; relative+context / raw time ratio {1 / s['time_ratio_raw_over_other']:.3f}")
+            + f"; time of the defaults / before {s['time_ratio_default_over_before']:.3f}")
     return "\n".join(lines)
 
 

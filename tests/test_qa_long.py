@@ -77,6 +77,8 @@ def test_saved_choice_is_kept_and_old_models_get_raw():
     assert QATask.spec_from_dict({"max_length": 256}).window_choice == "raw"  # saved before the setting
     assert QATask.spec_from_dict({"window_choice": "relative"}).window_choice == "relative"
     assert QATask.spec_from_dict({"window_choice": "relative+context"}).window_choice == "relative+context"
+    assert not QATask.spec_from_dict({"max_length": 256}).paragraph_windows  # windows across paragraphs, as saved
+    assert QATask.spec_from_dict({"paragraph_windows": True}).paragraph_windows and QASpec().paragraph_windows
 
 
 def test_span_context_counts_passage_ends_as_unlimited():
@@ -186,10 +188,12 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     out = tmp_path / "m"
     assert main(["train", "qa", "--train", str(train), "--out", str(out), "--model", tiny_bert, "--epochs", "1",
                  "--max-length", "64", "--stride", "16", "--max-question-length", "16", "--no-progress",
-                 "--window-choice", "relative+context", "--negative-windows", "2", "--join-passages", "1"]) == 0
+                 "--window-choice", "relative+context", "--negative-windows", "2", "--join-passages", "1",
+                 "--paragraph-windows"]) == 0
     model = bertheads.load(out)
     spec = model.task().spec
     assert spec.window_choice == "relative+context" and spec.negative_windows == 2 and spec.join_passages == 1
+    assert spec.paragraph_windows
     model.choose_windows(window_choice="raw")  # predict/evaluate --window-choice
     assert model.task().spec.window_choice == "raw"
     with pytest.raises(UserError, match="--window-choice best"):
@@ -197,11 +201,13 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     used = []
     decode = bertheads.tasks.qa.QATask.collect
     monkeypatch.setattr(bertheads.tasks.qa.QATask, "collect",
-                        lambda self, *a: used.append(self.spec.window_choice) or decode(self, *a))
+                        lambda self, *a: used.append((self.spec.window_choice, self.spec.paragraph_windows))
+                        or decode(self, *a))
     assert main(["predict", str(out), "--question", "What is the capital?", "--context", "The capital is Rome.",
                  "--window-choice", "relative"]) == 0
-    assert main(["evaluate", str(out), "--data", str(train), "--window-choice", "context"]) == 0
-    assert used == ["relative", "context"]
+    assert main(["evaluate", str(out), "--data", str(train), "--window-choice", "context",
+                 "--no-paragraph-windows"]) == 0
+    assert used == [("relative", True), ("context", False)]
 
 
 def test_bad_settings_are_user_errors(tiny_bert):
@@ -215,3 +221,55 @@ def test_bad_settings_are_user_errors(tiny_bert):
         check_settings(QASpec(negative_windows=-1), encoder)
     with pytest.raises(UserError, match="--join-passages: must be at least 0"):
         check_settings(QASpec(join_passages=-2), encoder)
+
+
+def test_paragraph_spans_split_at_blank_lines_else_line_breaks():
+    from bertheads.tasks.qa import paragraph_spans
+
+    long_a, long_b = "a" * 30, "b" * 30
+    text = f"{long_a}\n{long_b}\n\n  {long_b} tail\n"
+    assert [text[a:b] for a, b in paragraph_spans(text, min_chars=10)] == [f"{long_a}\n{long_b}", f"{long_b} tail"]
+    lines = f"Heading\n{long_a}\n{long_b}\nend"
+    # no blank line: each line is a paragraph; the short heading joins the next, the short end the one before
+    assert [lines[a:b] for a, b in paragraph_spans(lines, min_chars=10)] == [f"Heading\n{long_a}", f"{long_b}\nend"]
+    wrapped = "\n".join(["a hard-wrapped line of some sixty characters, as email has it"] * 6)
+    assert paragraph_spans(wrapped) == [(0, len(wrapped))]  # most lines short, no blank line: kept whole
+    assert paragraph_spans("one paragraph only") == [(0, 18)]
+    assert paragraph_spans("\n\n") == [(0, 2)]
+
+
+def test_paragraph_windows_read_each_paragraph_alone(tiny_bert):
+    paragraphs = [f"Paragraph {i} is about the river {w} and the old town near it, as the guide says. " * 3
+                  for i, w in enumerate(["Rhine", "Seine", "Danube"])]
+    context = "\n".join(paragraphs)
+    answer = "Danube"
+    example = QAExample("Which river?", context, "x", [answer], [context.index(answer)])
+    task, tokenizer = make_task(tiny_bert, max_length=48, stride=8, max_question_length=8)  # the default
+    feats, owner = task.encode_for_inference([example], tokenizer, with_labels=True)
+    plain_task, _ = make_task(tiny_bert, max_length=48, stride=8, max_question_length=8, paragraph_windows=False)
+    alone = [plain_task.windows([QAExample("Which river?", p, "p")], tokenizer)[0] for p in paragraphs]
+    # the windows are those of each paragraph read as its own passage, offsets moved into the whole passage
+    assert [f["input_ids"] for f in feats] == [f["input_ids"] for part in alone for f in part]
+    assert owner == [0] * len(feats) and len(feats) > 3  # a paragraph longer than a window is still cut
+    for f in feats:
+        c0, c1 = f["_context"]
+        text = context[f["_offsets"][c0][0]: f["_offsets"][c1][1]]
+        assert "\n" not in text and any(text in p for p in paragraphs)
+    held = [w for w, f in enumerate(feats) if f["start_positions"] > 0]
+    assert held and all(answer in paragraphs[2] for _ in held)
+    f = feats[held[0]]
+    assert context[f["_offsets"][f["start_positions"]][0]: f["_offsets"][f["end_positions"]][1]] == answer
+    # token windows over the whole passage mix paragraphs in one window
+    mixed, _ = plain_task.encode_for_inference([example], tokenizer)
+    assert any("\n" in context[f["_offsets"][f["_context"][0]][0]: f["_offsets"][f["_context"][1]][1]] for f in mixed)
+
+
+def test_joined_training_passages_are_read_across_their_ends(tiny_bert):
+    task, tokenizer = make_task(tiny_bert, max_length=96, stride=16, max_question_length=8, join_passages=1)
+    long = " and the old town near it, as the guide book says about the place and its long history" * 3
+    ex = [QAExample("Which river?", f"The river is the {w}{long}.", str(i), [w], [13])
+          for i, w in enumerate(["Rhine", "Seine", "Danube"])]
+    feats = task.encode(ex, tokenizer, with_labels=True)
+    spans = [ex_text for f in feats
+             for ex_text in [tokenizer.decode(f["input_ids"][f["_context"][0]: f["_context"][1] + 1])]]
+    assert any(s.count("the river is the") == 2 for s in spans)  # one window holds the end of one, start of another

@@ -94,6 +94,20 @@ def test_resume_continues_an_interrupted_search(tiny_bert, data, tmp_path, scrip
                   search=tune.TuneSettings(pruning=False, resume=True))
 
 
+def test_sampler_draws_of_a_trained_setting_are_not_trained_again(tiny_bert, data, tmp_path, write, scripted):
+    space = write("space.yaml", "lr: [5.0e-5, 3.0e-5]\n")  # two settings only: the sampler must repeat itself
+    rows = run(tiny_bert, data, tmp_path / "search",
+               search=tune.TuneSettings(space=space, trials=4, pruning=False, restarts=1))
+    assert scripted["trials"] == 3  # the two settings once each, then the restart of the best
+    repeats = [r for r in rows if r["repeat_of"] is not None]
+    assert len(repeats) == tune.MAX_REPEATS and all(r["seconds"] is None for r in repeats)
+    trained = {r["number"]: r for r in rows if r["repeat_of"] is None}
+    assert all(r["score"] == trained[r["repeat_of"]]["score"] for r in repeats)  # the earlier outcome, told again
+    assert "= trial" in tune.table(rows)
+    text = tune.summary(rows)
+    assert "over 2 seeds" in text and f"{tune.MAX_REPEATS} draw(s) of a setting already trained" in text
+
+
 @pytest.mark.parametrize("space, message", [
     ("lr: [1e-5]\nwarmup: [0.1]\n", "space.yaml:2: warmup: not a flag"),
     ("lr: [-1.0e-5]\n", "space.yaml:1: lr: expected a positive number"),

@@ -95,16 +95,21 @@ class Model:
         if pool is not None:
             task.spec.pool = pool
 
-    def choose_windows(self, head: str | None = None, window_choice: str | None = None) -> None:
+    def choose_windows(self, head: str | None = None, window_choice: str | None = None,
+                       paragraph_windows: bool | None = None) -> None:
         """Override how a qa head compares spans of a long passage's windows (see
-        `tasks.qa.WINDOW_CHOICES`)."""
-        if window_choice is None:
+        `tasks.qa.WINDOW_CHOICES`) and whether each paragraph gets windows of its own."""
+        if window_choice is None and paragraph_windows is None:
             return
         task = self.task(head)
         if task.kind != "qa":
-            raise UserError(f"--window-choice is for qa heads, not {task.kind}")
-        window_choice_parts(window_choice)
-        task.spec.window_choice = window_choice
+            flag = "--window-choice" if window_choice is not None else "--paragraph-windows"
+            raise UserError(f"{flag} is for qa heads, not {task.kind}")
+        if window_choice is not None:
+            window_choice_parts(window_choice)
+            task.spec.window_choice = window_choice
+        if paragraph_windows is not None:
+            task.spec.paragraph_windows = bool(paragraph_windows)
 
     def render(self, predictions: list[dict], examples: list, fmt: str | None = None, head: str | None = None) -> str:
         """Predictions as the text `bertheads predict` writes (JSON lines unless the task has a format)."""

@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "instead of the saved ones")
     ev.add_argument("--window-choice", choices=WINDOW_CHOICES,
                     help="qa: override the saved way spans of a long passage's windows compare")
+    ev.add_argument("--paragraph-windows", action=argparse.BooleanOptionalAction,
+                    help="qa: override whether each paragraph of a passage is read in windows of its own")
     ev.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
     add_stream_flags(ev, keep=False)
     ev.set_defaults(handler=cmd_evaluate)
@@ -117,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--pool", choices=("mean", "max"), help="classify, --long-input windows: override the saved pooling")
     pr.add_argument("--window-choice", choices=WINDOW_CHOICES,
                     help="qa: override the saved way spans of a long passage's windows compare")
+    pr.add_argument("--paragraph-windows", action=argparse.BooleanOptionalAction,
+                    help="qa: override whether each paragraph of a passage is read in windows of its own")
     pr.add_argument("--no-progress", action="store_true", help="no progress bar (shown with --output)")
     pr.set_defaults(handler=cmd_predict)
 
@@ -309,7 +313,7 @@ def cmd_train_multi(args) -> int:
 
 def cmd_evaluate(args) -> int:
     model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
-    model.choose_windows(args.head, args.window_choice)
+    model.choose_windows(args.head, args.window_choice, args.paragraph_windows)
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size,
                               skip_bad_lines=args.skip_bad_lines)
     metrics = model.evaluate(args.data, head=args.head, settings=settings,
@@ -335,7 +339,7 @@ def cmd_predict(args) -> int:
     model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
     options = present(args, "question", "context", "null_threshold", "threshold", "min_score")
     model.read_long_inputs(args.head, **present(args, "long_input", "pool"))
-    model.choose_windows(args.head, args.window_choice)
+    model.choose_windows(args.head, args.window_choice, args.paragraph_windows)
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
                               skip_bad_lines=args.skip_bad_lines, progress=bool(args.output) and not args.no_progress)
     report = model.predict_stream(args.input, args.output, head=args.head, fmt=args.format, settings=settings,

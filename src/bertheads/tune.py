@@ -240,7 +240,7 @@ def trial_rows(study) -> list[dict]:
                      "params": t.params, "seed": attrs.get("seed"), "score": t.value,
                      "metric": attrs.get("metric"), "best_epoch": attrs.get("best_epoch"),
                      "epoch_scores": attrs.get("epoch_scores", []), "dev": attrs.get("dev"),
-                     "seconds": attrs.get("seconds")})
+                     "seconds": attrs.get("seconds"), "repeat_of": attrs.get("repeat_of")})
     return rows
 
 
@@ -250,8 +250,9 @@ def table(rows: list[dict]) -> str:
     head = ["trial", "phase", *names, "seed", "state", "score", "epoch", "seconds"]
     body = []
     for r in rows:
+        state = r["state"] if r.get("repeat_of") is None else f"= trial {r['repeat_of']}"
         body.append([str(r["number"]), str(r["phase"] or ""), *(fmt(r["params"].get(n)) for n in names),
-                     str(r["seed"]), r["state"], fmt(r["score"]), str(r["best_epoch"] or ""),
+                     str(r["seed"]), state, fmt(r["score"]), str(r["best_epoch"] or ""),
                      "" if r["seconds"] is None else f"{r['seconds']:.1f}"])
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     return "\n".join("  ".join(x.rjust(w) for x, w in zip(line, widths)) for line in [head, *body])
@@ -266,6 +267,8 @@ def fmt(value) -> str:
 
 
 # -- the search ------------------------------------------------------------------------------
+MAX_REPEATS = 30  # a search stops when its sampler draws this many trained settings in a row
+
 # Options that say where things are kept, not what is trained: a resumed search may change them.
 WHERE_NOT_WHAT = ("cache_dir", "cache_max_gb")
 
@@ -323,14 +326,33 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
     scratch = out / ".trials"
     finish_publishing(out, scratch, study)
 
-    def done() -> set:
-        return {key(t.params, t.user_attrs.get("seed"))
-                for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))}
+    def finished() -> dict:
+        """(params, seed) -> the first trial that trained them to the end or was pruned."""
+        out: dict = {}
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            if "repeat_of" not in t.user_attrs:
+                out.setdefault(key(t.params, t.user_attrs.get("seed")), t)
+        return out
 
-    def run_one(trial, phase: str, seed: int, prune: bool) -> None:
+    def done() -> set:
+        return set(finished())
+
+    def run_one(trial, phase: str, seed: int, prune: bool) -> bool:
+        """Train one trial; False when the sampler drew a setting already trained (its outcome
+        is told to the study again, nothing is trained)."""
         trial.set_user_attr("phase", phase)
         trial.set_user_attr("seed", seed)
         params = {d.name: d.suggest(trial) for d in space.dimensions}
+        earlier = finished().get(key(params, seed))
+        if earlier is not None:
+            trial.set_user_attr("repeat_of", earlier.number)
+            if earlier.state == TrialState.COMPLETE:
+                study.tell(trial, earlier.value)
+            else:
+                study.tell(trial, state=TrialState.PRUNED)
+            log.info(f"trial {trial.number} ({phase}): drew trial {earlier.number}'s setting again; not trained")
+            write_rows(out, study)
+            return False
         trial_dir = scratch / f"{trial.number:04d}"
         log.info(f"trial {trial.number} ({phase}): "
                  + ", ".join(f"{k}={fmt(v)}" for k, v in {**params, "seed": seed}.items()))
@@ -340,7 +362,7 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
             study.tell(trial, state=TrialState.PRUNED)
             shutil.rmtree(trial_dir, ignore_errors=True)
             write_rows(out, study)
-            return
+            return True
         except BaseException:
             study.tell(trial, state=TrialState.FAIL)
             shutil.rmtree(trial_dir, ignore_errors=True)
@@ -354,6 +376,7 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
         else:
             shutil.rmtree(trial_dir, ignore_errors=True)
         write_rows(out, study)
+        return True
 
     if search.trials is None:
         for params in space.grid():
@@ -362,9 +385,14 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
                 run_one(study.ask(), "grid", base.seed, search.pruning)
     else:
         searched = sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-                       if t.user_attrs.get("phase") == "search")
-        for _ in range(search.trials - searched):
-            run_one(study.ask(), "search", base.seed, search.pruning)
+                       if t.user_attrs.get("phase") == "search" and "repeat_of" not in t.user_attrs)
+        repeats = 0  # draws in a row of settings already trained: a small space runs out of new ones
+        while searched < search.trials and repeats < MAX_REPEATS:
+            trained = run_one(study.ask(), "search", base.seed, search.pruning)
+            searched, repeats = searched + trained, 0 if trained else repeats + 1
+        if repeats >= MAX_REPEATS:
+            log.info(f"the sampler drew only settings already trained {MAX_REPEATS} times in a row; "
+                     f"stopping after {searched} trained trials")
     if search.restarts:
         best = best_trial(study, phases=("grid", "search"))
         if best is None:
@@ -419,18 +447,25 @@ def is_plain(value) -> bool:
 
 def summary(rows: list[dict]) -> str:
     """The best trial, and the spread of the best setting's seeds."""
+    repeats = sum(1 for r in rows if r.get("repeat_of") is not None)
+    rows = [r for r in rows if r.get("repeat_of") is None]
     done = [r for r in rows if r["state"] == "complete"]
     if not done:
         return "no trial finished"
     best = max(done, key=lambda r: r["score"])
     lines = [f"best: trial {best['number']} ({', '.join(f'{k}={fmt(v)}' for k, v in best['params'].items())}, "
              f"seed {best['seed']}): {best['metric']} {best['score']:.4f} at epoch {best['best_epoch']}"]
-    same = [r["score"] for r in done if r["params"] == best["params"]]
+    by_seed: dict = {}
+    for r in done:
+        if r["params"] == best["params"]:
+            by_seed.setdefault(r["seed"], r["score"])
+    same = list(by_seed.values())
     if len(same) > 1:
         mean = sum(same) / len(same)
         sd = (sum((x - mean) ** 2 for x in same) / (len(same) - 1)) ** 0.5
         lines.append(f"that setting over {len(same)} seeds: mean {mean:.4f}, sd {sd:.4f}, "
                      f"min {min(same):.4f}, max {max(same):.4f}")
     states = {s: sum(1 for r in rows if r["state"] == s) for s in ("complete", "pruned", "fail")}
-    lines.append("trials: " + ", ".join(f"{n} {s}" for s, n in states.items() if n))
+    lines.append("trials: " + ", ".join(f"{n} {s}" for s, n in states.items() if n)
+                 + (f"; {repeats} draw(s) of a setting already trained, not trained again" if repeats else ""))
     return "\n".join(lines)

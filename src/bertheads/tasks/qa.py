@@ -16,7 +16,9 @@ in `qa_metrics`.
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -70,6 +72,7 @@ class QASpec(HeadSettings):
     window_choice: str = "relative"  # how spans of different windows compare (WINDOW_CHOICES)
     negative_windows: int = 0  # training: answerless windows of other passages per question
     join_passages: int = 0  # training: each passage read among its K nearest other passages
+    paragraph_windows: bool = True  # each paragraph of a passage read in windows of its own
 
 
 class QAHead(nn.Module):
@@ -117,6 +120,10 @@ class QATask(Task):
         g.add_argument("--negative-windows", type=int, default=0, metavar="K",
                        help="training: also pair each question with K other passages of the file as "
                             "answerless windows (default 0; 1 helps long passages, at twice the windows)")
+        g.add_argument("--paragraph-windows", action=argparse.BooleanOptionalAction, default=True,
+                       help="read each paragraph of a passage (split at blank lines, else at line breaks; "
+                            "short ones join the next) in windows of its own, as SQuAD's paragraphs are "
+                            "read (default); --no-paragraph-windows: windows run across paragraph ends")
         g.add_argument("--join-passages", type=int, default=0, metavar="K",
                        help="training: read each question's passage joined with the K nearest other "
                             "passages of the file, in file order, so answers sit at varied places among "
@@ -124,8 +131,9 @@ class QATask(Task):
 
     @classmethod
     def spec_from_dict(cls, data: dict) -> QASpec:
-        """Models saved before `window_choice` existed keep the raw comparison they were tuned with."""
-        return super().spec_from_dict({"window_choice": "raw", **data})
+        """Models saved before `window_choice` and `paragraph_windows` existed keep the raw
+        comparison and the windows across paragraphs they were tuned with."""
+        return super().spec_from_dict({"window_choice": "raw", "paragraph_windows": False, **data})
 
     @classmethod
     def build(cls, spec: QASpec, encoder, pooler_state=None) -> QATask:
@@ -178,29 +186,35 @@ class QATask(Task):
         return out
 
     # -- encoding -----------------------------------------------------------------------
-    def windows(self, examples: list[QAExample], tokenizer) -> tuple[list[dict], list[int]]:
+    def windows(self, examples: list[QAExample], tokenizer,
+                paragraphs: bool | None = None) -> tuple[list[dict], list[int]]:
         """Question + passage windows (no padding), each with its context token range and
-        character offsets; `owner[i]` is the example window i belongs to."""
+        character offsets; `owner[i]` is the example window i belongs to. With `paragraphs`
+        (default: `spec.paragraph_windows`) no window runs across a paragraph end."""
         spec = self.spec
         if not examples:
             return [], []
+        paragraphs = spec.paragraph_windows if paragraphs is None else paragraphs
         questions = cut_questions(tokenizer, [e.question.lstrip() for e in examples], spec.max_question_length)
-        enc = tokenizer(questions, [e.context for e in examples], truncation="only_second",
-                        max_length=spec.max_length, stride=spec.stride, return_overflowing_tokens=True,
-                        return_offsets_mapping=True, padding=False, return_token_type_ids=True,
-                        return_attention_mask=False)
-        owner = [int(i) for i in enc["overflow_to_sample_mapping"]]
+        pieces = [(i, a, b) for i, e in enumerate(examples)
+                  for a, b in (paragraph_spans(e.context) if paragraphs else [(0, len(e.context))])]
+        enc = tokenizer([questions[i] for i, _, _ in pieces], [examples[i].context[a:b] for i, a, b in pieces],
+                        truncation="only_second", max_length=spec.max_length, stride=spec.stride,
+                        return_overflowing_tokens=True, return_offsets_mapping=True, padding=False,
+                        return_token_type_ids=True, return_attention_mask=False)
+        piece_of = [int(i) for i in enc["overflow_to_sample_mapping"]]
         feats = []
-        for w in range(len(enc["input_ids"])):
+        for w, p in enumerate(piece_of):
             seq = enc.sequence_ids(w)
+            offsets = np.asarray(enc["offset_mapping"][w], dtype=np.int32)
             if 1 in seq:
                 c0, c1 = seq.index(1), len(seq) - 1 - seq[::-1].index(1)
+                offsets[c0: c1 + 1] += pieces[p][1]  # characters of the whole passage
             else:  # a passage that tokenizes to nothing: an empty range
                 c0, c1 = len(seq) - 1, len(seq) - 2
             feats.append({"input_ids": enc["input_ids"][w], "token_type_ids": enc["token_type_ids"][w],
-                          "_offsets": np.asarray(enc["offset_mapping"][w], dtype=np.int32),
-                          "_context": (c0, c1)})
-        return feats, owner
+                          "_offsets": offsets, "_context": (c0, c1)})
+        return feats, [pieces[p][0] for p in piece_of]
 
     def encode(self, examples: list[QAExample], tokenizer, with_labels: bool = True,
                path: str | None = None) -> list[dict]:
@@ -209,8 +223,9 @@ class QATask(Task):
         joined with its nearest other passages; with `negative_windows`, windows of other
         passages are added, pointing at [CLS] too."""
         joined = with_labels and self.spec.join_passages > 0
-        feats = self.encode_for_inference(joined_passages(examples, self.spec.join_passages) if joined else examples,
-                                          tokenizer, with_labels)[0]
+        read = joined_passages(examples, self.spec.join_passages) if joined else examples
+        # joined passages are read across their ends: that is what joining them is for
+        feats = self.encode_for_inference(read, tokenizer, with_labels, paragraphs=False if joined else None)[0]
         if with_labels and self.spec.negative_windows > 0:
             negatives, _ = self.windows(other_passages(examples, self.spec.negative_windows), tokenizer)
             for f in negatives:
@@ -218,9 +233,9 @@ class QATask(Task):
             feats += negatives
         return feats
 
-    def encode_for_inference(self, examples: list[QAExample], tokenizer,
-                             with_labels: bool = False) -> tuple[list[dict], list[int]]:
-        feats, owner = self.windows(examples, tokenizer)
+    def encode_for_inference(self, examples: list[QAExample], tokenizer, with_labels: bool = False,
+                             paragraphs: bool | None = None) -> tuple[list[dict], list[int]]:
+        feats, owner = self.windows(examples, tokenizer, paragraphs)
         if with_labels:
             for f, i in zip(feats, owner):
                 f["start_positions"], f["end_positions"] = answer_tokens(f, examples[i])
@@ -412,6 +427,35 @@ def cut_questions(tokenizer, questions: list[str], max_tokens: int) -> list[str]
             first -= 1
         out.append(question[: offsets[first][0]].rstrip() if first else question[: offsets[max_tokens - 1][1]])
     return out
+
+
+def paragraph_spans(context: str, min_chars: int = 200) -> list[tuple[int, int]]:
+    """Character ranges of a passage's paragraphs: split at blank lines when it has any, else at
+    line breaks, unless most lines are shorter than `min_chars` (hard-wrapped text: then the
+    passage stays whole); a paragraph shorter than `min_chars` (a heading, a list item) joins
+    the next, the last one the one before. Whitespace between them is dropped."""
+    if re.search(r"\n[ \t]*\n", context):
+        breaks = r"\n[ \t]*\n\s*"
+    else:
+        lines = sorted(len(x.strip()) for x in context.split("\n") if x.strip())
+        if len(lines) < 2 or lines[len(lines) // 2] < min_chars:
+            return [(0, len(context))]
+        breaks = r"\s*\n\s*"
+    spans, start = [], 0
+    for m in re.finditer(breaks, context):
+        spans.append((start, m.start()))
+        start = m.end()
+    spans.append((start, len(context)))
+    spans = [(a + len(t) - len(t.lstrip()), b - len(t) + len(t.rstrip()))
+             for a, b in spans if (t := context[a:b]).strip()] or [(0, len(context))]
+    merged: list[tuple[int, int]] = []
+    for a, b in spans:
+        if merged and merged[-1][1] - merged[-1][0] < min_chars:
+            a = merged.pop()[0]
+        merged.append((a, b))
+    if len(merged) > 1 and merged[-1][1] - merged[-1][0] < min_chars:  # a short last one joins the one before
+        merged[-2:] = [(merged[-2][0], merged[-1][1])]
+    return merged
 
 
 def nearest_passages(examples: list[QAExample], k: int) -> tuple[list[str], list[int], list[list[int]]]:
