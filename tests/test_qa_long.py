@@ -234,6 +234,8 @@ def test_paragraph_spans_split_at_blank_lines_else_line_breaks():
     assert [lines[a:b] for a, b in paragraph_spans(lines, min_chars=10)] == [f"Heading\n{long_a}", f"{long_b}\nend"]
     wrapped = "\n".join(["a hard-wrapped line of some sixty characters, as email has it"] * 6)
     assert paragraph_spans(wrapped) == [(0, len(wrapped))]  # most lines short, no blank line: kept whole
+    crlf = f"{long_a}\r\n{long_b}\r\n\r\n{long_b}"
+    assert [crlf[a:b] for a, b in paragraph_spans(crlf, min_chars=10)] == [f"{long_a}\r\n{long_b}", long_b]
     assert paragraph_spans("one paragraph only") == [(0, 18)]
     assert paragraph_spans("\n\n") == [(0, 2)]
 

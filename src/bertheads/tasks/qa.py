@@ -434,8 +434,8 @@ def paragraph_spans(context: str, min_chars: int = 200) -> list[tuple[int, int]]
     line breaks, unless most lines are shorter than `min_chars` (hard-wrapped text: then the
     passage stays whole); a paragraph shorter than `min_chars` (a heading, a list item) joins
     the next, the last one the one before. Whitespace between them is dropped."""
-    if re.search(r"\n[ \t]*\n", context):
-        breaks = r"\n[ \t]*\n\s*"
+    if re.search(r"\n[ \t\r]*\n", context):
+        breaks = r"\n[ \t\r]*\n\s*"
     else:
         lines = sorted(len(x.strip()) for x in context.split("\n") if x.strip())
         if len(lines) < 2 or lines[len(lines) // 2] < min_chars:
