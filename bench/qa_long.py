@@ -192,6 +192,14 @@ def run_ours(label: str, directory: Path, versions: dict, tune: list | None, wor
     return rows
 
 
+def read_with_ours(spec: str, versions: dict, tune: list | None, work: Path, paragraphs: bool) -> dict:
+    """`LABEL=DIR`'s rows, read with windows across paragraphs and, with `paragraphs`, also
+    with paragraph windows (as `LABEL+para`)."""
+    label, directory = spec.split("=", 1)
+    reads = [(label, False), (f"{label}+para", True)] if paragraphs else [(label, False)]
+    return {name: run_ours(name, Path(directory), versions, tune, work, para) for name, para in reads}
+
+
 # -- the Trainer's model, run_qa way --------------------------------------------------------------
 def train_trainer(out: Path, limit: int | None) -> dict:
     """bench/qa.py's Trainer run (run_qa recipe) on squad/train-split.json; its model is saved
@@ -279,8 +287,8 @@ def speed(directory: Path, inputs: list[dict], rounds: int) -> dict:
             model.predict(inputs)
             times[name].append(time.perf_counter() - start)
         log(f"round {r + 1}: " + ", ".join(f"{c} {len(inputs) / t[-1]:.1f} q/s" for c, t in times.items()))
-    today, before = (median(times[c]) for c in reversed(configs))
-    return {"questions": len(inputs), "seconds": times, "time_ratio_default_over_before": today / before}
+    before, default = (median(times[c]) for c in configs)
+    return {"questions": len(inputs), "seconds": times, "time_ratio_default_over_before": default / before}
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -328,10 +336,7 @@ def main() -> None:
             log(f"speed: {version}, {len(inputs)} questions")
             record["speed"][version] = speed(args.speed, inputs, args.rounds)
     for spec in args.ours:
-        label, directory = spec.split("=", 1)
-        record[label] = run_ours(label, Path(directory), v1, None, work)
-        if args.paragraph_windows:
-            record[f"{label}+para"] = run_ours(f"{label}+para", Path(directory), v1, None, work, paragraphs=True)
+        record.update(read_with_ours(spec, v1, None, work, args.paragraph_windows))
     if args.trainer:
         record["trainer"] = run_trainer_model(args.trainer, v1, work)
     if args.ours_v2:
@@ -341,23 +346,23 @@ def main() -> None:
         v2 = build_versions(v2_path, all_v2[:n], tokenizer)
         tune = all_v2[n: 2 * n]
         for spec in args.ours_v2:
-            label, directory = spec.split("=", 1)
-            record[label] = run_ours(label, Path(directory), v2, tune, work)
-            if args.paragraph_windows:
-                record[f"{label}+para"] = run_ours(f"{label}+para", Path(directory), v2, tune, work, paragraphs=True)
+            record.update(read_with_ours(spec, v2, tune, work, args.paragraph_windows))
     record["load_average_end"] = os.getloadavg()
     path = save_json(args.name, record)
     print(markdown(record))
     log(f"wrote {path}")
 
 
+def model_rows(r: dict) -> dict:
+    """The record's models (label -> rows by version), not its speed or run details."""
+    return {k: v for k, v in r.items() if isinstance(v, dict) and "windows" in v.get("plain", {})}
+
+
 def markdown(r: dict) -> str:
     lines = [f"`{r['command']}`; load average {r['load_average_start'][0]:.1f} -> {r['load_average_end'][0]:.1f}", "",
              "| model | decoding | plain F1 (EM) | filler F1 (EM) | article F1 (EM) | filler cost | article cost |",
              "|---|---|---|---|---|---|---|"]
-    for label, rows in r.items():
-        if not isinstance(rows, dict) or "plain" not in rows or label == "speed":
-            continue
+    for label, rows in model_rows(r).items():
         for choice in rows["plain"]:
             if choice not in CHOICES and choice not in ("run_qa", "oracle window"):
                 continue
@@ -368,19 +373,18 @@ def markdown(r: dict) -> str:
             lines.append(f"| {label} | {choice} | " + " | ".join(f"{c['f1']:.2f} ({c['exact']:.2f})" for c in cells)
                          + f" | {f1[0] - f1[1]:.2f} | {f1[0] - f1[2]:.2f} |")
     lines.append("")
-    for label, rows in r.items():
-        if isinstance(rows, dict) and "plain" in rows and label != "speed":
-            lines.append(f"{label} windows: " + ", ".join(f"{v} {rows[v]['windows']}" for v in VERSIONS))
+    for label, rows in model_rows(r).items():
+        lines.append(f"{label} windows: " + ", ".join(f"{v} {rows[v]['windows']}" for v in VERSIONS))
+        for v in VERSIONS:
+            if "decode_seconds" in rows[v]:
+                lines.append(f"{label} {v}: encoder {rows[v].get('encoder_seconds', '?')} s (this run or the "
+                             f"cached one), decoding {rows[v]['decode_seconds']} s")
+        if "thresholds" in rows:
+            lines.append(f"{label} null thresholds (tuned on held-out plain questions): {rows['thresholds']}")
             for v in VERSIONS:
-                if "decode_seconds" in rows[v]:
-                    lines.append(f"{label} {v}: encoder {rows[v].get('encoder_seconds', '?')} s (this run or the "
-                                 f"cached one), decoding {rows[v]['decode_seconds']} s")
-            if "thresholds" in rows:
-                lines.append(f"{label} null thresholds (tuned on held-out plain questions): {rows['thresholds']}")
-                for v in VERSIONS:
-                    lines.append(f"{label} {v} HasAns/NoAns F1: " + ", ".join(
-                        f"{c} {rows[v][c]['HasAns_f1']:.1f}/{rows[v][c]['NoAns_f1']:.1f}" for c in CHOICES
-                        if "HasAns_f1" in rows[v][c]))
+                lines.append(f"{label} {v} HasAns/NoAns F1: " + ", ".join(
+                    f"{c} {rows[v][c]['HasAns_f1']:.1f}/{rows[v][c]['NoAns_f1']:.1f}" for c in CHOICES
+                    if "HasAns_f1" in rows[v][c]))
     for version, s in r.get("speed", {}).items():
         lines.append(f"speed ({s['questions']} {version} questions, median of rounds): " + ", ".join(
             f"{c} {s['questions'] / median(t):.1f} q/s" for c, t in s["seconds"].items())

@@ -328,14 +328,11 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
 
     def finished() -> dict:
         """(params, seed) -> the first trial that trained them to the end or was pruned."""
-        out: dict = {}
+        first: dict = {}
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
             if "repeat_of" not in t.user_attrs:
-                out.setdefault(key(t.params, t.user_attrs.get("seed")), t)
-        return out
-
-    def done() -> set:
-        return set(finished())
+                first.setdefault(key(t.params, t.user_attrs.get("seed")), t)
+        return first
 
     def run_one(trial, phase: str, seed: int, prune: bool) -> bool:
         """Train one trial; False when the sampler drew a setting already trained (its outcome
@@ -380,7 +377,7 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
 
     if search.trials is None:
         for params in space.grid():
-            if key(params, base.seed) not in done():
+            if key(params, base.seed) not in finished():
                 study.enqueue_trial(params)
                 run_one(study.ask(), "grid", base.seed, search.pruning)
     else:
@@ -398,7 +395,7 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
         if best is None:
             raise UserError("no trial finished, so there is no best setting to restart")
         for seed in range(base.seed + 1, base.seed + 1 + search.restarts):
-            if key(best.params, seed) not in done():
+            if key(best.params, seed) not in finished():
                 study.enqueue_trial(best.params)
                 run_one(study.ask(), "restart", seed, False)
     write_rows(out, study)
