@@ -192,11 +192,12 @@ def run_ours(label: str, directory: Path, versions: dict, tune: list | None, wor
     return rows
 
 
-def read_with_ours(spec: str, versions: dict, tune: list | None, work: Path, paragraphs: bool) -> dict:
-    """`LABEL=DIR`'s rows, read with windows across paragraphs and, with `paragraphs`, also
-    with paragraph windows (as `LABEL+para`)."""
+def read_with_ours(spec: str, versions: dict, tune: list | None, work: Path, windows: str) -> dict:
+    """`LABEL=DIR`'s rows, read with windows across paragraphs (`windows` "across" or "both")
+    and with paragraph windows (as `LABEL+para`; "para" or "both")."""
     label, directory = spec.split("=", 1)
-    reads = [(label, False), (f"{label}+para", True)] if paragraphs else [(label, False)]
+    reads = [(label, False)] if windows != "para" else []
+    reads += [(f"{label}+para", True)] if windows != "across" else []
     return {name: run_ours(name, Path(directory), versions, tune, work, para) for name, para in reads}
 
 
@@ -310,8 +311,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--paragraph-windows", action="store_true",
                         help="also read each model with --paragraph-windows (rows 'LABEL+para')")
+    parser.add_argument("--paragraph-windows-only", action="store_true",
+                        help="read each model with --paragraph-windows only (rows 'LABEL+para')")
     parser.add_argument("--name", default="qa-long")
     args = parser.parse_args()
+    reads = "para" if args.paragraph_windows_only else "both" if args.paragraph_windows else "across"
     args.speed_version = args.speed_version or ["plain", "filler"]
 
     from bertheads.encoder import Encoder
@@ -336,7 +340,7 @@ def main() -> None:
             log(f"speed: {version}, {len(inputs)} questions")
             record["speed"][version] = speed(args.speed, inputs, args.rounds)
     for spec in args.ours:
-        record.update(read_with_ours(spec, v1, None, work, args.paragraph_windows))
+        record.update(read_with_ours(spec, v1, None, work, reads))
     if args.trainer:
         record["trainer"] = run_trainer_model(args.trainer, v1, work)
     if args.ours_v2:
@@ -346,7 +350,7 @@ def main() -> None:
         v2 = build_versions(v2_path, all_v2[:n], tokenizer)
         tune = all_v2[n: 2 * n]
         for spec in args.ours_v2:
-            record.update(read_with_ours(spec, v2, tune, work, args.paragraph_windows))
+            record.update(read_with_ours(spec, v2, tune, work, reads))
     record["load_average_end"] = os.getloadavg()
     path = save_json(args.name, record)
     print(markdown(record))

@@ -65,6 +65,22 @@ def test_length_grouped_batches_cover_everything_once_and_group_lengths():
     assert length_grouped_batches(lengths, 32, seed=1) == batches  # reproducible
 
 
+def test_length_grouped_batches_keep_groups_together():
+    import random
+
+    rng = random.Random(0)
+    groups = [g for g in range(300) for _ in range(rng.randint(1, 3))] + [999] * 20  # one group > batch
+    lengths = [rng.randint(3, 120) for _ in groups]
+    batches = length_grouped_batches(lengths, 16, seed=1, groups=groups)
+    assert sorted(i for b in batches for i in b) == list(range(len(groups)))
+    where = {}
+    for n, b in enumerate(batches):
+        for i in b:
+            where.setdefault(groups[i], set()).add(n)
+    assert all(len(v) == 1 for v in where.values())  # no group split
+    assert sorted(len(b) for b in batches)[-1] == 20 and sorted(len(b) for b in batches)[-2] <= 16
+
+
 def test_sorted_batches_and_token_cap():
     lengths = [5, 50, 7, 49, 6]
     batches = sorted_batches(lengths, batch_size=2)

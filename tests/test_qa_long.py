@@ -122,12 +122,13 @@ def test_v2_null_decision_per_window_with_long_passages():
 
 def test_other_passages_are_the_nearest_distinct_ones():
     ex = [QAExample(f"q{i}", f"passage {i // 2}", f"{i}", ["p"], [0]) for i in range(6)]  # 3 passages
-    got = other_passages(ex, 2)
+    got, question = other_passages(ex, 2)
+    assert question == [i for i in range(6) for _ in range(2)]
     assert len(got) == 12 and all(not g.answers for g in got)
     assert [g.context for g in got[:2]] == ["passage 1", "passage 2"]  # first passage: neighbours after
     assert [g.context for g in got[4:6]] == ["passage 0", "passage 2"]  # middle: one each side
     assert got[4].question == "q2"
-    assert len(other_passages(ex[:2], 3)) == 0  # only one passage: no negatives
+    assert other_passages(ex[:2], 3) == ([], [])  # only one passage: no negatives
 
 
 def test_negative_windows_added_to_training_only(tiny_bert):
@@ -139,6 +140,72 @@ def test_negative_windows_added_to_training_only(tiny_bert):
     assert all(f["start_positions"] > 0 for f in feats[:3])
     assert all(f["start_positions"] == 0 and f["end_positions"] == 0 for f in feats[3:])
     assert len(task.encode_for_inference(ex, tokenizer)[0]) == 3
+    assert "group" not in feats[0]  # only with shared_norm
+
+
+def test_shared_norm_groups_a_questions_windows(tiny_bert):
+    task, tokenizer = make_task(tiny_bert, max_length=64, stride=16, max_question_length=16, negative_windows=1,
+                                shared_norm=True)
+    ex = [QAExample("What is the capital?", f"The capital is {c}.", str(i), [c], [15])
+          for i, c in enumerate(["Paris", "Rome", "Oslo"])]
+    feats = task.encode(ex, tokenizer, with_labels=True)
+    # own windows first, then each question's negative window (nearest passage: 1, 0, 1)
+    assert [f["group"] for f in feats] == [0, 1, 2, 0, 1, 2]
+    assert [f["start_positions"] > 0 for f in feats] == [True] * 3 + [False] * 3
+    assert "group" not in task.encode_for_inference(ex, tokenizer)[0][0]
+    from bertheads.packing import length_grouped_batches
+
+    batches = length_grouped_batches([len(f["input_ids"]) for f in feats], 2, seed=0,
+                                     groups=[f["group"] for f in feats])
+    assert sorted(sorted(b) for b in batches) == [[0, 3], [1, 4], [2, 5]]  # a question's windows together
+
+
+def shared_batch(logits_a: list[float], logits_b: list[float]) -> tuple:
+    """Two windows of one question, `[CLS] q [SEP] p1 p2 p3 [SEP]`; the answer (p2) is in window
+    0. Start and end logits alike: `logits_a` for window 0's passage tokens, `logits_b` for
+    window 1's."""
+    import torch
+
+    types = torch.tensor([[0, 0, 0, 1, 1, 1, 1]] * 2)
+    x = torch.zeros(2, 7, 2)
+    x[0, 3:6] = torch.tensor(logits_a)[:, None]
+    x[1, 3:6] = torch.tensor(logits_b)[:, None]
+    x[:, 6] = 50.0  # the final [SEP]: not a passage token, so it must not count
+    batch = {"token_type_ids": types, "attention_mask": torch.ones(2, 7, dtype=torch.long),
+             "start_positions": torch.tensor([4, 0]), "end_positions": torch.tensor([4, 0]),
+             "group": torch.tensor([7, 7])}
+    return x, batch
+
+
+def test_shared_norm_loss_is_one_softmax_over_the_questions_windows():
+    import torch
+
+    from bertheads.tasks.qa import shared_window_loss
+
+    x, batch = shared_batch([0.0, 2.0, 0.0], [1.0, 3.0, 1.0])
+    want = -(2.0 - torch.logsumexp(torch.tensor([0.0, 2.0, 0.0, 1.0, 3.0, 1.0]), 0))
+    assert torch.isclose(shared_window_loss(x, batch), want)
+    # the other window's passage scores count: lowering them lowers the loss
+    low, batch = shared_batch([0.0, 2.0, 0.0], [-3.0, -3.0, -3.0])
+    assert shared_window_loss(low, batch) < want - 1.0
+    # as separate questions, the answerless window drops out (its own loss is [CLS]'s)
+    batch["group"] = torch.tensor([7, 8])
+    assert torch.isclose(shared_window_loss(x, batch), -(2.0 - torch.logsumexp(torch.tensor([0.0, 2.0, 0.0]), 0)))
+    # no answer in the batch (SQuAD v2.0 unanswerables): zero, with a gradient of zeros
+    x.requires_grad_(True)
+    batch["start_positions"] = batch["end_positions"] = torch.tensor([0, 0])
+    loss = shared_window_loss(x, batch)
+    loss.backward()
+    assert float(loss.detach()) == 0.0 and torch.equal(x.grad, torch.zeros_like(x))
+
+
+def test_shared_norm_loss_adds_to_the_window_loss(tiny_bert):
+    task, _ = make_task(tiny_bert)
+    x, batch = shared_batch([0.0, 2.0, 0.0], [1.0, 3.0, 1.0])
+    alone = {k: v for k, v in batch.items() if k != "group"}
+    from bertheads.tasks.qa import shared_window_loss
+
+    assert float(task.loss(x, batch)) == pytest.approx(float(task.loss(x, alone) + shared_window_loss(x, batch)))
 
 
 def test_joined_passages_keep_the_answer_and_the_file_order():
@@ -189,9 +256,10 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     assert main(["train", "qa", "--train", str(train), "--out", str(out), "--model", tiny_bert, "--epochs", "1",
                  "--max-length", "64", "--stride", "16", "--max-question-length", "16", "--no-progress",
                  "--window-choice", "relative+context", "--negative-windows", "2", "--join-passages", "1",
-                 "--paragraph-windows"]) == 0
+                 "--paragraph-windows", "--shared-norm"]) == 0
     model = bertheads.load(out)
     spec = model.task().spec
+    assert spec.shared_norm
     assert spec.window_choice == "relative+context" and spec.negative_windows == 2 and spec.join_passages == 1
     assert spec.paragraph_windows
     model.choose_windows(window_choice="raw")  # predict/evaluate --window-choice
@@ -275,3 +343,17 @@ def test_joined_training_passages_are_read_across_their_ends(tiny_bert):
     spans = [ex_text for f in feats
              for ex_text in [tokenizer.decode(f["input_ids"][f["_context"][0]: f["_context"][1] + 1])]]
     assert any(s.count("the river is the") == 2 for s in spans)  # one window holds the end of one, start of another
+
+
+def test_training_plan_keeps_a_questions_windows_in_one_batch(tiny_bert):
+    from bertheads.train import TaskData, TrainSettings, plan_epoch
+
+    task, tokenizer = make_task(tiny_bert, max_length=64, stride=16, max_question_length=16, negative_windows=2,
+                                shared_norm=True)
+    ex = [QAExample("What is the capital?", f"The capital is {c}.", str(i), [c], [15])
+          for i, c in enumerate(["Paris", "Rome", "Oslo", "Bern", "Kyiv", "Riga", "Lima"])]
+    feats = task.encode(ex, tokenizer, with_labels=True)
+    plan = plan_epoch([TaskData("qa", task, feats)], TrainSettings(batch_size=4, seed=3), epoch=0, rank=0, world=1)
+    seen = sorted(i for _, b in plan for i in b)
+    assert seen == list(range(len(feats)))
+    assert all(len({feats[i]["group"] for i in b}) == len(b) // 3 for _, b in plan)  # whole groups of 3

@@ -139,18 +139,40 @@ def collate(features: Sequence[Feature], pad_id: int, label_pad: int = -100) -> 
 
 
 def length_grouped_batches(
-    lengths: Sequence[int], batch_size: int, seed: int, group_factor: int = 50
+    lengths: Sequence[int], batch_size: int, seed: int, group_factor: int = 50,
+    groups: Sequence | None = None,
 ) -> list[list[int]]:
     """Training batches of similar lengths: shuffle, sort within chunks of
-    `batch_size * group_factor` examples, cut into batches, shuffle the batches."""
+    `batch_size * group_factor` examples, cut into batches, shuffle the batches. With `groups`
+    (a group id per example) the examples of one group stay together in one batch (a group of
+    more than `batch_size` makes a batch of its own)."""
     rng = random.Random(seed)
-    order = list(range(len(lengths)))
-    rng.shuffle(order)
+    if groups is None:
+        units = [[i] for i in range(len(lengths))]
+    else:
+        members: dict = {}
+        for i, g in enumerate(groups):
+            members.setdefault(g, []).append(i)
+        units = list(members.values())
+    rng.shuffle(units)
     chunk = batch_size * group_factor
     batches: list[list[int]] = []
-    for start in range(0, len(order), chunk):
-        group = sorted(order[start : start + chunk], key=lambda i: -lengths[i])
-        batches.extend(group[j : j + batch_size] for j in range(0, len(group), batch_size))
+    start = 0
+    while start < len(units):
+        end, size = start, 0
+        while end < len(units) and size < chunk:
+            size += len(units[end])
+            end += 1
+        part = sorted(units[start:end], key=lambda u: -max(lengths[i] for i in u))
+        current: list[int] = []
+        for unit in part:
+            if current and len(current) + len(unit) > batch_size:
+                batches.append(current)
+                current = []
+            current = current + unit
+        if current:
+            batches.append(current)
+        start = end
     rng.shuffle(batches)
     return batches
 

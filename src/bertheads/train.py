@@ -104,7 +104,8 @@ def plan_epoch(data: list[TaskData], settings: TrainSettings, epoch: int, rank: 
     size = settings.batch_size * settings.grad_accum
     for t, d in enumerate(data):
         lengths = d.cached.lengths if d.cached is not None else [len(f["input_ids"]) for f in d.train_features]
-        batches = length_grouped_batches(lengths, size, seed=settings.seed + 1000 * epoch + t)
+        groups = [f["group"] for f in d.train_features] if d.train_features and "group" in d.train_features[0] else None
+        batches = length_grouped_batches(lengths, size, seed=settings.seed + 1000 * epoch + t, groups=groups)
         plans.append(list(shard(batches, rank, world)))
     if len(plans) == 1:
         return [(0, b) for b in plans[0]]

@@ -73,6 +73,7 @@ class QASpec(HeadSettings):
     negative_windows: int = 0  # training: answerless windows of other passages per question
     join_passages: int = 0  # training: each passage read among its K nearest other passages
     paragraph_windows: bool = True  # each paragraph of a passage read in windows of its own
+    shared_norm: bool = False  # training: a question's windows share one start and one end softmax
 
 
 class QAHead(nn.Module):
@@ -124,6 +125,11 @@ class QATask(Task):
                        help="read each paragraph of a passage (split at blank lines, else at line breaks; "
                             "short ones join the next) in windows of its own, as SQuAD's paragraphs are "
                             "read (default); --no-paragraph-windows: windows run across paragraph ends")
+        g.add_argument("--shared-norm", action="store_true",
+                       help="training: the windows of a question (its own and, with --negative-windows, "
+                            "other passages') are batched together and share one softmax over their "
+                            "passage tokens, besides each window's own loss, so span scores compare "
+                            "across windows and paragraphs")
         g.add_argument("--join-passages", type=int, default=0, metavar="K",
                        help="training: read each question's passage joined with the K nearest other "
                             "passages of the file, in file order, so answers sit at varied places among "
@@ -222,15 +228,21 @@ class QATask(Task):
         tokens, any other at [CLS] (position 0); with `join_passages`, each passage is first
         joined with its nearest other passages; with `negative_windows`, windows of other
         passages are added, pointing at [CLS] too."""
-        joined = with_labels and self.spec.join_passages > 0
-        read = joined_passages(examples, self.spec.join_passages) if joined else examples
+        spec = self.spec
+        joined = with_labels and spec.join_passages > 0
+        read = joined_passages(examples, spec.join_passages) if joined else examples
         # joined passages are read across their ends: that is what joining them is for
-        feats = self.encode_for_inference(read, tokenizer, with_labels, paragraphs=False if joined else None)[0]
-        if with_labels and self.spec.negative_windows > 0:
-            negatives, _ = self.windows(other_passages(examples, self.spec.negative_windows), tokenizer)
+        feats, owner = self.encode_for_inference(read, tokenizer, with_labels, paragraphs=False if joined else None)
+        if with_labels and spec.negative_windows > 0:
+            others, sources = other_passages(examples, spec.negative_windows)
+            negatives, of = self.windows(others, tokenizer)
             for f in negatives:
                 f["start_positions"], f["end_positions"] = 0, 0
             feats += negatives
+            owner = owner + [sources[i] for i in of]
+        if with_labels and spec.shared_norm:
+            for f, i in zip(feats, owner):
+                f["group"] = i  # which question: its windows are batched together (see `loss`)
         return feats
 
     def encode_for_inference(self, examples: list[QAExample], tokenizer, with_labels: bool = False,
@@ -295,13 +307,17 @@ class QATask(Task):
 
     # -- loss and decoding ---------------------------------------------------------------
     def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Mean of the start and end cross-entropies (padding positions masked out)."""
+        """Mean of the start and end cross-entropies (padding positions masked out); with
+        `shared_norm` (a `group` per window), plus the shared-softmax loss of `shared_window_loss`."""
         mask = batch.get("attention_mask")
         if mask is not None:
             logits = logits.masked_fill(mask[..., None] == 0, torch.finfo(logits.dtype).min)
         start = F.cross_entropy(logits[..., 0], batch["start_positions"].long())
         end = F.cross_entropy(logits[..., 1], batch["end_positions"].long())
-        return (start + end) / 2
+        loss = (start + end) / 2
+        if "group" in batch:
+            loss = loss + shared_window_loss(logits, batch)
+        return loss
 
     def threshold(self, null_threshold: float | None = None) -> float | None:
         return self.spec.null_threshold if null_threshold is None else float(null_threshold)
@@ -481,12 +497,13 @@ def nearest_passages(examples: list[QAExample], k: int) -> tuple[list[str], list
     return texts, own, [nearest[p] for p in own]
 
 
-def other_passages(examples: list[QAExample], k: int) -> list[QAExample]:
+def other_passages(examples: list[QAExample], k: int) -> tuple[list[QAExample], list[int]]:
     """Each question paired with the `k` passages nearest its own in file order, as questions
-    without an answer there."""
+    without an answer there, and for each pair the index of its question in `examples`."""
     texts, _, nearest = nearest_passages(examples, k)
-    return [QAExample(e.question, texts[p], f"{e.id}/negative{j}")
-            for e, picked in zip(examples, nearest) for j, p in enumerate(picked)]
+    pairs = [(i, QAExample(e.question, texts[p], f"{e.id}/negative{j}"))
+             for i, (e, picked) in enumerate(zip(examples, nearest)) for j, p in enumerate(picked)]
+    return [p for _, p in pairs], [i for i, _ in pairs]
 
 
 def joined_passages(examples: list[QAExample], k: int, sep: str = "\n") -> list[QAExample]:
@@ -501,6 +518,33 @@ def joined_passages(examples: list[QAExample], k: int, sep: str = "\n") -> list[
         starts = [s if s >= 0 else e.context.find(a) for s, a in zip(e.starts, e.answers)]
         out.append(replace(e, context=context, starts=[s + shift if s >= 0 else -1 for s in starts]))
     return out
+
+
+def shared_window_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Shared normalisation: for each question (`batch["group"]`) whose answer is in one of its
+    windows in the batch, minus the log of the probability of the answer's start (and end),
+    under one softmax over the passage tokens of all that question's windows; the mean of
+    start and end over those questions. A window's raw span scores then compare with those of
+    the question's other windows."""
+    types = batch["token_type_ids"]
+    passage = (types == 1) & F.pad(types[:, 1:] == 1, (0, 1))  # type-1 tokens but the final [SEP]
+    _, group = torch.unique(batch["group"], return_inverse=True)
+    n_groups, rows = int(group.max()) + 1, torch.arange(len(group), device=group.device)
+    answered = batch["start_positions"] > 0  # windows that hold the answer
+    if not bool(answered.any()):
+        return logits.sum() * 0.0
+    far = -1e9  # a finite "minus infinity": no NaN gradients for empty rows
+    total = logits.new_zeros((), dtype=torch.float32)
+    for k, gold in enumerate((batch["start_positions"], batch["end_positions"])):
+        scores = logits[..., k].float().masked_fill(~passage, far)
+        every = torch.full((n_groups, len(group)), far, device=logits.device)
+        every = every.index_put((group, rows), torch.logsumexp(scores, dim=1))
+        right = torch.full((n_groups, len(group)), far, device=logits.device)
+        picked = scores.gather(1, gold.long()[:, None])[:, 0]
+        right = right.index_put((group[answered], rows[answered]), picked[answered])
+        has = torch.zeros(n_groups, dtype=torch.bool, device=logits.device).index_fill(0, group[answered], True)
+        total = total + (torch.logsumexp(every[has], dim=1) - torch.logsumexp(right[has], dim=1)).mean()
+    return total / 2
 
 
 def answer_tokens(feature: dict, example: QAExample) -> tuple[int, int]:
