@@ -1,0 +1,44 @@
+"""Paired bootstrap of the long-passage costs (plain F1 - long-version F1, per question) on the
+cached logits of the `bench/qa_long.py` runs `qa-long-para` (v1) and `qa-long-sn` (shared
+norm): their 95% intervals. Run after those: `python bench/qa_long_bootstrap.py`."""
+
+from pathlib import Path
+
+import numpy as np
+import qa_long
+
+import bertheads
+from bertheads.encoder import Encoder
+from bertheads.tasks.qa import read_examples
+from bertheads.tasks.qa_metrics import f1_v1, max_over
+
+READS = [("v1+para", "bench/out/qalong/ours-v1", "bench/out/qa-long-para"),
+         ("neg1sn+para", "bench/out/qalong/ours-neg1-sn", "bench/out/qa-long-sn")]
+
+
+def per_question_f1(model, examples, cache: Path) -> np.ndarray:
+    task, features, owner, logits = qa_long.window_logits(model, examples, cache)
+    outputs = task.collect(logits, owner, examples, features)
+    return np.array([max_over(f1_v1, e.context[int(o.spans[0][0]):int(o.spans[0][1])], e.answers)
+                     for o, e in zip(outputs, examples)])
+
+
+def main(limit: int = 1000, resamples: int = 10000) -> None:
+    path = qa_long.require_data("squad", "eval-split.json")
+    versions = qa_long.build_versions(path, read_examples(str(path))[:limit], Encoder.load("default").tokenizer)
+    rng = np.random.default_rng(0)
+    for label, directory, work in READS:
+        model = bertheads.load(directory)
+        for task in model.net.tasks.values():
+            task.spec.paragraph_windows, task.spec.window_choice = True, "relative"
+        f1 = {v: per_question_f1(model, versions[v], Path(work) / f"{label}-{v}.npz") for v in versions}
+        for version in ("filler", "article"):
+            cost = 100 * (f1["plain"] - f1[version])
+            means = cost[rng.integers(0, len(cost), (resamples, len(cost)))].mean(1)
+            low, high = np.percentile(means, [2.5, 97.5])
+            print(f"{label} {version}: cost {cost.mean():.2f} [{low:.2f}, {high:.2f}], "
+                  f"P(cost <= 1) {(means <= 1).mean():.3f}, answers changed {int((cost != 0).sum())}")
+
+
+if __name__ == "__main__":
+    main()
