@@ -169,7 +169,7 @@ def length_grouped_batches(
             if current and len(current) + len(unit) > batch_size:
                 batches.append(current)
                 current = []
-            current = current + unit
+            current.extend(unit)
         if current:
             batches.append(current)
         start = end
