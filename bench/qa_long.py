@@ -114,21 +114,26 @@ def window_logits(model, examples, cache: Path):
     return task, features, owner, logits
 
 
-def decode_seconds(task, features, owner, logits, examples, rounds: int = 3) -> dict:
-    """`collect` (all decoding after the encoder) timed per choice, rounds alternating."""
-    times: dict[str, list[float]] = {c: [] for c in CHOICES}
+def decode_seconds(task, features, owner, logits, examples, rounds: int = 3, match: float | None = None) -> dict:
+    """`collect` (all decoding after the encoder) timed per choice (and `relative` with paragraph
+    match `match`), rounds alternating."""
+    decodings = [(c, c, 0.0) for c in CHOICES] + ([(f"relative+match {match:g}", "relative", match)] if match else [])
+    times: dict[str, list[float]] = {name: [] for name, _, _ in decodings}
     for _ in range(rounds):
-        for c in CHOICES:
-            task.spec.window_choice = c
+        for name, choice, weight in decodings:
+            task.spec.window_choice, task.spec.paragraph_match = choice, weight
             start = time.perf_counter()
             task.collect(logits, owner, examples, features)
-            times[c].append(time.perf_counter() - start)
+            times[name].append(time.perf_counter() - start)
+    task.spec.paragraph_match = 0.0
     return {c: round(median(t), 4) for c, t in times.items()}
 
 
-def our_scores(task, features, owner, logits, examples, choice: str, threshold: float | None) -> dict:
-    task.spec.window_choice = choice
+def our_scores(task, features, owner, logits, examples, choice: str, threshold: float | None,
+               match: float = 0.0) -> dict:
+    task.spec.window_choice, task.spec.paragraph_match = choice, match
     outputs = task.collect(logits, owner, examples, features)
+    task.spec.paragraph_match = 0.0
     result = task.metrics(outputs, examples, null_threshold=threshold)
     keep = ("exact_match", "f1", "HasAns_f1", "NoAns_f1")
     return {k.replace("exact_match", "exact"): round(float(result[k]), 2) for k in keep if k in result}
@@ -163,14 +168,33 @@ def tuned_threshold(task, features, owner, logits, examples, choice: str) -> flo
     return float(best_threshold(diffs, has, span_f1))
 
 
+def tuned_match(model, label: str, versions: dict, work: Path, weights: list[float]) -> dict:
+    """F1 of `relative` decoding with each paragraph-match weight on held-out long versions
+    (`versions`: filler and article of questions the table does not score), and the weight with
+    the best mean of the two."""
+    tried = {}
+    got = {v: window_logits(model, versions[v], work / f"{label}-tune-{v}.npz") for v in ("filler", "article")}
+    for w in weights:
+        tried[w] = {v: our_scores(*got[v], versions[v], "relative", None, w)["f1"] for v in got}
+    best = max(weights, key=lambda w: (sum(tried[w].values()), -w))
+    return {"weights": {str(w): f for w, f in tried.items()}, "chosen": best}
+
+
 def run_ours(label: str, directory: Path, versions: dict, tune: list | None, work: Path,
-             paragraphs: bool = False) -> dict:
+             paragraphs: bool = False, match_versions: dict | None = None, weights: list[float] = (),
+             fixed_match: float | None = None) -> dict:
     import bertheads
 
     model = bertheads.load(directory)
     for task in model.net.tasks.values():
         task.spec.paragraph_windows = paragraphs
+        task.spec.paragraph_match = 0.0
     rows: dict = {}
+    match = fixed_match if paragraphs else None
+    if weights and paragraphs and match_versions:
+        log(f"{label}: paragraph-match weights on held-out long versions")
+        rows["paragraph_match"] = tuned_match(model, label, match_versions, work, list(weights))
+        match = rows["paragraph_match"]["chosen"]
     thresholds = {}
     if tune is not None:
         log(f"{label}: tuning set ({len(tune)} plain questions)")
@@ -182,23 +206,30 @@ def run_ours(label: str, directory: Path, versions: dict, tune: list | None, wor
         got = window_logits(model, examples, work / f"{label}-{version}.npz")
         rows[version] = {"windows": len(got[1]),
                          **{c: our_scores(*got, examples, c, thresholds.get(c)) for c in CHOICES}}
+        if match is not None:
+            rows[version][f"relative+match {match:g}"] = our_scores(*got, examples, "relative",
+                                                                    thresholds.get("relative"), match)
         oracle = oracle_scores(*got, examples) if tune is None else None
         if oracle:
             rows[version]["oracle window"] = oracle
         data = np.load(work / f"{label}-{version}.npz")
         if "encoder_seconds" in data:
             rows[version]["encoder_seconds"] = round(float(data["encoder_seconds"]), 2)
-        rows[version]["decode_seconds"] = decode_seconds(*got, examples)
+        rows[version]["decode_seconds"] = decode_seconds(*got, examples, match=match)
     return rows
 
 
-def read_with_ours(spec: str, versions: dict, tune: list | None, work: Path, windows: str) -> dict:
+def read_with_ours(spec: str, versions: dict, tune: list | None, work: Path, windows: str,
+                   match_versions: dict | None = None, weights: list[float] = (),
+                   fixed_match: float | None = None) -> dict:
     """`LABEL=DIR`'s rows, read with windows across paragraphs (`windows` "across" or "both")
-    and with paragraph windows (as `LABEL+para`; "para" or "both")."""
+    and with paragraph windows (as `LABEL+para`; "para" or "both"; with `weights`, also the
+    paragraph-match weight tuned on `match_versions`)."""
     label, directory = spec.split("=", 1)
     reads = [(label, False)] if windows != "para" else []
     reads += [(f"{label}+para", True)] if windows != "across" else []
-    return {name: run_ours(name, Path(directory), versions, tune, work, para) for name, para in reads}
+    return {name: run_ours(name, Path(directory), versions, tune, work, para, match_versions, weights, fixed_match)
+            for name, para in reads}
 
 
 # -- the Trainer's model, run_qa way --------------------------------------------------------------
@@ -271,25 +302,28 @@ def run_trainer_model(model_dir: Path, versions: dict, work: Path) -> dict:
 # -- prediction speed -----------------------------------------------------------------------------
 def speed(directory: Path, inputs: list[dict], rounds: int) -> dict:
     """`Model.predict` end to end, rounds alternating: the decoding before long passages were
-    handled (raw scores, windows across paragraph ends) against today's defaults (relative
-    scores, paragraph windows)."""
+    handled (raw scores, windows across paragraph ends), paragraph windows with relative scores
+    and no paragraph match, and today's defaults (those with `QASpec.paragraph_match`)."""
     import bertheads
+    from bertheads.tasks.qa import QASpec
 
     model = bertheads.load(directory)
     task = model.task()
-    configs = {"raw, token windows": ("raw", False), "relative, paragraph windows": ("relative", True)}
+    configs = {"raw, token windows": ("raw", False, 0.0),
+               "relative, paragraph windows, no match": ("relative", True, 0.0),
+               f"defaults (match {QASpec.paragraph_match:g})": ("relative", True, QASpec.paragraph_match)}
     times: dict[str, list[float]] = {c: [] for c in configs}
     model.predict(inputs[:20])
     for r in range(rounds):
         for name in list(configs)[:: 1 if r % 2 == 0 else -1]:  # the order alternates too
-            choice, paragraphs = configs[name]
-            task.spec.window_choice, task.spec.paragraph_windows = choice, paragraphs
+            task.spec.window_choice, task.spec.paragraph_windows, task.spec.paragraph_match = configs[name]
             start = time.perf_counter()
             model.predict(inputs)
             times[name].append(time.perf_counter() - start)
         log(f"round {r + 1}: " + ", ".join(f"{c} {len(inputs) / t[-1]:.1f} q/s" for c, t in times.items()))
-    before, default = (median(times[c]) for c in configs)
-    return {"questions": len(inputs), "seconds": times, "time_ratio_default_over_before": default / before}
+    before, no_match, default = (median(times[c]) for c in configs)
+    return {"questions": len(inputs), "seconds": times, "time_ratio_default_over_before": default / before,
+            "time_ratio_default_over_no_match": default / no_match}
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -313,6 +347,11 @@ def main() -> None:
                         help="also read each model with --paragraph-windows (rows 'LABEL+para')")
     parser.add_argument("--paragraph-windows-only", action="store_true",
                         help="read each model with --paragraph-windows only (rows 'LABEL+para')")
+    parser.add_argument("--match-weights", type=lambda t: [float(x) for x in t.split(",")], default=[],
+                        help="paragraph-match weights to try (comma-separated): chosen on the filler and "
+                             "article versions of eval questions N..2N-1, reported as 'relative+match W'")
+    parser.add_argument("--v2-match", type=float, default=None, metavar="W",
+                        help="also decode v2.0 models with paragraph-match weight W (row 'relative+match W')")
     parser.add_argument("--name", default="qa-long")
     args = parser.parse_args()
     reads = "para" if args.paragraph_windows_only else "both" if args.paragraph_windows else "across"
@@ -339,8 +378,12 @@ def main() -> None:
             inputs = [{"question": e.question, "context": e.context} for e in examples]
             log(f"speed: {version}, {len(inputs)} questions")
             record["speed"][version] = speed(args.speed, inputs, args.rounds)
+    held_out = None
+    if args.match_weights:
+        all_v1 = read_examples(str(v1_path))
+        held_out = build_versions(v1_path, all_v1[args.limit: 2 * args.limit], tokenizer)
     for spec in args.ours:
-        record.update(read_with_ours(spec, v1, None, work, reads))
+        record.update(read_with_ours(spec, v1, None, work, reads, held_out, args.match_weights))
     if args.trainer:
         record["trainer"] = run_trainer_model(args.trainer, v1, work)
     if args.ours_v2:
@@ -350,7 +393,7 @@ def main() -> None:
         v2 = build_versions(v2_path, all_v2[:n], tokenizer)
         tune = all_v2[n: 2 * n]
         for spec in args.ours_v2:
-            record.update(read_with_ours(spec, v2, tune, work, reads))
+            record.update(read_with_ours(spec, v2, tune, work, reads, fixed_match=args.v2_match))
     record["load_average_end"] = os.getloadavg()
     path = save_json(args.name, record)
     print(markdown(record))
@@ -368,7 +411,7 @@ def markdown(r: dict) -> str:
              "|---|---|---|---|---|---|---|"]
     for label, rows in model_rows(r).items():
         for choice in rows["plain"]:
-            if choice not in CHOICES and choice not in ("run_qa", "oracle window"):
+            if choice not in CHOICES and choice not in ("run_qa", "oracle window") and "+match" not in choice:
                 continue
             if any(choice not in rows[v] for v in VERSIONS):
                 continue
@@ -383,6 +426,10 @@ def markdown(r: dict) -> str:
             if "decode_seconds" in rows[v]:
                 lines.append(f"{label} {v}: encoder {rows[v].get('encoder_seconds', '?')} s (this run or the "
                              f"cached one), decoding {rows[v]['decode_seconds']} s")
+        if "paragraph_match" in rows:
+            lines.append(f"{label} paragraph-match weights, held-out filler/article F1: " + ", ".join(
+                f"{w}: {f['filler']:.2f}/{f['article']:.2f}" for w, f in rows["paragraph_match"]["weights"].items())
+                + f"; chosen {rows['paragraph_match']['chosen']:g}")
         if "thresholds" in rows:
             lines.append(f"{label} null thresholds (tuned on held-out plain questions): {rows['thresholds']}")
             for v in VERSIONS:
@@ -392,7 +439,9 @@ def markdown(r: dict) -> str:
     for version, s in r.get("speed", {}).items():
         lines.append(f"speed ({s['questions']} {version} questions, median of rounds): " + ", ".join(
             f"{c} {s['questions'] / median(t):.1f} q/s" for c, t in s["seconds"].items())
-            + f"; time of the defaults / before {s['time_ratio_default_over_before']:.3f}")
+            + f"; time of the defaults / before {s['time_ratio_default_over_before']:.3f}"
+            + (f", / no match {s['time_ratio_default_over_no_match']:.3f}" if "time_ratio_default_over_no_match" in s
+               else ""))
     return "\n".join(lines)
 
 

@@ -78,6 +78,8 @@ def test_saved_choice_is_kept_and_old_models_get_raw():
     assert QATask.spec_from_dict({"window_choice": "relative"}).window_choice == "relative"
     assert QATask.spec_from_dict({"window_choice": "relative+context"}).window_choice == "relative+context"
     assert not QATask.spec_from_dict({"max_length": 256}).paragraph_windows  # windows across paragraphs, as saved
+    assert QATask.spec_from_dict({"max_length": 256}).paragraph_match == 0.0  # no paragraph match, as saved
+    assert QATask.spec_from_dict({"paragraph_match": 4.0}).paragraph_match == 4.0
     assert QATask.spec_from_dict({"paragraph_windows": True}).paragraph_windows and QASpec().paragraph_windows
 
 
@@ -256,12 +258,12 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     assert main(["train", "qa", "--train", str(train), "--out", str(out), "--model", tiny_bert, "--epochs", "1",
                  "--max-length", "64", "--stride", "16", "--max-question-length", "16", "--no-progress",
                  "--window-choice", "relative+context", "--negative-windows", "2", "--join-passages", "1",
-                 "--paragraph-windows", "--shared-norm"]) == 0
+                 "--paragraph-windows", "--shared-norm", "--paragraph-match", "2.5"]) == 0
     model = bertheads.load(out)
     spec = model.task().spec
     assert spec.shared_norm
     assert spec.window_choice == "relative+context" and spec.negative_windows == 2 and spec.join_passages == 1
-    assert spec.paragraph_windows
+    assert spec.paragraph_windows and spec.paragraph_match == 2.5
     model.choose_windows(window_choice="raw")  # predict/evaluate --window-choice
     assert model.task().spec.window_choice == "raw"
     with pytest.raises(UserError, match="--window-choice best"):
@@ -269,13 +271,17 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     used = []
     decode = bertheads.tasks.qa.QATask.collect
     monkeypatch.setattr(bertheads.tasks.qa.QATask, "collect",
-                        lambda self, *a: used.append((self.spec.window_choice, self.spec.paragraph_windows))
-                        or decode(self, *a))
+                        lambda self, *a: used.append((self.spec.window_choice, self.spec.paragraph_windows,
+                                                      self.spec.paragraph_match)) or decode(self, *a))
     assert main(["predict", str(out), "--question", "What is the capital?", "--context", "The capital is Rome.",
                  "--window-choice", "relative"]) == 0
     assert main(["evaluate", str(out), "--data", str(train), "--window-choice", "context",
-                 "--no-paragraph-windows"]) == 0
-    assert used == [("relative", True), ("context", False)]
+                 "--no-paragraph-windows", "--paragraph-match", "0"]) == 0
+    assert used == [("relative", True, 2.5), ("context", False, 0.0)]
+    with pytest.raises(UserError, match="--paragraph-match is for qa heads"):
+        classify = bertheads.load(out)
+        classify.task().kind = "classify"
+        classify.choose_windows(paragraph_match=1.0)
 
 
 def test_bad_settings_are_user_errors(tiny_bert):
@@ -289,6 +295,8 @@ def test_bad_settings_are_user_errors(tiny_bert):
         check_settings(QASpec(negative_windows=-1), encoder)
     with pytest.raises(UserError, match="--join-passages: must be at least 0"):
         check_settings(QASpec(join_passages=-2), encoder)
+    with pytest.raises(UserError, match="--paragraph-match: must be at least 0"):
+        check_settings(QASpec(paragraph_match=-1.0), encoder)
 
 
 def test_paragraph_spans_split_at_blank_lines_else_line_breaks():
@@ -357,3 +365,73 @@ def test_training_plan_keeps_a_questions_windows_in_one_batch(tiny_bert):
     seen = sorted(i for _, b in plan for i in b)
     assert seen == list(range(len(feats)))
     assert all(len({feats[i]["group"] for i in b}) == len(b) // 3 for _, b in plan)  # whole groups of 3
+
+
+def three_paragraphs() -> tuple[QAExample, list[str]]:
+    """The answer's paragraph, one of the same topic sharing a few question words, and filler
+    (each over 200 characters, so each is a paragraph of its own)."""
+    paragraphs = ["This sentence is only filler text and it says nothing about anything in particular. " * 3,
+                  "The Louvre was a royal palace before it was a museum, and the city grew around it. " * 3,
+                  "The Eiffel tower was built in 1889 for the world fair held in the city that year. " * 3]
+    context = "\n\n".join(paragraphs)
+    return QAExample("When was the Eiffel tower built?", context, "x", ["1889"], [context.index("1889")]), paragraphs
+
+
+def test_paragraph_match_ranks_the_paragraphs_by_the_questions_words(tiny_bert):
+    from bertheads.tasks.qa_spans import paragraph_match_gaps
+
+    task, tokenizer = make_task(tiny_bert, max_length=64, stride=16, max_question_length=16)
+    example, paragraphs = three_paragraphs()
+    plain = QAExample(example.question, paragraphs[2], "y", ["1889"], [paragraphs[2].index("1889")])
+    feats, owner = task.encode_for_inference([example, plain], tokenizer)
+    gaps = paragraph_match_gaps(feats, owner)
+    which = np.array([f["_paragraph"] for f in feats])
+    filler, louvre, eiffel, alone = (gaps[which == p] for p in range(4))
+    assert len(set(filler)) == len(set(louvre)) == len(set(eiffel)) == 1  # one value per paragraph
+    assert eiffel[0] == 0.0 and filler[0] < louvre[0] < 0.0  # "the", "was" also in the Louvre's
+    assert filler[0] == -1.0  # none of the question's words: the whole gap
+    assert (alone == 0.0).all() and owner.count(1) > 1  # one paragraph: no gap, however many windows
+    # words every paragraph has count for little: adding "the eiffel" to the filler's text moves it up
+    closer = QAExample(example.question, example.context.replace("particular", "the eiffel"), "z")
+    moved = paragraph_match_gaps(*task.encode_for_inference([closer], tokenizer))
+    assert moved[0] > filler[0]
+
+
+def test_paragraph_match_lets_the_answers_paragraph_win(tiny_bert):
+    from bertheads.tasks.qa_spans import paragraph_match_gaps
+
+    task, tokenizer = make_task(tiny_bert, max_length=64, stride=16, max_question_length=16)
+    assert task.spec.paragraph_match == 6.0  # on by default for new models
+    task.spec.paragraph_match = 0.0
+    example, _ = three_paragraphs()
+    feats, owner = task.encode_for_inference([example], tokenizer)
+    logits = []
+    for f in feats:  # the filler's first window: a stronger span (relative 24) than the answer's (16)
+        x = np.full((len(f["input_ids"]), 2), -5.0, dtype=np.float32)
+        x[0] = -4.0
+        s, e = answer_tokens(f, example)
+        if s:
+            x[s, 0], x[e, 1] = 4.0, 4.0
+        elif f is feats[0]:
+            x[f["_context"][0] + 1, 0], x[f["_context"][0] + 2, 1] = 8.0, 8.0
+        logits.append(x)
+    got = task.decode(task.collect(logits, owner, [example], feats), [example])[0]
+    assert got["answer"] != "1889" and got["score"] == pytest.approx(24.0)  # the filler's span wins
+    gap = paragraph_match_gaps(feats, owner)[0]
+    assert gap < 0
+    task.spec.paragraph_match = 9.0 / -gap  # the filler's span falls to 24 - 9 = 15 < 16
+    got = task.decode(task.collect(logits, owner, [example], feats), [example])[0]
+    assert got["answer"] == "1889" and got["score"] == pytest.approx(16.0)  # the best paragraph loses nothing
+    task.spec.paragraph_match = 7.0 / -gap  # not enough: 24 - 7 = 17 > 16
+    assert task.decode(task.collect(logits, owner, [example], feats), [example])[0]["answer"] != "1889"
+
+
+def test_paragraph_match_changes_nothing_on_one_paragraph(tiny_bert):
+    task, tokenizer = make_task(tiny_bert, max_length=48, stride=12, max_question_length=8)
+    example = long_example()
+    feats, owner = task.encode_for_inference([example], tokenizer)
+    logits = distractor_logits(feats, example)
+    before = task.collect(logits, owner, [example], feats)[0]
+    task.spec.paragraph_match = 50.0
+    after = task.collect(logits, owner, [example], feats)[0]
+    assert len(feats) > 3 and np.array_equal(before.scores, after.scores) and np.array_equal(before.spans, after.spans)

@@ -96,15 +96,22 @@ class Model:
             task.spec.pool = pool
 
     def choose_windows(self, head: str | None = None, window_choice: str | None = None,
-                       paragraph_windows: bool | None = None) -> None:
+                       paragraph_windows: bool | None = None, paragraph_match: float | None = None) -> None:
         """Override how a qa head compares spans of a long passage's windows (see
-        `tasks.qa.WINDOW_CHOICES`) and whether each paragraph gets windows of its own."""
-        if window_choice is None and paragraph_windows is None:
+        `tasks.qa.WINDOW_CHOICES`), whether each paragraph gets windows of its own, and how much
+        a paragraph's match with the question's words counts."""
+        given = {"--window-choice": window_choice, "--paragraph-windows": paragraph_windows,
+                 "--paragraph-match": paragraph_match}
+        given = {flag: value for flag, value in given.items() if value is not None}
+        if not given:
             return
         task = self.task(head)
         if task.kind != "qa":
-            flag = "--window-choice" if window_choice is not None else "--paragraph-windows"
-            raise UserError(f"{flag} is for qa heads, not {task.kind}")
+            raise UserError(f"{next(iter(given))} is for qa heads, not {task.kind}")
+        if paragraph_match is not None:
+            if paragraph_match < 0:
+                raise UserError(f"--paragraph-match {paragraph_match}: expected a number >= 0")
+            task.spec.paragraph_match = float(paragraph_match)
         if window_choice is not None:
             window_choice_parts(window_choice)
             task.spec.window_choice = window_choice

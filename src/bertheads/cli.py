@@ -38,6 +38,7 @@ from bertheads.flags import (
     accept_layer_lists,
     add_training_flags,
     fraction,
+    non_negative_float,
     positive_float,
     positive_int,
     settings_from,
@@ -93,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="qa: override the saved way spans of a long passage's windows compare")
     ev.add_argument("--paragraph-windows", action=argparse.BooleanOptionalAction,
                     help="qa: override whether each paragraph of a passage is read in windows of its own")
+    ev.add_argument("--paragraph-match", type=non_negative_float, metavar="W",
+                    help="qa: override the saved weight of how well each paragraph matches the question")
     ev.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
     add_stream_flags(ev, keep=False)
     ev.set_defaults(handler=cmd_evaluate)
@@ -121,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="qa: override the saved way spans of a long passage's windows compare")
     pr.add_argument("--paragraph-windows", action=argparse.BooleanOptionalAction,
                     help="qa: override whether each paragraph of a passage is read in windows of its own")
+    pr.add_argument("--paragraph-match", type=non_negative_float, metavar="W",
+                    help="qa: override the saved weight of how well each paragraph matches the question")
     pr.add_argument("--no-progress", action="store_true", help="no progress bar (shown with --output)")
     pr.set_defaults(handler=cmd_predict)
 
@@ -313,7 +318,7 @@ def cmd_train_multi(args) -> int:
 
 def cmd_evaluate(args) -> int:
     model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
-    model.choose_windows(args.head, args.window_choice, args.paragraph_windows)
+    model.choose_windows(args.head, args.window_choice, args.paragraph_windows, args.paragraph_match)
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size,
                               skip_bad_lines=args.skip_bad_lines)
     metrics = model.evaluate(args.data, head=args.head, settings=settings,
@@ -339,7 +344,7 @@ def cmd_predict(args) -> int:
     model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
     options = present(args, "question", "context", "null_threshold", "threshold", "min_score")
     model.read_long_inputs(args.head, **present(args, "long_input", "pool"))
-    model.choose_windows(args.head, args.window_choice, args.paragraph_windows)
+    model.choose_windows(args.head, args.window_choice, args.paragraph_windows, args.paragraph_match)
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
                               skip_bad_lines=args.skip_bad_lines, progress=bool(args.output) and not args.no_progress)
     report = model.predict_stream(args.input, args.output, head=args.head, fmt=args.format, settings=settings,

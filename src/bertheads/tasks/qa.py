@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from bertheads.argtypes import non_negative_int, positive_int
+from bertheads.argtypes import non_negative_float, non_negative_int, positive_int
 from bertheads.atomic import atomic_write_text
 from bertheads.errors import UserError
 from bertheads.layers import LayerCombine
@@ -54,6 +54,7 @@ from bertheads.tasks.qa_spans import (
     best_spans,
     merge_windows,
     null_minus_best,
+    paragraph_match_gaps,
     span_context,
     window_choice_parts,
 )
@@ -74,6 +75,7 @@ class QASpec(HeadSettings):
     join_passages: int = 0  # training: each passage read among its K nearest other passages
     paragraph_windows: bool = True  # each paragraph of a passage read in windows of its own
     shared_norm: bool = False  # training: a question's windows share one start and one end softmax
+    paragraph_match: float = 6.0  # a span loses this x how much worse its paragraph matches the question
 
 
 class QAHead(nn.Module):
@@ -118,6 +120,10 @@ class QATask(Task):
                        help="how spans of a long passage's windows compare: relative (default: span score "
                             "minus its window's null score), raw (start + end, as run_qa), +context (a span "
                             "two windows share is scored where it has the most context)")
+        g.add_argument("--paragraph-match", type=non_negative_float, default=QASpec.paragraph_match, metavar="W",
+                       help="for a passage of several paragraphs: a span loses W x how much worse its "
+                            "paragraph's words match the question's than the best paragraph's do "
+                            f"(a share in [0, 1]; default {QASpec.paragraph_match:g}; 0: off)")
         g.add_argument("--negative-windows", type=int, default=0, metavar="K",
                        help="training: also pair each question with K other passages of the file as "
                             "answerless windows (default 0; 1 helps long passages, at twice the windows)")
@@ -137,9 +143,11 @@ class QATask(Task):
 
     @classmethod
     def spec_from_dict(cls, data: dict) -> QASpec:
-        """Models saved before `window_choice` and `paragraph_windows` existed keep the raw
-        comparison and the windows across paragraphs they were tuned with."""
-        return super().spec_from_dict({"window_choice": "raw", "paragraph_windows": False, **data})
+        """Models saved before `window_choice`, `paragraph_windows` and `paragraph_match` existed
+        keep the raw comparison, the windows across paragraphs and no paragraph match, as they
+        were tuned."""
+        return super().spec_from_dict({"window_choice": "raw", "paragraph_windows": False, "paragraph_match": 0.0,
+                                       **data})
 
     @classmethod
     def build(cls, spec: QASpec, encoder, pooler_state=None) -> QATask:
@@ -219,7 +227,7 @@ class QATask(Task):
             else:  # a passage that tokenizes to nothing: an empty range
                 c0, c1 = len(seq) - 1, len(seq) - 2
             feats.append({"input_ids": enc["input_ids"][w], "token_type_ids": enc["token_type_ids"][w],
-                          "_offsets": offsets, "_context": (c0, c1)})
+                          "_offsets": offsets, "_context": (c0, c1), "_paragraph": p})
         return feats, [pieces[p][0] for p in piece_of]
 
     def encode(self, examples: list[QAExample], tokenizer, with_labels: bool = True,
@@ -281,13 +289,16 @@ class QATask(Task):
     def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples: list[QAExample],
                 features: list[dict]) -> list[QAOutput]:
         """Each question's n best spans over all its windows, and its null score (see
-        `spec.window_choice` for how spans of different windows compare)."""
+        `spec.window_choice` for how spans of different windows compare; with
+        `spec.paragraph_match`, a span in a paragraph that matches the question's words worse
+        than the best paragraph does loses that weight times the gap)."""
         spec = self.spec
         relative, by_context = window_choice_parts(spec.window_choice)
         per_example: list[list[tuple]] = [[] for _ in examples]
         owners = np.asarray(owner, dtype=np.int64)
         change = owners[1:] != owners[:-1]  # an example's windows are consecutive
         first, last = np.r_[True, change], np.r_[change, True]
+        gaps = paragraph_match_gaps(features, owner) * spec.paragraph_match if spec.paragraph_match else None
         chunk = 1024
         for lo in range(0, len(features), chunk):
             part = range(lo, min(lo + chunk, len(features)))
@@ -296,6 +307,8 @@ class QATask(Task):
                                                     spec.n_best, spec.max_answer_length)
             if relative:
                 scores = scores - null[:, None]
+            if gaps is not None:
+                scores = scores + gaps[lo: lo + len(part), None]
             room = span_context(starts, ends, ctx, first[part.start:part.stop], last[part.start:part.stop])
             for j, i in enumerate(part):
                 keep = np.isfinite(scores[j])
@@ -416,7 +429,7 @@ def check_settings(spec: QASpec, encoder) -> None:
         if getattr(spec, name) < 1:
             raise UserError(f"--{name.replace('_', '-')}: must be at least 1, got {getattr(spec, name)}")
     window_choice_parts(spec.window_choice)
-    for name in ("negative_windows", "join_passages"):
+    for name in ("negative_windows", "join_passages", "paragraph_match"):
         if getattr(spec, name) < 0:
             raise UserError(f"--{name.replace('_', '-')}: must be at least 0, got {getattr(spec, name)}")
     room = spec.max_length - spec.max_question_length - tokenizer.num_special_tokens_to_add(pair=True)

@@ -13,6 +13,8 @@ from bertheads.errors import UserError
 # How spans found in different windows of one passage compare: "raw" start + end scores;
 # "relative": each span's score minus its own window's null ([CLS]) score; "+context": a span
 # that overlapping windows both find is scored in the window where it has the most context.
+# Apart from the choice, a passage of several paragraphs can weigh how well each paragraph's words
+# match the question's (`paragraph_match_gaps`, QASpec.paragraph_match).
 WINDOW_CHOICES = ("raw", "relative", "relative+context", "context")
 
 
@@ -82,6 +84,39 @@ def window_choice_parts(choice: str) -> tuple[bool, bool]:
     if choice not in WINDOW_CHOICES:
         raise UserError(f"--window-choice {choice}: expected one of {', '.join(WINDOW_CHOICES)}")
     return "relative" in choice, "context" in choice
+
+
+def paragraph_match_gaps(features: list[dict], owner: list[int]) -> np.ndarray:
+    """Per window: how much worse its paragraph matches the question's words than the question's
+    best-matching paragraph does, in [-1, 0]; 0 for every window of a one-paragraph passage.
+
+    A paragraph's match is the idf-weighted share of the question's token types (ids, between
+    [CLS] and the first [SEP]) found among its passage tokens, with the idf taken over the
+    passage's paragraphs (BM25's `log(1 + (N - df + 0.5) / (df + 0.5))`), so that words every
+    paragraph has count for little. Windows carry their paragraph as `_paragraph` (windows
+    without it are one paragraph per question).
+    """
+    gaps = np.zeros(len(features), dtype=np.float64)
+    paragraphs: dict[int, dict[int, list[int]]] = {}
+    for i, (f, o) in enumerate(zip(features, owner)):
+        paragraphs.setdefault(o, {}).setdefault(f.get("_paragraph", -1), []).append(i)
+    for windows in paragraphs.values():
+        if len(windows) < 2:
+            continue
+        first = features[next(iter(windows.values()))[0]]
+        ids = np.asarray(first["input_ids"])
+        question = np.unique(ids[1: max(1, int(first["_context"][0]) - 1)])
+        held = np.stack([np.isin(question, np.concatenate(
+            [np.asarray(features[i]["input_ids"])[features[i]["_context"][0]: features[i]["_context"][1] + 1]
+             for i in members])) for members in windows.values()])  # [P, Q]
+        df = held.sum(0)
+        idf = np.where(df > 0, np.log1p((len(windows) - df + 0.5) / (df + 0.5)), 0.0)
+        if idf.sum() <= 0:
+            continue
+        match = held @ idf / idf.sum()
+        for members, gap in zip(windows.values(), match - match.max()):
+            gaps[members] = gap
+    return gaps
 
 
 def span_context(starts: np.ndarray, ends: np.ndarray, context: np.ndarray, first: np.ndarray,
