@@ -21,7 +21,10 @@ applied unchanged to the long versions. The Hugging Face Trainer's model (traine
     # the table
     python bench/qa_long.py --ours v1=bench/out/qalong/ours-v1 --trainer bench/out/qalong/trainer-v1 \\
         --ours-v2 v2=bench/out/qalong/ours-v2
-    # prediction speed, before (raw, token windows) against the defaults (rounds alternate)
+    # the paragraph-match weight, chosen on held-out long versions (eval questions N..2N-1)
+    python bench/qa_long.py --ours v1=bench/out/qalong/ours-v1 --paragraph-windows-only --match-weights 0,2,4,6,8
+    # prediction speed: before (raw, token windows), paragraph windows without the match, and the
+    # defaults (rounds alternate)
     python bench/qa_long.py --speed bench/out/qalong/ours-v1 --speed-limit 300
 
 Results: bench/out/qa-long.json (or --name); Markdown on stdout.
@@ -350,8 +353,9 @@ def main() -> None:
     parser.add_argument("--match-weights", type=lambda t: [float(x) for x in t.split(",")], default=[],
                         help="paragraph-match weights to try (comma-separated): chosen on the filler and "
                              "article versions of eval questions N..2N-1, reported as 'relative+match W'")
-    parser.add_argument("--v2-match", type=float, default=None, metavar="W",
-                        help="also decode v2.0 models with paragraph-match weight W (row 'relative+match W')")
+    parser.add_argument("--match", type=float, default=None, metavar="W",
+                        help="also decode every model with paragraph-match weight W (row 'relative+match W'; "
+                             "--match-weights chooses it instead for v1.1 models)")
     parser.add_argument("--name", default="qa-long")
     args = parser.parse_args()
     reads = "para" if args.paragraph_windows_only else "both" if args.paragraph_windows else "across"
@@ -383,7 +387,7 @@ def main() -> None:
         all_v1 = read_examples(str(v1_path))
         held_out = build_versions(v1_path, all_v1[args.limit: 2 * args.limit], tokenizer)
     for spec in args.ours:
-        record.update(read_with_ours(spec, v1, None, work, reads, held_out, args.match_weights))
+        record.update(read_with_ours(spec, v1, None, work, reads, held_out, args.match_weights, args.match))
     if args.trainer:
         record["trainer"] = run_trainer_model(args.trainer, v1, work)
     if args.ours_v2:
@@ -393,7 +397,7 @@ def main() -> None:
         v2 = build_versions(v2_path, all_v2[:n], tokenizer)
         tune = all_v2[n: 2 * n]
         for spec in args.ours_v2:
-            record.update(read_with_ours(spec, v2, tune, work, reads, fixed_match=args.v2_match))
+            record.update(read_with_ours(spec, v2, tune, work, reads, fixed_match=args.match))
     record["load_average_end"] = os.getloadavg()
     path = save_json(args.name, record)
     print(markdown(record))
@@ -434,8 +438,8 @@ def markdown(r: dict) -> str:
             lines.append(f"{label} null thresholds (tuned on held-out plain questions): {rows['thresholds']}")
             for v in VERSIONS:
                 lines.append(f"{label} {v} HasAns/NoAns F1: " + ", ".join(
-                    f"{c} {rows[v][c]['HasAns_f1']:.1f}/{rows[v][c]['NoAns_f1']:.1f}" for c in CHOICES
-                    if "HasAns_f1" in rows[v][c]))
+                    f"{c} {got['HasAns_f1']:.1f}/{got['NoAns_f1']:.1f}" for c, got in rows[v].items()
+                    if isinstance(got, dict) and "HasAns_f1" in got))
     for version, s in r.get("speed", {}).items():
         lines.append(f"speed ({s['questions']} {version} questions, median of rounds): " + ", ".join(
             f"{c} {s['questions'] / median(t):.1f} q/s" for c, t in s["seconds"].items())
