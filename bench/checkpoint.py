@@ -39,10 +39,10 @@ def directory_mb(path: Path) -> float:
 def prepare(limit: int):
     import torch
 
-    from bertheads.encoder import Encoder
-    from bertheads.flags import kind_defaults
+    from bertheads.encoder.pretrained import Encoder
     from bertheads.model import BertHeads
-    from bertheads.multitask import prepare_task
+    from bertheads.training.flags import kind_defaults
+    from bertheads.training.joint import prepare_task
 
     torch.manual_seed(42)
     encoder = Encoder.load("default")
@@ -52,8 +52,9 @@ def prepare(limit: int):
 
 
 def checkpoint_cost(work: Path, repeats: int) -> dict:
-    from bertheads import bundle, checkpoint
-    from bertheads.train import TrainSettings, plan_epoch, set_up, train_step
+    from bertheads.saved import bundle
+    from bertheads.training import checkpoint
+    from bertheads.training.loop import TrainSettings, plan_epoch, set_up, train_step
 
     net, data = prepare(256)
     settings = TrainSettings(epochs=1, progress=False)
@@ -85,7 +86,7 @@ def checkpoint_cost(work: Path, repeats: int) -> dict:
 
 
 def epoch_round(work: Path, limit: int, with_checkpoint: bool, name: str) -> dict:
-    from bertheads.train import TrainSettings, fit, plan_epoch
+    from bertheads.training.loop import TrainSettings, fit, plan_epoch
 
     net, data = prepare(limit)
     steps = len(plan_epoch(data, TrainSettings(), 0, 0, 1))

@@ -74,7 +74,7 @@ class Usage:
 def read_split(path: Path, labels: list | None = None):
     """Texts, pairs and label indices of a GLUE TSV, read with our reader (the same rows
     for both sides); `labels` is the label list (from training when None)."""
-    from bertheads.tasks.classify import ClassifySpec, ClassifyTask, infer_labels, normalise_label
+    from bertheads.tasks.classify.task import ClassifySpec, ClassifyTask, infer_labels, normalise_label
 
     examples = ClassifyTask.read_file(str(path), ClassifySpec())
     if labels is None:
@@ -119,14 +119,14 @@ def flop_summary(padded: list[tuple[int, int]], lengths: list[int], seconds: flo
 
 # -- ours ---------------------------------------------------------------------------------
 def run_ours(name: str, folder: Path, hyper: Hyper, limit: int | None, out: Path) -> dict:
-    """Fine-tune with `bertheads.train`; `epoch_windows` are the (start, end) wall times of
+    """Fine-tune with `bertheads.training.loop`; `epoch_windows` are the (start, end) wall times of
     each training epoch loop (evaluation and saving excluded), `epoch_cpu` its CPU seconds."""
     import importlib
 
     import bertheads
-    from bertheads.encoder import default_model_path
+    from bertheads.encoder.pretrained import default_model_path
 
-    api, loop = importlib.import_module("bertheads.api"), importlib.import_module("bertheads.train")
+    api, loop = importlib.import_module("bertheads.api"), importlib.import_module("bertheads.training.loop")
 
     # Epoch boundaries, read off the loop without changing it: `fit` plans each epoch right
     # before its first batch (and once up front to count steps) and evaluates right after
@@ -162,7 +162,7 @@ def run_ours(name: str, folder: Path, hyper: Hyper, limit: int | None, out: Path
 
 def our_padded_batches(lengths: list[int], hyper: Hyper) -> list[tuple[int, int]]:
     """The (rows, padded length) of our first training epoch's batches (our own planner)."""
-    from bertheads.train import TaskData, TrainSettings, plan_epoch
+    from bertheads.training.loop import TaskData, TrainSettings, plan_epoch
 
     data = [TaskData("x", None, [{"input_ids": [0] * n} for n in lengths])]
     plan = plan_epoch(data, TrainSettings(batch_size=hyper.batch_size, seed=hyper.seed), 0, 0, 1)
@@ -182,8 +182,8 @@ def run_trainer(name: str, folder: Path, hyper: Hyper, limit: int | None, out: P
         TrainingArguments,
     )
 
-    from bertheads.encoder import default_model_path
-    from bertheads.tasks.classify import label_metrics
+    from bertheads.encoder.pretrained import default_model_path
+    from bertheads.tasks.classify.task import label_metrics
 
     transformers.logging.set_verbosity_error()
     source = default_model_path()
@@ -337,7 +337,7 @@ def bench_prediction(ours_dir: Path, trainer_dir: Path, folder: Path, repeats: i
     from transformers import AutoConfig, AutoTokenizer, pipeline
 
     import bertheads
-    from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, sorted_batches
+    from bertheads.text.batching import INFERENCE_BATCH, INFERENCE_TOKENS, sorted_batches
 
     model = bertheads.load(ours_dir)
     labels = model.task().spec.labels

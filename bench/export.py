@@ -92,7 +92,7 @@ def pipeline_runner(task: str, hf_dir: str):
 
 def ours_runner(task: str, model_dir: str, mode: str):
     import bertheads
-    from bertheads.runtime_onnx import OnnxSettings, load_onnx
+    from bertheads.export.onnx_runtime import OnnxSettings, load_onnx
 
     if mode == "torch-fp32":
         model = bertheads.load(model_dir)
@@ -313,8 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = Path(args.model)
     hf_dir = Path(args.hf) if args.hf else model_dir.parent / f"{model_dir.name}-hf"
     if args.export:
-        from bertheads.export_hf import export_hf
-        from bertheads.export_onnx import export_onnx
+        from bertheads.export.hf import export_hf
+        from bertheads.export.onnx import export_onnx
 
         log("exporting")
         export_onnx(model_dir, quantize_to="int8", log=log)

@@ -88,9 +88,9 @@ def memory_child(args) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from bertheads.cache import CacheSettings, encoder_identity, ensure_cache
-    from bertheads.encoder import Encoder
-    from bertheads.tasks.classify import ClassifySpec, ClassifyTask
+    from bertheads.encoder.pretrained import Encoder
+    from bertheads.store.features_cache import CacheSettings, encoder_identity, ensure_cache
+    from bertheads.tasks.classify.task import ClassifySpec, ClassifyTask
 
     proc = psutil.Process()
     peak = [0]
@@ -109,7 +109,7 @@ def memory_child(args) -> None:
     features = task.encode(examples, encoder.tokenizer)
     layers = tuple(i % (encoder.info.num_layers + 1) for i in (-1, -2, -3, -4))
     settings = CacheSettings(Path(args.child_cache), progress=False)
-    from bertheads.cache import cache_key
+    from bertheads.store.features_cache import cache_key
 
     key = cache_key(encoder_identity(encoder), features, layers, args.child_positions, "float16",
                     encoder.info.uses_token_types)
@@ -153,10 +153,10 @@ def last_cls_build(train: Path, tmp: Path, limit: int, repeats: int) -> dict:
     off), rounds alternating; the caches must agree."""
     import numpy as np
 
-    import bertheads.packing as packing
-    from bertheads.cache import CacheSettings, cache_key, encoder_identity, ensure_cache
-    from bertheads.encoder import Encoder
-    from bertheads.tasks.classify import ClassifySpec, ClassifyTask
+    import bertheads.text.batching as packing
+    from bertheads.encoder.pretrained import Encoder
+    from bertheads.store.features_cache import CacheSettings, cache_key, encoder_identity, ensure_cache
+    from bertheads.tasks.classify.task import ClassifySpec, ClassifyTask
 
     encoder = Encoder.load("default")
     task, examples = ClassifyTask.prepare(str(train), ClassifySpec(max_length=128), encoder)
@@ -196,8 +196,8 @@ def extract_compare(texts: list[str], tmp: Path, repeats: int) -> dict:
     from safetensors.numpy import load_file
     from transformers import pipeline
 
-    from bertheads.encoder import Encoder, default_model_path
-    from bertheads.extract import ExtractSettings, extract
+    from bertheads.encoder.pretrained import Encoder, default_model_path
+    from bertheads.running.extract import ExtractSettings, extract
 
     src = tmp / "texts.txt"
     src.write_text("\n".join(texts) + "\n", encoding="utf-8")

@@ -76,7 +76,7 @@ def run_trainer(args, device: str, work: Path) -> dict:
         TrainingArguments,
     )
 
-    from bertheads.encoder import quiet_transformers, resolve_model
+    from bertheads.encoder.pretrained import quiet_transformers, resolve_model
 
     quiet_transformers()
     source = resolve_model(args.model)

@@ -194,7 +194,7 @@ def load_test(model_dir: Path, texts: list[str], requests: int, clients: int, ex
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "bertheads.cli", "serve", str(model_dir), "--port", str(port),
+    server = subprocess.Popen([sys.executable, "-m", "bertheads", "serve", str(model_dir), "--port", str(port),
                                *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120

@@ -51,7 +51,7 @@ def log(message: str) -> None:
 
 
 def scores(answers: list[str], examples) -> dict:
-    from bertheads.tasks.qa import squad_v1_scores
+    from bertheads.tasks.qa.task import squad_v1_scores
 
     got = squad_v1_scores(answers, examples)
     return {"exact_match": round(got["exact_match"], 2), "f1": round(got["f1"], 2)}
@@ -166,7 +166,7 @@ def run_trainer(model_dir: str, train_examples, eval_examples, out: Path) -> dic
 def decode_like_ours(logits, enc, owner, seqs, examples) -> list[str]:
     """The Trainer's start/end logits through our decoding (n-best starts and ends per window,
     spans inside the passage, best over windows)."""
-    from bertheads.tasks.qa_spans import best_spans, merge_windows
+    from bertheads.tasks.qa.spans import best_spans, merge_windows
 
     start, end = logits
     per_window, context = [], []
@@ -291,8 +291,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import bertheads
-    from bertheads.encoder import default_model_path
-    from bertheads.tasks.qa import read_examples
+    from bertheads.encoder.pretrained import default_model_path
+    from bertheads.tasks.qa.task import read_examples
 
     train_path = require_data("squad", "train-split.json")
     eval_path = require_data("squad", "eval-split.json")

@@ -9,7 +9,7 @@ Three versions of the first N questions of `squad/eval-split.json` (and `squad2/
 
 The answers' character offsets move with the paragraph. Each model's window logits are
 computed once per version (cached under bench/out/NAME/) and decoded with every
-`--window-choice` of `bertheads.tasks.qa`; SQuAD v2.0 models get their null threshold tuned
+`--window-choice` of `bertheads.tasks.qa.task`; SQuAD v2.0 models get their null threshold tuned
 per choice on the plain versions of eval questions N..2N-1 (never the scored ones), then
 applied unchanged to the long versions. The Hugging Face Trainer's model (trained by
 `bench/qa.py`'s `run_trainer`, the `run_qa` recipe) gets `run_qa`'s windows (`bench/qa.py`'s
@@ -146,7 +146,7 @@ def oracle_scores(task, features, owner, logits, examples) -> dict | None:
     """F1 when only the windows holding a question's whole (first) answer are decoded (raw
     choice): what a perfect choice of window would give, so the rest of a long passage's cost is
     how each window is read. None when some question has no such window (SQuAD v2.0)."""
-    from bertheads.tasks.qa import answer_tokens
+    from bertheads.tasks.qa.task import answer_tokens
 
     keep = [i for i, (f, o) in enumerate(zip(features, owner)) if answer_tokens(f, examples[o]) != (0, 0)]
     if len({owner[i] for i in keep}) != len(examples):
@@ -159,8 +159,8 @@ def oracle_scores(task, features, owner, logits, examples) -> dict | None:
 
 def tuned_threshold(task, features, owner, logits, examples, choice: str) -> float:
     """The v2.0 null threshold for `choice`, tuned on (held-out) plain questions."""
-    from bertheads.tasks.qa_metrics import best_threshold, f1_v2, gold_v2, max_over
-    from bertheads.tasks.qa_spans import null_minus_best
+    from bertheads.tasks.qa.metrics import best_threshold, f1_v2, gold_v2, max_over
+    from bertheads.tasks.qa.spans import null_minus_best
 
     task.spec.window_choice = choice
     outputs = task.collect(logits, owner, examples, features)
@@ -241,8 +241,8 @@ def train_trainer(out: Path, limit: int | None) -> dict:
     in OUT/trainer-model."""
     from qa import run_trainer
 
-    from bertheads.encoder import default_model_path
-    from bertheads.tasks.qa import read_examples
+    from bertheads.encoder.pretrained import default_model_path
+    from bertheads.tasks.qa.task import read_examples
 
     train = read_examples(str(require_data("squad", "train-split.json")))[:limit]
     probe = read_examples(str(require_data("squad", "eval-split.json")))[:16]
@@ -308,7 +308,7 @@ def speed(directory: Path, inputs: list[dict], rounds: int) -> dict:
     handled (raw scores, windows across paragraph ends), paragraph windows with relative scores
     and no paragraph match, and today's defaults (those with `QASpec.paragraph_match`)."""
     import bertheads
-    from bertheads.tasks.qa import QASpec
+    from bertheads.tasks.qa.task import QASpec
 
     model = bertheads.load(directory)
     task = model.task()
@@ -361,8 +361,8 @@ def main() -> None:
     reads = "para" if args.paragraph_windows_only else "both" if args.paragraph_windows else "across"
     args.speed_version = args.speed_version or ["plain", "filler"]
 
-    from bertheads.encoder import Encoder
-    from bertheads.tasks.qa import read_examples
+    from bertheads.encoder.pretrained import Encoder
+    from bertheads.tasks.qa.task import read_examples
 
     if args.train_trainer:
         log("Trainer: training")

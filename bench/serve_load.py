@@ -56,7 +56,7 @@ def free_port() -> int:
 def train_model(out: Path) -> Path:
     if (out / "bertheads.json").is_file():
         return out
-    subprocess.run([PY, "-m", "bertheads.cli", "train", "classify", "--train", str(ROOT / "examples/sentiment/train.tsv"),
+    subprocess.run([PY, "-m", "bertheads", "train", "classify", "--train", str(ROOT / "examples/sentiment/train.tsv"),
                     "--dev", str(ROOT / "examples/sentiment/dev.tsv"), "--out", str(out), "--epochs", "1",
                     "--no-progress"], check=True)
     return out
@@ -79,7 +79,7 @@ class Server:
         if self.src:  # the baseline: another checkout's code, without the flags it lacks
             env["PYTHONPATH"] = self.src
         flags = [] if self.src else ["--token", TOKEN, *self.extra]
-        self.proc = subprocess.Popen([PY, "-m", "bertheads.cli", "serve", str(self.model), "--port", str(self.port),
+        self.proc = subprocess.Popen([PY, "-m", "bertheads", "serve", str(self.model), "--port", str(self.port),
                                       *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         while True:
             if self.proc.poll() is not None:
@@ -367,7 +367,7 @@ def part_drain(args, model: Path) -> dict:
 
 def part_verify(args, model: Path) -> dict:
     """Seconds to load the model with and without the encoder hash check, rounds alternating."""
-    code = ("import sys, time; from bertheads.api import load; from bertheads.bundle import encoder_hash; "
+    code = ("import sys, time; from bertheads.api import load; from bertheads.saved.bundle import encoder_hash; "
             "t = time.perf_counter(); m = load(sys.argv[1], verify=sys.argv[2] == '1'); "
             "load_s = time.perf_counter() - t; t = time.perf_counter(); encoder_hash(m.net.encoder); "
             "print(load_s, time.perf_counter() - t)")

@@ -44,7 +44,7 @@ PY = sys.executable
 WHOLE = """
 import sys
 from bertheads import api
-from bertheads.atomic import atomic_write_text
+from bertheads.store.atomic import atomic_write_text
 model = api.load(sys.argv[1])
 examples, preds = model.predict_file(sys.argv[2])
 atomic_write_text(sys.argv[3], model.render(preds, examples))
@@ -83,7 +83,7 @@ def small_models(work: Path) -> dict[str, Path]:
         code = f"""
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
-from bertheads.encoder import default_model_path
+from bertheads.encoder.pretrained import default_model_path
 torch.manual_seed(0)
 cfg = BertConfig(vocab_size=30522, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                  intermediate_size=512, max_position_embeddings=512)
@@ -187,7 +187,7 @@ def long_documents(work: Path, source: str, name: str, insert_at: tuple[int, int
     is written twice, once with a positive and once with a negative sentence."""
     from transformers import AutoTokenizer
 
-    from bertheads.encoder import default_model_path
+    from bertheads.encoder.pretrained import default_model_path
 
     path = work / f"{name}.jsonl"
     if path.exists():

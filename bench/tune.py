@@ -63,7 +63,7 @@ def cut(path: Path, limit: int | None, kind: str, work: Path) -> str:
 
 def main() -> None:
     import bertheads
-    from bertheads.tune import TuneSettings, summary, table, tune
+    from bertheads.training.tune import TuneSettings, summary, table, tune
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", choices=TASKS, required=True)

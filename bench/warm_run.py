@@ -36,10 +36,13 @@ def main() -> int:
     out, argv = sys.argv[1], sys.argv[sys.argv.index("--") + 1:]
     import importlib
 
-    from bertheads import bundle, cache, cli, multitask
-    from bertheads.encoder import Encoder
+    from bertheads.cli import main as cli
+    from bertheads.encoder.pretrained import Encoder
+    from bertheads.saved import bundle
+    from bertheads.store import features_cache as cache
+    from bertheads.training import joint as multitask
 
-    train = importlib.import_module("bertheads.train")  # the package's `train` is the API function
+    train = importlib.import_module("bertheads.training.loop")  # the package's `train` is the API function
 
     PARTS["imports"] = time.time() - START
     load = Encoder.load.__func__

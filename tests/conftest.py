@@ -13,7 +13,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @pytest.fixture(scope="session")
 def default_model_dir() -> str:
-    from bertheads.encoder import default_model_path
+    from bertheads.encoder.pretrained import default_model_path
 
     return default_model_path()
 

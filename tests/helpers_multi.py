@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
-from bertheads import bundle
-from bertheads.encoder import Encoder
+from bertheads.encoder.pretrained import Encoder
 from bertheads.model import BertHeads
+from bertheads.saved import bundle
 
 
 def build_task(encoder: Encoder, kind: str, seed: int, spec: dict):

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import bertheads
-from bertheads.cli import main
-from bertheads.tasks.classify import label_metrics, multi_label_metrics, tune_thresholds
-from bertheads.tasks.tag_scheme import entity_errors
+from bertheads.cli.main import main
+from bertheads.tasks.classify.task import label_metrics, multi_label_metrics, tune_thresholds
+from bertheads.tasks.tag.scheme import entity_errors
 
 
 def test_single_label_per_class_and_confusion_match_sklearn():
@@ -128,7 +128,7 @@ def test_evaluate_json_has_per_class_and_min_score_abstains(sentiment_model, cap
 
 
 def test_thresholds_tuned_after_an_epoch_unless_one_is_fixed():
-    from bertheads.tasks.classify import ClassifyExample, ClassifySpec, ClassifyTask
+    from bertheads.tasks.classify.task import ClassifyExample, ClassifySpec, ClassifyTask
 
     examples = [ClassifyExample("t", label=labels) for labels in (["a"], ["a", "b"], [], ["b"])]
     logits = [np.array(x, dtype=float) for x in ([-1.0, -3.0], [-0.5, 2.0], [-2.0, -1.0], [-3.0, 1.0])]

@@ -2,8 +2,8 @@
 
 import pytest
 
-from bertheads.errors import UserError
-from bertheads.tasks.classify import ClassifySpec, ClassifyTask, infer_labels
+from bertheads.base.errors import UserError
+from bertheads.tasks.classify.task import ClassifySpec, ClassifyTask, infer_labels
 
 
 def read(path, **spec):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from bertheads.cli import main
+from bertheads.cli.main import main
 
 ROWS = "".join(f"a great movie {i}\t1\na boring movie {i}\t0\n" for i in range(16))
 

@@ -11,12 +11,12 @@ import sys
 import pytest
 
 import bertheads
-from bertheads.cli import main
-from bertheads.encoder import Encoder
-from bertheads.errors import UserError
+from bertheads.base.errors import UserError
+from bertheads.cli.main import main
+from bertheads.encoder.pretrained import Encoder
 from bertheads.model import BertHeads
-from bertheads.multitask import prepare_task
-from bertheads.train import TrainSettings, fit
+from bertheads.training.joint import prepare_task
+from bertheads.training.loop import TrainSettings, fit
 
 ROWS = "sentence\tlabel\n" + "".join(f"a great movie {i}\t1\na boring movie {i}\t0\n" for i in range(8))
 
@@ -51,7 +51,7 @@ def test_command_exits_quickly_without_losing_output_or_exit_handlers(tiny_bert,
     marker = tmp_path / "atexit-ran"
     script = ("import atexit, pathlib, sys; "
               f"atexit.register(lambda: pathlib.Path({str(marker)!r}).write_text('yes')); "
-              "from bertheads.cli import command; sys.argv[0] = 'bertheads'; command()")
+              "from bertheads.cli.main import command; sys.argv[0] = 'bertheads'; command()")
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc = subprocess.run([sys.executable, "-c", script, "predict", model, "--input", texts],
                           capture_output=True, text=True, env=env, timeout=120)
@@ -169,7 +169,7 @@ def test_cli_keep_last_saves_the_final_epoch(tiny_bert, write, tmp_path, capsys)
 
 
 def test_joint_score_puts_percent_metrics_on_the_same_scale():
-    from bertheads.train import score_of
+    from bertheads.training.loop import score_of
 
     metrics = {"qa": {"f1": 80.0, "loss": 1.0}, "sentiment": {"accuracy": 0.9, "loss": 0.5}}
     chosen = {"qa": "f1", "sentiment": "accuracy"}

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import bertheads
-from bertheads.encoder import Encoder, default_model_path, resolve_model
-from bertheads.errors import UserError
+from bertheads.base.errors import UserError
+from bertheads.encoder.pretrained import Encoder, default_model_path, resolve_model
 
 
 def test_default_is_the_embedded_minilm():
@@ -29,7 +29,7 @@ def test_default_is_the_embedded_minilm():
 
 
 def test_pooler_weights_are_reused_by_the_classify_head():
-    from bertheads.tasks.classify import ClassifySpec, ClassifyTask
+    from bertheads.tasks.classify.task import ClassifySpec, ClassifyTask
 
     enc = Encoder.load("default")
     task = ClassifyTask.build(ClassifySpec(labels=[0, 1]), enc, enc.pooler_state)
@@ -85,7 +85,7 @@ def test_torchrun_two_processes(tiny_bert, tmp_path):
     data.write_text("sentence\tlabel\n" + "".join(f"good {i}\t1\nbad {i}\t0\n" for i in range(16)))
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     proc = subprocess.run(
-        [torchrun, "--nproc_per_node", "2", "--master_port", "29531", "-m", "bertheads.cli", "train", "classify",
+        [torchrun, "--nproc_per_node", "2", "--master_port", "29531", "-m", "bertheads", "train", "classify",
          "--train", str(data), "--dev", str(data), "--out", str(tmp_path / "m"), "--model", tiny_bert,
          "--epochs", "1", "--batch-size", "4", "--no-progress"],
         capture_output=True, text=True, env=env, timeout=240,
@@ -174,7 +174,7 @@ def test_first_token_only_last_layer_matches_the_full_pass(kind, tmp_path, defau
 
 def test_classify_heads_use_the_first_token_path(tiny_bert, tmp_path, write):
     """BertHeads asks for the fast path only when every head reads [CLS] of the last layer."""
-    import bertheads.encoder as encoder_module
+    import bertheads.encoder.pretrained as encoder_module
 
     calls = []
     real = encoder_module.first_token_layer

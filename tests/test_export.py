@@ -9,16 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bertheads.serve.app import create_app
 from fastapi.testclient import TestClient
 from helpers_multi import save_heads
 
 import bertheads
-from bertheads import export_onnx
-from bertheads.cli import main
-from bertheads.errors import UserError
-from bertheads.export_hf import export_hf
+from bertheads.base.errors import UserError
+from bertheads.cli.main import main
+from bertheads.export import onnx as export_onnx
+from bertheads.export.hf import export_hf
 from bertheads.model import run_heads
-from bertheads.serve import create_app
 
 TEXTS = ["Angela Merkel visited Paris last week.", "A warm, funny and wonderfully acted film.",
          "Fiat is based in Turin , Italy .", "word " * 150 + "Berlin is large."]  # the last one needs windows
@@ -223,7 +223,7 @@ def test_failed_export_leaves_nothing(model_dir, tmp_path, monkeypatch):
         export_onnx.export_onnx(target, quantize_to="int8")
     assert sorted(p.name for p in (target / "onnx").iterdir()) == before  # the old export is intact
     assert [p.name for p in target.iterdir() if p.name.startswith(".")] == []  # no temporary left
-    import bertheads.export_hf as hf_export
+    import bertheads.export.hf as hf_export
 
     real = hf_export.to_transformers
 

@@ -11,11 +11,17 @@ import pytest
 import torch
 
 import bertheads
-from bertheads import cli
-from bertheads.cache import CachedFeatures, CacheSettings, cache_key, encoder_identity, ensure_cache
-from bertheads.encoder import Encoder
-from bertheads.errors import UserError
-from bertheads.packing import encode_texts
+from bertheads.base.errors import UserError
+from bertheads.cli import main as cli
+from bertheads.encoder.pretrained import Encoder
+from bertheads.store.features_cache import (
+    CachedFeatures,
+    CacheSettings,
+    cache_key,
+    encoder_identity,
+    ensure_cache,
+)
+from bertheads.text.encoding import encode_texts
 
 QUICK = bertheads.TrainSettings(epochs=2, batch_size=8, lr=5e-3, progress=False)
 
@@ -37,7 +43,7 @@ def count_encoder_calls(monkeypatch):
 @pytest.fixture
 def count_first_token_layers(monkeypatch):
     """A list that grows by one entry each time a last layer runs for [CLS] alone."""
-    import bertheads.encoder as encoder_module
+    import bertheads.encoder.pretrained as encoder_module
 
     calls: list[int] = []
     real = encoder_module.first_token_layer
@@ -124,7 +130,7 @@ def test_cls_of_the_last_layer_is_cached_and_extracted_by_the_first_token_path(t
                                                                                count_first_token_layers):
     """A cache (or extract output) of [CLS] of the last layer alone runs that layer for [CLS]
     only, and gives the same vectors as the full pass."""
-    from bertheads.extract import ExtractSettings, extract
+    from bertheads.running.extract import ExtractSettings, extract
 
     encoder = Encoder.load(tiny_bert).eval()
     texts = ["short one", "a somewhat longer sentence with more pieces in it", "mid length text here"]
@@ -151,8 +157,8 @@ def test_cls_of_the_last_layer_is_cached_and_extracted_by_the_first_token_path(t
 def test_cache_builds_and_extract_run_batches_on_cpu_workers(tiny_bert, tmp_path, write, monkeypatch):
     """With 2 torch threads, cache and extract batches run on 2 single-threaded workers and
     write the same rows, in the same places, as a serial run."""
-    import bertheads.packing as packing_module
-    from bertheads.extract import ExtractSettings, extract
+    import bertheads.text.batching as packing_module
+    from bertheads.running.extract import ExtractSettings, extract
 
     used: list[int] = []
     real = packing_module.cpu_workers
@@ -296,7 +302,7 @@ def test_extract_rows_point_back_at_their_text(tiny_bert, write, tmp_path):
 def test_extract_npy_task_formats_and_truncation(tiny_bert, write, tmp_path):
     from safetensors import safe_open
 
-    from bertheads.extract import ExtractSettings, extract
+    from bertheads.running.extract import ExtractSettings, extract
 
     conll = write("s.conll", "EU B-ORG\nrejects O\nGerman B-MISC\n\nPeter B-PER\nBlackburn I-PER")
     meta = extract(tiny_bert, conll, tmp_path / "c", ExtractSettings(format="npy", pool="cls", progress=False))

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 import bertheads
-from bertheads import bundle, encoder_refs
-from bertheads import encoder as encoder_module
-from bertheads.cli import main
-from bertheads.encoder import Encoder
-from bertheads.errors import UserError
-from bertheads.train import FEATURES_LR, FINETUNE_LR
+from bertheads.base.errors import UserError
+from bertheads.cli.main import main
+from bertheads.encoder.pretrained import Encoder
+from bertheads.encoder import pretrained as encoder_module
+from bertheads.saved import bundle
+from bertheads.store import encoder_refs
+from bertheads.training.loop import FEATURES_LR, FINETUNE_LR
 
 ROWS = "".join(f"a good fun film number {i}\t1\nan awful dull bore {i} times over\t0\n" for i in range(8))
 
@@ -46,7 +47,7 @@ def test_label_names_reach_predict_evaluate_and_the_server(tiny_bert, data, tmp_
     # evaluate reads files labelled with the values or with the names, alike
     named = write("named.tsv", "sentence\tlabel\n" + ROWS.replace("\t1\n", "\tpositive\n").replace("\t0\n", "\tnegative\n"))
     assert model.evaluate(named)["accuracy"] == model.evaluate(train)["accuracy"]
-    from bertheads.serve import describe_heads
+    from bertheads.serve.app import describe_heads
 
     assert describe_heads(model)[0]["labels"] == ["negative", "positive"]
 

@@ -9,10 +9,10 @@ import pytest
 from helpers_multi import save_heads
 
 import bertheads
-from bertheads.cli import main
-from bertheads.errors import UserError
-from bertheads.readers import read_jsonl, read_table
-from bertheads.tasks.qa_formats import read_examples
+from bertheads.base.errors import UserError
+from bertheads.cli.main import main
+from bertheads.tasks.qa.formats import read_examples
+from bertheads.text.readers import read_jsonl, read_table
 
 
 @pytest.fixture(scope="module")

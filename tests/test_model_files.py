@@ -13,8 +13,8 @@ from helpers_multi import save_heads
 from safetensors.torch import load_file, save_file
 
 import bertheads
-from bertheads.cli import main
-from bertheads.errors import UserError
+from bertheads.base.errors import UserError
+from bertheads.cli.main import main
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,8 @@ def test_head_names_that_are_paths_are_rejected(model_dir, name):
 
 
 def test_head_name_rule_is_the_multi_task_rule():
-    from bertheads import manifest, multitask
+    from bertheads.saved import manifest
+    from bertheads.training import joint as multitask
 
     assert multitask.HEAD_NAME is manifest.HEAD_NAME
 

@@ -8,11 +8,11 @@ import pytest
 from helpers_multi import EncoderCalls, save_heads
 
 import bertheads
-from bertheads import bundle
 from bertheads.api import combine
-from bertheads.cli import main
-from bertheads.errors import UserError
-from bertheads.multitask import read_config
+from bertheads.base.errors import UserError
+from bertheads.cli.main import main
+from bertheads.saved import bundle
+from bertheads.training.joint import read_config
 
 POS, NEG = ["good", "great", "fun", "lovely", "superb", "wonderful"], ["awful", "dull", "bore", "bad", "terrible", "boring"]
 SENTIMENT = "sentence\tlabel\n" + "".join(f"{POS[i % 6]} {POS[(i + 1) % 6]} film\tpos\n{NEG[i % 6]} {NEG[(i + 2) % 6]} film\tneg\n"
@@ -80,7 +80,7 @@ def test_read_config_options_and_overrides(tmp_path):
     assert config.tasks[1].limit == 12 and config.tasks[1].options == {"max_length": 48}
     assert config.tasks[0].train == str((tmp_path / "conf" / "data" / "sent.tsv").resolve())
     assert (config.sampling, config.temperature) == ("temperature", 3.0)
-    from bertheads.multitask import task_settings
+    from bertheads.training.joint import task_settings
 
     # command-line head flags apply to every task; a task's own entry wins
     assert task_settings(config.tasks[0], {"max_length": 64})["max_length"] == 64
@@ -135,7 +135,7 @@ def test_train_multi_features_mode_keeps_the_encoder(tiny_bert, tmp_path):
     manifest = bundle.read_manifest(out)
     assert manifest["multi_task"]["sampling"] == "proportional"  # the flag overrides the file
     assert any((tmp_path / "cache").iterdir())
-    from bertheads.encoder import Encoder, encoder_hash
+    from bertheads.encoder.pretrained import Encoder, encoder_hash
 
     assert manifest["encoder_hash"] == encoder_hash(Encoder.load(tiny_bert))
 

@@ -2,12 +2,13 @@
 
 import pytest
 
-from bertheads.packing import collate, encode_texts, length_grouped_batches, shard, sorted_batches
+from bertheads.text.batching import length_grouped_batches, shard, sorted_batches
+from bertheads.text.encoding import collate, encode_texts
 
 
 @pytest.fixture(scope="module")
 def tok(default_model_dir):
-    from bertheads.encoder import load_tokenizer
+    from bertheads.encoder.pretrained import load_tokenizer
 
     return load_tokenizer(default_model_dir)
 
@@ -103,7 +104,7 @@ def test_batches_on_worker_threads_match_one_thread(tiny_bert, tmp_path, write):
     import torch
 
     import bertheads
-    import bertheads.packing as packing_module
+    import bertheads.text.batching as packing_module
 
     rows = "".join(f"{'good ' * (i % 7 + 1)}film {i}\t{i % 2}\n" for i in range(40))
     model = bertheads.train("classify", write("t.tsv", "sentence\tlabel\n" + rows), None, tmp_path / "m",
@@ -135,7 +136,7 @@ def test_worker_threads_do_not_leak_and_are_capped():
 
     import torch
 
-    from bertheads.packing import MAX_CPU_WORKERS, cpu_workers, run_batches
+    from bertheads.text.batching import MAX_CPU_WORKERS, cpu_workers, run_batches
 
     before = torch.get_num_threads()
     seen: list[int] = []

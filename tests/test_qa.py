@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 import bertheads
-from bertheads.cli import main
-from bertheads.errors import UserError
-from bertheads.tasks.qa import (
+from bertheads.base.errors import UserError
+from bertheads.cli.main import main
+from bertheads.tasks.qa.spans import QAOutput, best_spans, merge_windows
+from bertheads.tasks.qa.task import (
     QAExample,
     QASpec,
     QATask,
@@ -25,7 +26,6 @@ from bertheads.tasks.qa import (
     squad_v1_scores,
     squad_v2_scores,
 )
-from bertheads.tasks.qa_spans import QAOutput, best_spans, merge_windows
 
 CITIES = ["Paris", "Berlin", "Rome", "Madrid", "Lisbon", "Vienna"]
 
@@ -45,7 +45,7 @@ def squad_doc(n: int = 12, unanswerable: bool = False) -> dict:
 
 
 def make_task(tokenizer_dir: str, **settings) -> tuple[QATask, object]:
-    from bertheads.encoder import load_tokenizer
+    from bertheads.encoder.pretrained import load_tokenizer
 
     spec = QASpec(**settings)
     return QATask(spec, None), load_tokenizer(tokenizer_dir)
@@ -293,7 +293,7 @@ def test_predict_python_and_round_trip(v2_model):
     assert all(set(g) == {"answer", "start", "end", "score"} for g in got)
     # the same question gives the same answer whichever input form carries it
     assert model.predict([("What is the capital?", context)])[0] == got[0]
-    from bertheads import bundle
+    from bertheads.saved import bundle
 
     bundle.save(model.net, root / "copy")
     loaded = bertheads.load(root / "copy")

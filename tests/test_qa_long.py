@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import bertheads
-import bertheads.tasks.qa
-from bertheads.errors import UserError
-from bertheads.tasks.qa import (
+import bertheads.tasks.qa.task
+from bertheads.base.errors import UserError
+from bertheads.tasks.qa.spans import merge_windows, span_context
+from bertheads.tasks.qa.task import (
     QAExample,
     QASpec,
     QATask,
@@ -19,11 +20,10 @@ from bertheads.tasks.qa import (
     joined_passages,
     other_passages,
 )
-from bertheads.tasks.qa_spans import merge_windows, span_context
 
 
 def make_task(tokenizer_dir: str, **settings) -> tuple[QATask, object]:
-    from bertheads.encoder import load_tokenizer
+    from bertheads.encoder.pretrained import load_tokenizer
 
     return QATask(QASpec(**settings), None), load_tokenizer(tokenizer_dir)
 
@@ -155,7 +155,7 @@ def test_shared_norm_groups_a_questions_windows(tiny_bert):
     assert [f["group"] for f in feats] == [0, 1, 2, 0, 1, 2]
     assert [f["start_positions"] > 0 for f in feats] == [True] * 3 + [False] * 3
     assert "group" not in task.encode_for_inference(ex, tokenizer)[0][0]
-    from bertheads.packing import length_grouped_batches
+    from bertheads.text.batching import length_grouped_batches
 
     batches = length_grouped_batches([len(f["input_ids"]) for f in feats], 2, seed=0,
                                      groups=[f["group"] for f in feats])
@@ -182,7 +182,7 @@ def shared_batch(logits_a: list[float], logits_b: list[float]) -> tuple:
 def test_shared_norm_loss_is_one_softmax_over_the_questions_windows():
     import torch
 
-    from bertheads.tasks.qa import shared_window_loss
+    from bertheads.tasks.qa.task import shared_window_loss
 
     x, batch = shared_batch([0.0, 2.0, 0.0], [1.0, 3.0, 1.0])
     want = -(2.0 - torch.logsumexp(torch.tensor([0.0, 2.0, 0.0, 1.0, 3.0, 1.0]), 0))
@@ -205,7 +205,7 @@ def test_shared_norm_loss_adds_to_the_window_loss(tiny_bert):
     task, _ = make_task(tiny_bert)
     x, batch = shared_batch([0.0, 2.0, 0.0], [1.0, 3.0, 1.0])
     alone = {k: v for k, v in batch.items() if k != "group"}
-    from bertheads.tasks.qa import shared_window_loss
+    from bertheads.tasks.qa.task import shared_window_loss
 
     assert float(task.loss(x, batch)) == pytest.approx(float(task.loss(x, alone) + shared_window_loss(x, batch)))
 
@@ -246,7 +246,7 @@ def test_join_passages_trains_on_longer_windows_only(tiny_bert):
 
 
 def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
-    from bertheads.cli import main
+    from bertheads.cli.main import main
 
     doc = {"data": [{"paragraphs": [{"context": f"The capital is {c}. Rivers run through it.",
                                      "qas": [{"id": c, "question": "What is the capital?",
@@ -269,8 +269,8 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     with pytest.raises(UserError, match="--window-choice best"):
         model.choose_windows(window_choice="best")
     used = []
-    decode = bertheads.tasks.qa.QATask.collect
-    monkeypatch.setattr(bertheads.tasks.qa.QATask, "collect",
+    decode = bertheads.tasks.qa.task.QATask.collect
+    monkeypatch.setattr(bertheads.tasks.qa.task.QATask, "collect",
                         lambda self, *a: used.append((self.spec.window_choice, self.spec.paragraph_windows,
                                                       self.spec.paragraph_match)) or decode(self, *a))
     assert main(["predict", str(out), "--question", "What is the capital?", "--context", "The capital is Rome.",
@@ -285,8 +285,8 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
 
 
 def test_bad_settings_are_user_errors(tiny_bert):
-    from bertheads.encoder import Encoder
-    from bertheads.tasks.qa import check_settings
+    from bertheads.encoder.pretrained import Encoder
+    from bertheads.tasks.qa.task import check_settings
 
     encoder = Encoder.load(tiny_bert)
     with pytest.raises(UserError, match="--window-choice best"):
@@ -300,7 +300,7 @@ def test_bad_settings_are_user_errors(tiny_bert):
 
 
 def test_paragraph_spans_split_at_blank_lines_else_line_breaks():
-    from bertheads.tasks.qa import paragraph_spans
+    from bertheads.tasks.qa.task import paragraph_spans
 
     long_a, long_b = "a" * 30, "b" * 30
     text = f"{long_a}\n{long_b}\n\n  {long_b} tail\n"
@@ -354,7 +354,7 @@ def test_joined_training_passages_are_read_across_their_ends(tiny_bert):
 
 
 def test_training_plan_keeps_a_questions_windows_in_one_batch(tiny_bert):
-    from bertheads.train import TaskData, TrainSettings, plan_epoch
+    from bertheads.training.loop import TaskData, TrainSettings, plan_epoch
 
     task, tokenizer = make_task(tiny_bert, max_length=64, stride=16, max_question_length=16, negative_windows=2,
                                 shared_norm=True)
@@ -378,7 +378,7 @@ def three_paragraphs() -> tuple[QAExample, list[str]]:
 
 
 def test_paragraph_match_ranks_the_paragraphs_by_the_questions_words(tiny_bert):
-    from bertheads.tasks.qa_spans import paragraph_match_gaps
+    from bertheads.tasks.qa.spans import paragraph_match_gaps
 
     task, tokenizer = make_task(tiny_bert, max_length=64, stride=16, max_question_length=16)
     example, paragraphs = three_paragraphs()
@@ -398,7 +398,7 @@ def test_paragraph_match_ranks_the_paragraphs_by_the_questions_words(tiny_bert):
 
 
 def test_paragraph_match_lets_the_answers_paragraph_win(tiny_bert):
-    from bertheads.tasks.qa_spans import paragraph_match_gaps
+    from bertheads.tasks.qa.spans import paragraph_match_gaps
 
     task, tokenizer = make_task(tiny_bert, max_length=64, stride=16, max_question_length=16)
     assert task.spec.paragraph_match == 6.0  # on by default for new models

@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 import bertheads
-from bertheads.cli import main
-from bertheads.report import report
+from bertheads.cli.main import main
+from bertheads.running.report import report
 
 CHROMIUM = os.environ.get("BERTHEADS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 SETTINGS = dict(epochs=2, batch_size=8, progress=False)

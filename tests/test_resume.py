@@ -16,9 +16,10 @@ import torch
 from safetensors.torch import load_file
 
 import bertheads
-from bertheads import bundle, checkpoint
-from bertheads.cli import main
-from bertheads.errors import UserError
+from bertheads.base.errors import UserError
+from bertheads.cli.main import main
+from bertheads.saved import bundle
+from bertheads.training import checkpoint
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 STEPS = 12  # 48 examples, batches of 8, 2 epochs
@@ -48,12 +49,12 @@ def run_cli(args, crash_at=None, **kwargs):
     env.pop(checkpoint_env(), None)
     if crash_at:
         env[checkpoint_env()] = crash_at
-    return subprocess.run([sys.executable, "-m", "bertheads.cli", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "bertheads", *args], env=env, capture_output=True, text=True,
                           timeout=600, **kwargs)
 
 
 def checkpoint_env():
-    from bertheads.atomic import CRASH_ENV
+    from bertheads.store.atomic import CRASH_ENV
 
     return CRASH_ENV
 
@@ -133,7 +134,8 @@ def test_resume_refusals_leave_out_untouched(tiny_bert, data, capsys):
 
 SAVE_SCRIPT = """
 import os, sys
-from bertheads import atomic, bundle
+from bertheads.store import atomic
+from bertheads.saved import bundle
 if sys.argv[3] == "rename":
     atomic.exchange = lambda a, b: False  # the two-rename path of systems without an atomic exchange
 model = bundle.load(sys.argv[1])
@@ -184,7 +186,7 @@ def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tiny_bert, data):
     args = argv(tiny_bert, data, out)
     args[args.index("--epochs") + 1] = "50"
     env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "bertheads.cli", *args], env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "bertheads", *args], env=env, stderr=subprocess.PIPE, text=True)
     log = out / "log.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and not (log.is_file() and len(log.read_text().splitlines()) >= 2):
@@ -276,8 +278,8 @@ def test_class_weights_balanced(tiny_bert, write, tmp_path):
 
 
 def test_model_dir_trains_its_head_further_or_a_new_one(whole_run, data, tmp_path, caplog):
-    from bertheads.encoder import Encoder
-    from bertheads.multitask import continue_heads, prepare_task
+    from bertheads.encoder.pretrained import Encoder
+    from bertheads.training.joint import continue_heads, prepare_task
 
     saved = bundle.load(whole_run)
     encoder = Encoder.load(str(whole_run / "encoder"))
@@ -330,7 +332,7 @@ def test_torchrun_two_processes_resume_exactly(tiny_bert, data, tmp_path):
         env.pop(checkpoint_env(), None)
         if crash_at:
             env[checkpoint_env()] = crash_at
-        return subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", str(port), "-m", "bertheads.cli",
+        return subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", str(port), "-m", "bertheads",
                                *args], env=env, capture_output=True, text=True, timeout=600)
 
     whole = launch(tmp_path / "whole", 29561)

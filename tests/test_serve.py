@@ -14,11 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from bertheads.serve.app import Batcher, ServeSettings, create_app, running_server
 from fastapi.testclient import TestClient
 from helpers_multi import EncoderCalls, save_heads
 
 import bertheads
-from bertheads.serve import Batcher, ServeSettings, create_app, running_server
 
 TEXTS = ["Angela Merkel visited Paris last week.", "A warm, funny and wonderfully acted film."]
 PASSAGE = "The Eiffel Tower was finished in 1889 and stands in Paris."
@@ -148,7 +148,7 @@ def test_concurrent_requests_are_batched(model):
 
 
 def test_serve_command_errors(model_dir, tmp_path, capsys):
-    from bertheads.cli import main
+    from bertheads.cli.main import main
 
     assert main(["serve", str(tmp_path / "missing")]) == 2
     assert "no such model directory" in capsys.readouterr().err
@@ -196,7 +196,7 @@ def free_port() -> int:
 def cli_server(model_dir):
     """`bertheads serve` in a subprocess on a free loopback port (stopped after the test)."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "bertheads.cli", "serve", str(model_dir), "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "bertheads", "serve", str(model_dir), "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180  # a loaded machine starts slowly

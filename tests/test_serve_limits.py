@@ -14,14 +14,14 @@ import time
 
 import httpx
 import pytest
+from bertheads.serve.app import ServeSettings, create_app, running_server
+from bertheads.serve.queue import Batcher, DeadlineExceeded, Overloaded, request_tokens
 from fastapi.testclient import TestClient
 from helpers_multi import save_heads
 
 import bertheads
-from bertheads.cli import main
-from bertheads.errors import UserError
-from bertheads.serve import ServeSettings, create_app, running_server
-from bertheads.serve_queue import Batcher, DeadlineExceeded, Overloaded, request_tokens
+from bertheads.base.errors import UserError
+from bertheads.cli.main import main
 
 
 @pytest.fixture(scope="module")
@@ -310,7 +310,7 @@ def test_sigterm_finishes_in_flight_and_refuses_new(model_dir):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     # a 1.5 s batch window keeps the request in flight when the signal comes
-    proc = subprocess.Popen([sys.executable, "-m", "bertheads.cli", "serve", str(model_dir), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "bertheads", "serve", str(model_dir), "--port", str(port),
                              "--batch-window-ms", "1500"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 60

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 import bertheads
-from bertheads.cli import main
+from bertheads.cli.main import main
 from bertheads.model import head_outputs
-from bertheads.packing import encode_texts
-from bertheads.tasks.tag import (
+from bertheads.tasks.tag.task import (
     TagSpec,
     TagTask,
     detect_scheme,
@@ -22,6 +21,7 @@ from bertheads.tasks.tag import (
     scheme_codes,
     windows,
 )
+from bertheads.text.encoding import encode_texts
 
 PEOPLE = [("Angela", "Merkel"), ("John", "Smith"), ("Maria", "Garcia"), ("Boris", "Yeltsin")]
 PLACES = ["Paris", "Berlin", "Madrid", "Moscow"]
@@ -197,7 +197,7 @@ def test_windows_cover_everything():
 
 
 def test_label_subwords_first_vs_all(tiny_bert, tag_data, tmp_path):
-    from bertheads.encoder import Encoder
+    from bertheads.encoder.pretrained import Encoder
 
     encoder = Encoder.load(tiny_bert)
     sentence = [("Merkel", "B-PER"), ("visited", "O")]  # merkel -> mer ##kel
@@ -220,8 +220,8 @@ def test_loss_weighs_every_labelled_token_the_same(tiny_bert):
 
     import torch
 
-    from bertheads.encoder import Encoder
-    from bertheads.packing import collate
+    from bertheads.encoder.pretrained import Encoder
+    from bertheads.text.encoding import collate
 
     encoder = Encoder.load(tiny_bert)
     task = TagTask.build(TagSpec(tags=["O", "B-PER", "I-PER"]), encoder)
@@ -256,7 +256,7 @@ def test_bilstm_head_on_frozen_features_round_trips(tiny_bert, tag_data, tmp_pat
 def test_bilstm_head_fine_tunes(tiny_bert, tag_data):
     import torch
 
-    from bertheads.encoder import Encoder
+    from bertheads.encoder.pretrained import Encoder
 
     model = bertheads.train("tag", str(tag_data / "train.txt"), None, None, model=tiny_bert, head_type="bilstm",
                             lstm_size=8, settings=bertheads.TrainSettings(epochs=1, batch_size=16, progress=False))

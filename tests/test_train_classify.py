@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import bertheads
-from bertheads import bundle
-from bertheads.encoder import Encoder
-from bertheads.errors import UserError
+from bertheads.base.errors import UserError
+from bertheads.encoder.pretrained import Encoder
+from bertheads.saved import bundle
 
 FAST = dict(epochs=8, batch_size=8, lr=3e-3, progress=False)
 

@@ -8,10 +8,11 @@ import json
 import pytest
 
 import bertheads
-from bertheads import multitask, tune
-from bertheads.cli import main
-from bertheads.errors import UserError
-from bertheads.report import report
+from bertheads.base.errors import UserError
+from bertheads.cli.main import main
+from bertheads.running.report import report
+from bertheads.training import joint as multitask
+from bertheads.training import tune
 
 
 @pytest.fixture

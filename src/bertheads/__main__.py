@@ -1,5 +1,5 @@
 """`python -m bertheads ...`: the same as the `bertheads` command (also under torchrun)."""
 
-from bertheads.cli import command
+from bertheads.cli.main import command
 
 command()

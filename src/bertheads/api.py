@@ -8,18 +8,24 @@ from pathlib import Path
 
 import torch
 
-from bertheads import bundle
-from bertheads.analyze import analyze
-from bertheads.combine import combine as combine_models
-from bertheads.errors import UserError
+from bertheads.base.errors import UserError
+from bertheads.export.onnx_runtime import check_runtime, load_onnx
 from bertheads.model import BertHeads, head_outputs
-from bertheads.multitask import MultiConfig, multi_task_manifest, read_config, single_task, train_tasks
-from bertheads.packing import INFERENCE_BATCH
-from bertheads.report import report
-from bertheads.runtime_onnx import check_runtime, load_onnx
-from bertheads.stream import StreamReport, StreamSettings, evaluate_stream, predict_chunks, predict_stream
-from bertheads.tasks.qa_spans import window_choice_parts
-from bertheads.train import TrainSettings
+from bertheads.running.analyze import analyze
+from bertheads.running.report import report
+from bertheads.running.stream import (
+    StreamReport,
+    StreamSettings,
+    evaluate_stream,
+    predict_chunks,
+    predict_stream,
+)
+from bertheads.saved import bundle
+from bertheads.saved.combine import combine as combine_models
+from bertheads.tasks.qa.spans import window_choice_parts
+from bertheads.text.batching import INFERENCE_BATCH
+from bertheads.training.joint import MultiConfig, multi_task_manifest, read_config, single_task, train_tasks
+from bertheads.training.loop import TrainSettings
 
 
 class Model:
@@ -76,7 +82,7 @@ class Model:
                        **options) -> StreamReport:
         """What `bertheads predict` does: predictions for a file of any size written to `output`
         (atomically) or, without one, to `write` (default: stdout) a chunk at a time; under
-        torchrun the processes share the chunks (see `bertheads.stream`)."""
+        torchrun the processes share the chunks (see `bertheads.running.stream`)."""
         name = self.head_name(head)
         return predict_stream(self.net, name, path, None if output is None else str(output), settings, fmt,
                               write, **options)
@@ -131,7 +137,7 @@ class Model:
         return evaluate_stream(self.net, name, path, settings, **options)
 
     def report(self, data: str | None = None, out: str | Path | None = None, head: str | None = None) -> Path:
-        """Write the HTML report page of this saved model (see `bertheads.report`); its path."""
+        """Write the HTML report page of this saved model (see `bertheads.running.report`); its path."""
         if self.directory is None:
             raise UserError("report: the model is not saved; train it with an output directory")
         return report(self.directory, data, out, head=head)

@@ -10,9 +10,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertheads.encoder import Encoder
-from bertheads.layers import reads_first_position_only
-from bertheads.packing import INFERENCE_BATCH, INFERENCE_TOKENS, Feature, collate, run_in_length_order
+from bertheads.encoder.pretrained import Encoder
+from bertheads.encoder.layers import reads_first_position_only
+from bertheads.text.batching import INFERENCE_BATCH, INFERENCE_TOKENS, run_in_length_order
+from bertheads.text.encoding import Feature, collate
 
 
 class BertHeads(nn.Module):

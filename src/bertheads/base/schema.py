@@ -1,0 +1,160 @@
+"""One settings schema: a group of settings is a dataclass whose fields carry their help, value
+type and flag; the command-line flags, the config file's fields and the Python keyword arguments
+are all derived from it, and an unknown name is refused with the closest known one suggested.
+
+```
+@dataclass
+class Serving:
+    port: int = setting(8000, "TCP port", type=positive_int)
+    verbose: bool = setting(False, "log every request")
+
+add_flags(parser, Serving)                 # --port PORT, --verbose
+Serving(**vars_for(Serving, args))         # from parsed flags
+from_mapping(Serving, {"prot": 1}, "f.yaml")  # f.yaml: unknown setting 'prot' (did you mean 'port'?)
+```
+Written here rather than taken from a library (pydantic, simple-parsing) because the rules are
+ours: argparse types that raise one-line errors, config values converted like their flags, and
+the suggestion in the message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from bertheads.base.errors import UserError
+
+MISSING = dataclasses.MISSING
+
+
+def setting(default: Any = MISSING, help: str = "", *, type: Callable | None = None,
+            choices: Iterable | None = None, flag: str | None = None, metavar: str | None = None,
+            cli: bool = True, factory: Callable | None = None, negate: bool = False) -> Any:
+    """A dataclass field with what its flag needs: `help`, a value `type` (an argparse type
+    that raises `ArgumentTypeError`), `choices`, the `flag` (default `--name-with-dashes`),
+    `cli=False` for settings only Python and config files give, `negate` for a True-by-default
+    bool shown as `--no-NAME`."""
+    meta = {"help": help, "type": type, "choices": tuple(choices) if choices is not None else None,
+            "flag": flag, "metavar": metavar, "cli": cli, "negate": negate}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def names(cls) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    meta = f.metadata
+    if meta.get("flag"):
+        return meta["flag"]
+    return ("--no-" if meta.get("negate") else "--") + f.name.replace("_", "-")
+
+
+def default_of(f: dataclasses.Field) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None
+
+
+def is_bool(f: dataclasses.Field) -> bool:
+    return f.type in (bool, "bool")
+
+
+def add_flags(parser, cls, defaults: Mapping[str, Any] | None = None, skip: Iterable[str] = (),
+              only: Iterable[str] | None = None) -> None:
+    """One flag for each command-line field of `cls` (`defaults` override the dataclass's)."""
+    defaults = dict(defaults or {})
+    skip, only = set(skip), set(only) if only is not None else None
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        if not meta.get("cli", True) or f.name in skip or (only is not None and f.name not in only):
+            continue
+        default = defaults.get(f.name, default_of(f))
+        kwargs: dict[str, Any] = {"dest": f.name, "help": meta.get("help", "")}
+        if is_bool(f):
+            kwargs["action"] = "store_false" if meta.get("negate") else "store_true"
+            kwargs["default"] = default
+        else:
+            kwargs["default"] = default
+            if meta.get("type") is not None:
+                kwargs["type"] = meta["type"]
+            if meta.get("choices") is not None:
+                kwargs["choices"] = meta["choices"]
+            if meta.get("metavar"):
+                kwargs["metavar"] = meta["metavar"]
+        parser.add_argument(flag_of(f), **kwargs)
+
+
+def vars_for(cls, args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of `cls` found in parsed flags."""
+    given = vars(args)
+    return {n: given[n] for n in names(cls) if n in given}
+
+
+def suggest(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_names(given: Iterable[str], known: Iterable[str], what: str = "setting", at: str = "") -> None:
+    """Refuse any name of `given` that is not `known`, suggesting the closest known one."""
+    known = list(known)
+    for name in given:
+        if name not in known:
+            prefix = f"{at}: " if at else ""
+            raise UserError(f"{prefix}unknown {what} {name!r}{suggest(name, known)}")
+
+
+def convert(f: dataclasses.Field, value: Any, fail: Callable[[str], None]) -> Any:
+    """A config or keyword value checked and converted like the flag it stands for."""
+    if value is None:
+        return None
+    meta = f.metadata
+    if is_bool(f):
+        if not isinstance(value, bool):
+            fail(f"expected true or false, got {value!r}")
+        return value
+    kind = meta.get("type")
+    if kind is not None:
+        if isinstance(value, (dict, list, bool)):
+            fail(f"expected a single value, got {value!r}")
+        try:
+            value = kind(value)
+        except argparse.ArgumentTypeError as exc:
+            fail(str(exc))
+        except (TypeError, ValueError):
+            fail(f"expected {getattr(kind, '__name__', 'a value')}, got {value!r}")
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        fail(f"expected one of {', '.join(map(str, choices))}, got {value!r}")
+    return value
+
+
+def from_mapping(cls, data: Mapping[str, Any], at: str = "", base: Any = None):
+    """An instance of `cls` from a config section or keyword arguments: unknown names refused
+    (with a suggestion), values converted like their flags; fields not given keep `base`'s
+    values (or the defaults)."""
+    check_names(data, names(cls), at=at)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+
+    def value(name: str, raw: Any) -> Any:
+        def fail(message: str) -> None:
+            raise UserError(f"{at + ': ' if at else ''}{name}: {message}")
+        return convert(fields[name], raw, fail)
+
+    converted = {k: value(k, v) for k, v in data.items()}
+    if base is not None:
+        return dataclasses.replace(base, **converted)
+    return cls(**converted)
+
+
+def to_dict(obj) -> dict[str, Any]:
+    """The settings as plain values (what a saved model and its config file hold)."""
+    return dataclasses.asdict(obj)

@@ -1,0 +1,191 @@
+"""What each `bertheads` command does once its flags are parsed: one `cmd_*` function a command."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from bertheads.api import combine, load, train, train_multi
+from bertheads.base.errors import UserError
+from bertheads.export.hf import export_hf
+from bertheads.export.onnx import export_onnx
+from bertheads.running.extract import ExtractSettings, extract
+from bertheads.running.stream import StreamSettings
+from bertheads.saved.bundle import MANIFEST, encoder_location
+from bertheads.training.flags import (
+    HEAD_FLAGS,
+    settings_from,
+    task_options,
+)
+from bertheads.training.joint import read_config
+
+log = logging.getLogger("bertheads")
+TUNE_FLAGS = ("trials", "restarts", "space", "resume", "no_pruning")
+
+
+
+# -- handlers --------------------------------------------------------------------------
+def report_saved(model, out: str, heads: bool = False) -> None:
+    """`saved DIR` on stderr, then the kept dev metrics as one JSON line on stdout (once, from
+    the main process under torchrun)."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    names = f" (heads: {', '.join(model.heads)})" if heads else ""
+    log.info(f"saved {out}{names}")
+    path = Path(out) / "metrics.json"
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if saved.get("dev"):
+            print(json.dumps({"dev": saved["dev"], "kept": saved.get("kept")}))
+
+
+def cmd_train(args) -> int:
+    model = train(args.kind, args.train, args.dev, args.out, model=args.model, settings=settings_from(args),
+                  limit=args.limit, **task_options(args))
+    report_saved(model, args.out)
+    return 0
+
+
+def cmd_train_multi(args) -> int:
+    config = read_config(args.config)
+    if args.sampling:
+        config.sampling = args.sampling
+    if args.temperature is not None:
+        config.temperature = args.temperature
+    cli_options = {flag: getattr(args, flag) for flag in HEAD_FLAGS}
+    model = train_multi(config, args.out, model=args.model, settings=settings_from(args), limit=args.limit,
+                        **cli_options)
+    report_saved(model, args.out, heads=True)
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
+    model.choose_windows(args.head, args.window_choice, args.paragraph_windows, args.paragraph_match)
+    settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size,
+                              skip_bad_lines=args.skip_bad_lines)
+    metrics = model.evaluate(args.data, head=args.head, settings=settings,
+                             **present(args, "predictions_out", "null_threshold", "threshold"))
+    if metrics.get("skipped"):
+        log.warning(f"skipped {metrics['skipped']} bad record(s) of {args.data}")
+    if args.json:
+        print(json.dumps(metrics))
+    else:
+        for key, value in metrics.items():
+            if isinstance(value, float):
+                print(f"{key:>16}  {value:.4f}")
+            elif not isinstance(value, dict):
+                print(f"{key:>16}  {value}")
+            else:
+                print(f"{key:>16}  {json.dumps(value)}")
+    return 0
+
+
+def cmd_predict(args) -> int:
+    if args.output:
+        check_output_file(args.output)
+    model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
+    options = present(args, "question", "context", "null_threshold", "threshold", "min_score")
+    model.read_long_inputs(args.head, **present(args, "long_input", "pool"))
+    model.choose_windows(args.head, args.window_choice, args.paragraph_windows, args.paragraph_match)
+    settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
+                              skip_bad_lines=args.skip_bad_lines, progress=bool(args.output) and not args.no_progress)
+    report = model.predict_stream(args.input, args.output, head=args.head, fmt=args.format, settings=settings,
+                                  **options)
+    if report.skipped and os.environ.get("RANK", "0") == "0":
+        log.warning(f"skipped {report.skipped} bad record(s) of {args.input or '<stdin>'}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    if args.to == "hf":
+        if args.quantize:
+            raise UserError("--quantize: only with --to onnx")
+        if not args.out:
+            raise UserError("--to hf needs --out DIR")
+        info = export_hf(args.model_dir, args.out, args.head)
+        log.info(f"saved {args.out} ({info['class']} for head {info['head']}; "
+                 f"pipeline({info['pipeline']!r}, model={args.out!r}))")
+        return 0
+    if args.head:
+        raise UserError("--head: only with --to hf (the ONNX graph holds every head)")
+    meta = export_onnx(args.model_dir, args.out, args.quantize, log=log.info)
+    graphs = ", ".join(f"{g['file']} ({g['bytes'] / 1e6:.1f} MB)" for g in meta["graphs"].values())
+    log.info(f"saved {args.out or os.path.join(args.model_dir, 'onnx')}: {graphs}")
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from bertheads.training.tune import (  # optuna loads only for this command
+        TuneSettings,
+        summary,
+        table,
+        tune,
+    )
+
+    if args.restarts < 0:
+        raise UserError(f"--restarts: expected 0 or more, got {args.restarts}")
+    settings = settings_from(args)
+    settings.resume = False  # tune's --resume continues the search (its trials start afresh)
+    search = TuneSettings(trials=args.trials, restarts=args.restarts, space=args.space, resume=args.resume,
+                          pruning=not args.no_pruning)
+    options = {k: v for k, v in task_options(args).items() if k not in TUNE_FLAGS}
+    rows = tune(args.kind, args.train, args.dev, args.out, model=args.model, settings=settings,
+                search=search, limit=args.limit, **options)
+    print(table(rows))
+    print(summary(rows))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from bertheads.running.report import report  # matplotlib loads only for this command
+
+    page = report(args.model_dir, args.data, args.out, head=args.head, batch_size=args.batch_size)
+    log.info(f"wrote {page}")
+    return 0
+
+
+def cmd_extract(args) -> int:
+    model = args.model
+    if model not in (None, "", "default") and (Path(model) / MANIFEST).is_file():
+        model = encoder_location(model)  # a saved bertheads model: its (fine-tuned) encoder
+    settings = ExtractSettings(layers=args.layers, combine=args.combine, pool=args.pool, format=args.format,
+                               max_length=args.max_length, dtype=args.dtype, tokens=not args.no_tokens,
+                               batch_size=args.batch_size, progress=not args.no_progress)
+    meta = extract(model, args.input, args.out, settings, args.input_format)
+    cut = f", {meta['truncated']} cut at --max-length {meta['max_length']}" if meta["truncated"] else ""
+    log.info(f"wrote {args.out}: {meta['texts']} texts, {meta['tokens']} pieces, dim {meta['dim']}{cut}")
+    return 0
+
+
+def cmd_combine(args) -> int:
+    model = combine(args.model_dirs, args.out, args.names)
+    log.info(f"saved {args.out} (heads: {', '.join(f'{n} ({k})' for n, k in model.heads.items())})")
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from bertheads.serve.app import serve, settings_from_args  # the web stack loads only for this command
+
+    serve(args.model_dir, args.host, args.port, settings_from_args(args), verify=not args.no_verify,
+          runtime=args.runtime, precision=args.precision)
+    return 0
+
+
+def check_output_file(path: str) -> None:
+    """`--output` must name a file that can be written (checked before any work is done)."""
+    out = Path(path)
+    if out.is_dir():
+        raise UserError(f"--output {path}: is a directory; give a file name")
+    parent = next((p for p in out.absolute().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise UserError(f"--output {path}: {parent} is not a directory")
+
+
+def present(args, *names: str) -> dict:
+    """The named options that were given on the command line."""
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+

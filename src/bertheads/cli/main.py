@@ -1,0 +1,93 @@
+"""Every `bertheads` command: its parser and its handler.
+
+```
+bertheads train KIND --train F [--dev F] --out DIR    KIND: classify, tag, qa, or multi --config F
+bertheads evaluate DIR --data F                        metrics of a saved model
+bertheads predict DIR [--input F] [--output F]         predictions as JSON lines, in input order
+bertheads extract --input F --out DIR                  frozen-encoder vectors for other tools
+bertheads tune KIND --train F --dev F --out DIR       search training settings, keep the best model
+bertheads report DIR [--data F] [--out PAGE_DIR]       an HTML page of figures for a saved model
+bertheads combine DIR DIR ... --out DIR                one model from several sharing an encoder
+bertheads serve DIR                                    HTTP API and web page
+```
+Bad input ends with one line `bertheads: error: ...` naming the file and line (or the option),
+exit status 2; `-v` shows more of what happens, `-q` only warnings and errors.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import threading
+
+from bertheads.base.errors import UserError
+from bertheads.cli.parser import build_parser
+
+log = logging.getLogger("bertheads")
+
+
+
+# -- running ---------------------------------------------------------------------------
+class OneLine(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+        return f"bertheads: {prefix}{record.getMessage()}"
+
+
+def set_up_logging(verbose: bool = False, quiet: bool = False) -> None:
+    """bertheads' messages on stderr, one line each (`-v`: debug too; `-q`: warnings and errors)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLine())
+    log.handlers[:] = [handler]
+    log.propagate = False
+    log.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    set_up_logging(getattr(args, "verbose", False), getattr(args, "quiet", False))
+    try:
+        return args.handler(args)
+    except UserError as exc:
+        print(f"bertheads: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:
+        print(f"bertheads: interrupted{': ' + str(exc) if str(exc) else ''}", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # an internal fault: still one line, the traceback on request
+        if os.environ.get("BERTHEADS_DEBUG"):
+            raise
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"bertheads: internal error: {type(exc).__name__}: {msg} (BERTHEADS_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+def command() -> None:
+    """The `bertheads` command: main(), then a quick exit.
+
+    When the command is done (its files are written and renamed into place), the exit handlers
+    run and the standard streams are flushed, and then the process ends without Python tearing
+    down every imported module one by one, which takes most of a second once torch is loaded.
+    The usual exit is kept under torchrun and while a non-daemon thread still runs."""
+    code = main()
+    alone = "WORLD_SIZE" not in os.environ
+    workers = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if not alone or workers:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):  # a reader that went away, a stream already closed
+            pass
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    command()

@@ -1,0 +1,268 @@
+"""The `bertheads` command line: one parser per command, each naming its handler in
+`bertheads.cli.commands`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from bertheads import __version__
+from bertheads.cli.commands import (
+    cmd_combine,
+    cmd_evaluate,
+    cmd_export,
+    cmd_extract,
+    cmd_predict,
+    cmd_report,
+    cmd_serve,
+    cmd_train,
+    cmd_train_multi,
+    cmd_tune,
+)
+from bertheads.running.extract import INPUT_FORMATS, POOLS
+from bertheads.running.stream import CHUNK_SIZE
+from bertheads.tasks import TASKS
+from bertheads.tasks.qa.spans import WINDOW_CHOICES
+from bertheads.text.batching import INFERENCE_BATCH
+from bertheads.training.flags import (
+    HEAD_FLAGS,
+    Parser,
+    accept_layer_lists,
+    add_training_flags,
+    fraction,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
+from bertheads.training.loop import SAMPLINGS
+
+PREDICT_FORMATS = ("auto", "tsv", "csv", "jsonl", "lines", "conll", "json", "squad")
+
+
+
+
+# -- parsers ---------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="bertheads", description="One pretrained BERT encoder, many task heads: fine-tune or "
+                                                  "train on frozen features, evaluate, predict, extract, serve.")
+    parser.add_argument("--version", action="version", version=f"bertheads {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    verbosity = common.add_mutually_exclusive_group()
+    verbosity.add_argument("-v", "--verbose", action="store_true", help="more messages (debug level)")
+    verbosity.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train_p = sub.add_parser("train", help="fine-tune a head (or train it on frozen features)",
+                             description="Train a head of one task kind, or several heads at once (multi).")
+    kinds = train_p.add_subparsers(dest="kind", required=True, metavar="KIND")
+    for kind, cls in TASKS.items():
+        p = kinds.add_parser(kind, help=cls.help, description=cls.help, parents=[common])
+        p.add_argument("--train", required=True, help="training file (formats: see the README)")
+        p.add_argument("--dev", help="labelled file evaluated after every epoch; the best epoch is kept")
+        p.add_argument("--out", required=True, help="model directory to write (replaced atomically; one of "
+                                                    "another run only with --overwrite)")
+        cls.add_arguments(p)
+        add_training_flags(p, **cls.training_defaults)
+        p.set_defaults(handler=cmd_train)
+    add_train_multi(kinds, common)
+
+    ev = sub.add_parser("evaluate", help="metrics of a saved model on labelled data", parents=[common])
+    ev.add_argument("model_dir", help="a model directory written by `bertheads train`")
+    ev.add_argument("--data", required=True, help="labelled file in one of the task's formats")
+    ev.add_argument("--head", help="which head, for a model with several")
+    ev.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    ev.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
+    ev.add_argument("--predictions-out", help="qa: write {id: answer} JSON here (and an n-best file beside it)")
+    ev.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
+    ev.add_argument("--threshold", type=fraction, help="multi-label classify: one threshold for every label "
+                                                       "instead of the saved ones")
+    ev.add_argument("--window-choice", choices=WINDOW_CHOICES,
+                    help="qa: override the saved way spans of a long passage's windows compare")
+    ev.add_argument("--paragraph-windows", action=argparse.BooleanOptionalAction,
+                    help="qa: override whether each paragraph of a passage is read in windows of its own")
+    ev.add_argument("--paragraph-match", type=non_negative_float, metavar="W",
+                    help="qa: override the saved weight of how well each paragraph matches the question")
+    ev.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
+    add_stream_flags(ev, keep=False)
+    ev.set_defaults(handler=cmd_evaluate)
+
+    pr = sub.add_parser("predict", help="predictions as JSON lines, in input order", parents=[common])
+    pr.add_argument("model_dir", help="a model directory written by `bertheads train`")
+    pr.add_argument("--input", help="file in a training format or plain lines (TAB separates a pair); default stdin")
+    pr.add_argument("--output", help="JSONL file (written atomically); default stdout")
+    pr.add_argument("--head", help="which head, for a model with several")
+    pr.add_argument("--format", choices=PREDICT_FORMATS, default="auto",
+                    help="input format (tag: --format conll also writes CoNLL columns)")
+    pr.add_argument("--question", help="qa: one question (with --context)")
+    pr.add_argument("--context", help="qa: the passage for --question")
+    pr.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
+    pr.add_argument("--threshold", type=fraction, help="multi-label classify: one threshold for every label "
+                                                       "instead of the saved ones")
+    pr.add_argument("--min-score", type=fraction,
+                    help="single-label classify: no label (null) when the best score is below this")
+    pr.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
+    pr.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
+    add_stream_flags(pr)
+    pr.add_argument("--long-input", choices=("truncate", "windows"),
+                    help="classify: override the saved way of reading texts longer than --max-length")
+    pr.add_argument("--pool", choices=("mean", "max"), help="classify, --long-input windows: override the saved pooling")
+    pr.add_argument("--window-choice", choices=WINDOW_CHOICES,
+                    help="qa: override the saved way spans of a long passage's windows compare")
+    pr.add_argument("--paragraph-windows", action=argparse.BooleanOptionalAction,
+                    help="qa: override whether each paragraph of a passage is read in windows of its own")
+    pr.add_argument("--paragraph-match", type=non_negative_float, metavar="W",
+                    help="qa: override the saved weight of how well each paragraph matches the question")
+    pr.add_argument("--no-progress", action="store_true", help="no progress bar (shown with --output)")
+    pr.set_defaults(handler=cmd_predict)
+
+    add_export(sub, common)
+    add_tune(sub, common)
+    add_report(sub, common)
+    add_extract(sub, common)
+    add_combine(sub, common)
+    add_serve(sub, common)
+    for name in ("predict", "evaluate", "serve"):
+        add_runtime_flags(sub.choices[name])
+    return parser
+
+
+def add_stream_flags(p, keep: bool = True) -> None:
+    p.add_argument("--chunk-size", type=positive_int, default=CHUNK_SIZE,
+                   help="inputs read, predicted and written together (memory follows this, not the input)")
+    p.add_argument("--skip-bad-lines", action="store_true",
+                   help="report a malformed input line on stderr, skip it and go on (the count is printed at the end)")
+    if keep:
+        p.add_argument("--keep-fields", type=field_list, default=(),
+                       help="input fields (comma-separated) copied into each prediction; `id` always is")
+
+
+def field_list(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected field names separated by commas, got {text!r}")
+    return names
+
+
+def add_train_multi(kinds, common) -> None:
+    p = kinds.add_parser("multi", help="several heads on one encoder, trained jointly from a YAML config",
+                         parents=[common])
+    p.add_argument("--config", required=True, help="YAML (or TOML) naming the tasks; see the README")
+    p.add_argument("--out", required=True, help="model directory to write (replaced atomically)")
+    p.add_argument("--sampling", choices=SAMPLINGS, help="override the config's rule for mixing the tasks' batches")
+    p.add_argument("--temperature", type=positive_float, help="override the config's sampling temperature")
+    add_training_flags(p)
+    # head flags given on the command line apply to every task; unset ones leave each kind's default
+    p.set_defaults(**{flag: None for flag in HEAD_FLAGS}, handler=cmd_train_multi)
+
+
+
+
+def add_tune(sub, common) -> None:
+    tune_p = sub.add_parser("tune", help="search training settings on dev (Optuna), keep the best model",
+                            description="Train one setting per trial and keep the best on --dev: by default "
+                                        "the BERT paper's grid (lr 5e-5, 3e-5, 2e-5; batch size 16, 32; "
+                                        "up to 4 epochs, the best epoch taken).")
+    kinds = tune_p.add_subparsers(dest="kind", required=True, metavar="KIND")
+    for kind, cls in TASKS.items():
+        p = kinds.add_parser(kind, help=cls.help, parents=[common])
+        p.add_argument("--train", required=True, help="training file")
+        p.add_argument("--dev", required=True, help="labelled file the trials are compared on")
+        p.add_argument("--out", required=True,
+                       help="directory for the best model, trials.jsonl and the search's storage")
+        g = p.add_argument_group("search")
+        g.add_argument("--trials", type=positive_int, help="sample N settings from --space (TPE) instead of a grid")
+        g.add_argument("--space", help="YAML search space: flag: [values] or flag: {low, high, log}")
+        g.add_argument("--restarts", type=int, default=0, help="train the best setting again with K other seeds")
+        g.add_argument("--no-pruning", action="store_true", help="train every trial to its last epoch")
+        cls.add_arguments(p)
+        add_training_flags(p, **cls.training_defaults)
+        p.set_defaults(handler=cmd_tune, epochs=4)
+
+
+def add_report(sub, common) -> None:
+    p = sub.add_parser("report", help="an HTML page of figures for a saved model", parents=[common])
+    p.add_argument("model_dir", help="a model directory written by `bertheads train` or `tune`")
+    p.add_argument("--data", help="labelled file: confusion matrices, per-class scores, worst examples")
+    p.add_argument("--out", help="page directory; default: MODEL_DIR/report")
+    p.add_argument("--head", help="only this head, for a model with several")
+    p.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
+    p.set_defaults(handler=cmd_report)
+
+
+def add_extract(sub, common) -> None:
+    p = sub.add_parser("extract", help="frozen-encoder vectors per word piece and per text, for other tools",
+                       parents=[common])
+    p.add_argument("--model", default="default", help="'default', a checkpoint directory or a saved bertheads model")
+    p.add_argument("--input", help="plain lines (TAB separates a pair), TSV/CSV/JSONL, CoNLL or SQuAD JSON; "
+                                   "default stdin")
+    p.add_argument("--input-format", choices=INPUT_FORMATS, default="auto", help="format of --input")
+    p.add_argument("--out", required=True, help="output directory (replaced atomically)")
+    p.add_argument("--layers", default=None, help="hidden layers: -1 (the last; default), -1,-2,-3,-4, all; "
+                                                  "0 is the embeddings")
+    p.add_argument("--combine", choices=("concat", "sum", "mean"), default="concat", help="how several layers merge")
+    p.add_argument("--pool", choices=POOLS, default="mean",
+                   help="per-text vector: mean of the pieces, the [CLS] piece, or none")
+    p.add_argument("--format", choices=("safetensors", "npy"), default="safetensors", help="array file format")
+    p.add_argument("--max-length", type=positive_int, default=512,
+                   help="pieces per input; longer inputs are cut (index: truncated)")
+    p.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="precision of the vectors")
+    p.add_argument("--no-tokens", action="store_true", help="write only the pooled vectors")
+    p.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    accept_layer_lists(p)
+    p.set_defaults(handler=cmd_extract)
+
+
+def add_combine(sub, common) -> None:
+    p = sub.add_parser("combine", help="one model from several that share an identical encoder", parents=[common])
+    p.add_argument("model_dirs", nargs="+", help="model directories whose encoders are identical")
+    p.add_argument("--out", required=True, help="model directory to write (replaced atomically)")
+    p.add_argument("--names", nargs="+", help="new head names, one per head in input order")
+    p.set_defaults(handler=cmd_combine)
+
+
+def add_runtime_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("runtime")
+    g.add_argument("--runtime", choices=("torch", "onnx"), default="torch",
+                   help="onnx: run DIR/onnx/ (written by `bertheads export DIR --to onnx`) with ONNX Runtime")
+    g.add_argument("--precision", choices=("fp32", "int8"), default="fp32", help="int8: the quantized ONNX graph")
+
+
+def add_export(sub, common) -> None:
+    p = sub.add_parser("export", help="a transformers directory for one head, or an ONNX graph of the model",
+                       parents=[common])
+    p.add_argument("model_dir", help="a model directory written by `bertheads train`")
+    p.add_argument("--to", required=True, choices=("hf", "onnx"), help="the format to write")
+    p.add_argument("--out", help="hf: the new directory (required); onnx: default MODEL_DIR/onnx")
+    p.add_argument("--head", help="hf: the head to export (required when the model has several)")
+    p.add_argument("--quantize", choices=("int8",), help="onnx: also write the int8 graph")
+    p.set_defaults(handler=cmd_export)
+
+
+def add_serve(sub, common) -> None:
+    p = sub.add_parser("serve", help="HTTP API (FastAPI) and web page for a saved model", parents=[common])
+    p.add_argument("model_dir", help="a model directory written by `bertheads train`")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on")
+    p.add_argument("--max-batch", type=positive_int, default=64, help="most texts run together in one model call")
+    p.add_argument("--batch-window-ms", type=float, default=5.0, help="how long to gather concurrent requests")
+    p.add_argument("--max-texts", type=positive_int, default=64, help="most texts in one request")
+    p.add_argument("--max-text-chars", type=positive_int, default=10000, help="longest text accepted, in characters")
+    # limits, access and checks (serve.settings_from_args reads these)
+    p.add_argument("--max-batch-tokens", type=positive_int, default=4096, help="encoder tokens in one model call")
+    p.add_argument("--max-queue", type=positive_int, default=64,
+                   help="requests waiting; more get 503 with Retry-After")
+    p.add_argument("--timeout", type=positive_float, default=30.0,
+                   help="seconds a request may take: 503 if not started by then, 504 if not finished")
+    p.add_argument("--max-connections", type=positive_int, default=128, help="concurrent connections; more get 503")
+    p.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="a Host header name to accept besides loopback names (repeatable; '*': any)")
+    p.add_argument("--token", default=os.environ.get("BERTHEADS_TOKEN") or None,
+                   help="require 'Authorization: Bearer TOKEN' (default: $BERTHEADS_TOKEN)")
+    p.add_argument("--insecure", action="store_true", help="serve a non-loopback --host without a token")
+    p.add_argument("--cors-origin", action="append", metavar="ORIGIN",
+                   help="a browser origin allowed to call the API (repeatable; default: none)")
+    p.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
+    p.set_defaults(handler=cmd_serve)
+
+

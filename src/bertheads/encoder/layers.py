@@ -1,0 +1,74 @@
+"""Which hidden layers a head reads and how they are merged into one vector per token."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from bertheads.base.errors import UserError
+
+COMBINES = ("concat", "sum", "mean", "scalar-mix")
+
+
+def parse_layers(text: str | None, num_layers: int) -> tuple[int, ...]:
+    """`-1` (default), `-1,-2,-3,-4`, `all` -> layer indices; 0 is the embedding output."""
+    if text in (None, "", "-1"):
+        return (-1,)
+    if text == "all":
+        return tuple(range(num_layers + 1))
+    try:
+        layers = tuple(int(p) for p in str(text).split(",") if p.strip())
+    except ValueError:
+        raise UserError(f"--layers: expected comma-separated integers or 'all', got {text!r}") from None
+    for i in layers:
+        if not -(num_layers + 1) <= i <= num_layers:
+            raise UserError(f"--layers: layer {i} does not exist (the encoder has layers 0..{num_layers})")
+    return layers
+
+
+class LayerCombine(nn.Module):
+    """Merge the hidden states of several layers into one tensor per token.
+
+    `concat` joins them on the feature axis, `sum`/`mean` add them, and `scalar-mix` learns
+    softmax-normalised weights over layers and a scale, as in ELMo.
+    """
+
+    def __init__(self, num_layers: int, mode: str = "concat") -> None:
+        super().__init__()
+        if mode not in COMBINES:
+            raise UserError(f"--combine: expected one of {', '.join(COMBINES)}, got {mode!r}")
+        self.mode = mode
+        self.num_layers = num_layers
+        if mode == "scalar-mix":
+            self.weights = nn.Parameter(torch.zeros(num_layers))
+            self.gamma = nn.Parameter(torch.ones(()))
+
+    def output_size(self, hidden_size: int) -> int:
+        return hidden_size * self.num_layers if self.mode == "concat" else hidden_size
+
+    def forward(self, states: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
+        if isinstance(states, torch.Tensor):
+            return states
+        if len(states) == 1:
+            return states[0]
+        if self.mode == "concat":
+            return torch.cat(states, dim=-1)
+        stacked = torch.stack(states, dim=0)
+        if self.mode == "sum":
+            return stacked.sum(0)
+        if self.mode == "mean":
+            return stacked.mean(0)
+        w = torch.softmax(self.weights, dim=0).to(stacked.dtype)
+        return self.gamma * torch.einsum("l,l...->...", w, stacked)
+
+
+def normalise_layers(layers: Sequence[int], num_layers: int) -> tuple[int, ...]:
+    """Layer indices counted from 0 (the embeddings), so `-1` and the last index agree."""
+    return tuple(i % (num_layers + 1) for i in layers)
+
+
+def reads_first_position_only(head: nn.Module) -> bool:
+    """A sequence-level head reads the first ([CLS]) position only, so only it is cached."""
+    return not getattr(head, "token_level", False) and getattr(head, "reads_cls", True)

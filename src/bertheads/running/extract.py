@@ -1,0 +1,250 @@
+"""`bertheads extract`: frozen-encoder vectors for other tools.
+
+Every input text (or text pair) runs through the encoder once; the chosen layers are merged
+(`--combine`) into one vector per word piece, and `--pool` makes one vector per text.
+
+```
+DIR/features.safetensors     (--format safetensors) tensors named as the .npy files below
+DIR/tokens.npy               [total pieces, dim]  one row per word piece, texts one after another
+DIR/token_offsets.npy        [total pieces, 2]    int32 character start, end of each piece
+DIR/token_segments.npy       [total pieces]       int8: 0 first text, 1 second text, -1 special token
+DIR/pooled.npy               [texts, dim]         one row per text (--pool cls|mean; absent for none)
+DIR/index.jsonl              one line per input, in input order: {"row", "line", "text", "pair",
+                             "tokens": [start, end), "pieces", "offsets", "segments", "truncated",
+                             and "id" / "words" when the input format has them}
+DIR/meta.json                model, layers, combine, pool, dim, dtype, counts, files
+```
+A piece's offsets index its own segment's text: `text[start:end]` (or `pair[start:end]`).
+The output directory is written whole into a temporary sibling and renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertheads.base.errors import UserError, where
+from bertheads.encoder.pretrained import Encoder
+from bertheads.encoder.layers import LayerCombine, parse_layers
+from bertheads.store.atomic import atomic_directory
+from bertheads.store.rowfiles import create_npy, create_safetensors
+from bertheads.tasks import TASKS
+from bertheads.tasks.base import TextInput
+from bertheads.text.batching import INFERENCE_BATCH, INFERENCE_TOKENS, run_in_length_order
+from bertheads.text.encoding import encoder_batch
+from bertheads.text.readers import file_format, read_jsonl, read_lines
+
+MARKER = "bertheads_extract"
+INPUT_FORMATS = ("auto", "lines", "tsv", "csv", "jsonl", "conll", "squad")
+POOLS = ("cls", "mean", "none")
+
+
+@dataclass
+class ExtractSettings:
+    layers: str | None = None  # "-1" (default), "-1,-2,-3,-4", "all"
+    combine: str = "concat"  # concat, sum or mean
+    pool: str = "mean"  # cls, mean (over all the text's pieces, specials included) or none
+    format: str = "safetensors"  # or npy
+    max_length: int = 512
+    dtype: str = "float32"
+    tokens: bool = True  # write the per-piece vectors
+    batch_size: int = INFERENCE_BATCH
+    progress: bool = True
+
+
+# -- reading ---------------------------------------------------------------------------
+def read_inputs(path: str | None, fmt: str = "auto") -> list[TextInput]:
+    """Plain lines (a TAB separates a pair), or any task kind's own formats: the classify
+    tables (TSV/CSV/JSONL), tag files (CoNLL, JSONL with "tokens"), qa files (SQuAD JSON,
+    JSONL with question/context). Each kind says which formats and records are its own."""
+    if fmt not in INPUT_FORMATS:
+        raise UserError(f"--input-format: expected one of {', '.join(INPUT_FORMATS)}, got {fmt!r}")
+    fmt = detect_format(path) if fmt == "auto" else fmt
+    if fmt == "lines":
+        out = []
+        for line_no, line in read_lines(path):
+            text, tab, pair = line.partition("\t")
+            if not text.strip():
+                raise UserError(f"{where(path, line_no)}: empty text")
+            out.append(TextInput(text, pair if tab else None, line_no))
+        return out
+    keys: set[str] = set()
+    if fmt == "jsonl":
+        keys = set().union(*(obj.keys() for _, obj in read_jsonl(path)))
+    kinds = [cls for cls in TASKS.values() if fmt in cls.text_formats]
+    own = [cls for cls in kinds if not cls.generic_reader and (fmt != "jsonl" or cls.claims_records(keys))]
+    reader = (own or [cls for cls in kinds if cls.generic_reader])[0]
+    return reader.read_texts(path, fmt)
+
+
+def detect_format(path: str | None) -> str:
+    if path in (None, "-"):
+        return "lines"
+    for cls in TASKS.values():
+        fmt = cls.sniff_format(path)
+        if fmt:
+            return fmt
+    return file_format(path)
+
+
+# -- encoding --------------------------------------------------------------------------
+def encode_inputs(tokenizer, inputs: list[TextInput], max_length: int) -> list[dict]:
+    """Model inputs with each piece's character offsets and segment (-1 for special tokens),
+    packed like training (`packing.encode_texts`: longest-first truncation)."""
+    out: list[dict | None] = [None] * len(inputs)
+    for has_pair in (False, True):
+        idx = [i for i, x in enumerate(inputs) if (x.pair is not None) == has_pair]
+        for start in range(0, len(idx), 1024):
+            chunk = idx[start : start + 1024]
+            texts = [inputs[i].text for i in chunk]
+            pairs = [inputs[i].pair for i in chunk] if has_pair else None
+            enc = tokenizer(texts, pairs, truncation="longest_first", max_length=max_length, padding=False,
+                            return_attention_mask=False, return_token_type_ids=True, return_offsets_mapping=True)
+            full = [len(ids) >= max_length for ids in enc["input_ids"]]
+            if any(full):  # only inputs that fill the window can have been cut
+                long = [k for k, f in enumerate(full) if f]
+                whole = tokenizer([texts[k] for k in long], [pairs[k] for k in long] if has_pair else None,
+                                  truncation=False, padding=False, return_attention_mask=False)["input_ids"]
+                cut = {k for k, ids in zip(long, whole) if len(ids) > max_length}
+            else:
+                cut = set()
+            for k, i in enumerate(chunk):
+                segments = [-1 if s is None else s for s in enc.sequence_ids(k)]
+                out[i] = {"input_ids": enc["input_ids"][k], "token_type_ids": enc["token_type_ids"][k],
+                          "offsets": [list(o) for o in enc["offset_mapping"][k]], "segments": segments,
+                          "truncated": k in cut}
+    return out  # type: ignore[return-value]
+
+
+def model_max_length(encoder) -> int:
+    limit = int(getattr(encoder.config, "max_position_embeddings", 512) or 512)
+    tok_limit = getattr(encoder.tokenizer, "model_max_length", None)
+    if isinstance(tok_limit, int) and 0 < tok_limit < 100_000:
+        limit = min(limit, tok_limit)
+    return limit
+
+
+# -- writing ---------------------------------------------------------------------------
+def check_out(out: Path) -> None:
+    if out.exists():
+        if not out.is_dir():
+            raise UserError(f"{out}: exists and is not a directory")
+        meta = out / "meta.json"
+        ours = meta.is_file() and MARKER in meta.read_text(errors="replace")
+        if any(out.iterdir()) and not ours:
+            raise UserError(f"{out}: exists, is not empty and is not a bertheads extract output; choose another --out")
+
+
+def extract(model: str, path: str | None, out: str | Path, settings: ExtractSettings | None = None,
+            input_format: str = "auto", encoder=None) -> dict:
+    """Write the features of every input in `path` to the directory `out`; returns its meta."""
+    settings = settings or ExtractSettings()
+    out = Path(out)
+    check_out(out)
+    if settings.pool not in POOLS:
+        raise UserError(f"--pool: expected one of {', '.join(POOLS)}, got {settings.pool!r}")
+    if settings.combine not in ("concat", "sum", "mean"):
+        raise UserError(f"--combine: extract takes concat, sum or mean (scalar-mix is learned), got {settings.combine!r}")
+    if settings.format not in ("safetensors", "npy"):
+        raise UserError(f"--format: expected safetensors or npy, got {settings.format!r}")
+    if settings.dtype not in ("float32", "float16"):
+        raise UserError(f"--dtype: expected float32 or float16, got {settings.dtype!r}")
+    if settings.pool == "none" and not settings.tokens:
+        raise UserError("--pool none with --no-tokens leaves nothing to write")
+    inputs = read_inputs(path, input_format)
+    if not inputs:
+        raise UserError(f"{where(path)}: no inputs")
+    encoder = encoder or Encoder.load(model)
+    limit = model_max_length(encoder)
+    if not 2 < settings.max_length <= limit:
+        raise UserError(f"--max-length: expected 3..{limit} (the model's limit), got {settings.max_length}")
+    layers = parse_layers(settings.layers, encoder.info.num_layers)
+    combine = LayerCombine(len(layers), settings.combine)
+    dim = combine.output_size(encoder.info.hidden_size)
+    features = encode_inputs(encoder.tokenizer, inputs, settings.max_length)
+    lengths = [len(f["input_ids"]) for f in features]
+    starts = np.zeros(len(features) + 1, dtype=np.int64)
+    starts[1:] = np.cumsum(lengths)
+    total = int(starts[-1])
+
+    shapes: dict[str, tuple[tuple[int, ...], str]] = {}
+    if settings.tokens:
+        shapes.update(tokens=((total, dim), settings.dtype), token_offsets=((total, 2), "int32"),
+                      token_segments=((total,), "int8"))
+    if settings.pool != "none":
+        shapes["pooled"] = ((len(features), dim), settings.dtype)
+    meta = {MARKER: 1, "model": model, "input": str(path) if path else "<stdin>", "layers": list(layers),
+            "combine": settings.combine, "pool": settings.pool, "dim": dim, "dtype": settings.dtype,
+            "max_length": settings.max_length, "texts": len(features), "tokens": total if settings.tokens else 0,
+            "truncated": sum(f["truncated"] for f in features), "format": settings.format,
+            "files": (["features.safetensors"] if settings.format == "safetensors"
+                      else [f"{name}.npy" for name in shapes]) + ["index.jsonl", "meta.json"],
+            "arrays": {name: {"shape": list(shape), "dtype": dtype} for name, (shape, dtype) in shapes.items()}}
+
+    with atomic_directory(out) as tmp:
+        if settings.format == "safetensors":
+            files = [create_safetensors(tmp / "features.safetensors", shapes, {"format": "pt", MARKER: "1"})]
+            arrays = files[0].arrays
+        else:
+            files = [create_npy(tmp / f"{name}.npy", shape, dtype) for name, (shape, dtype) in shapes.items()]
+            arrays = {name: f["array"] for name, f in zip(shapes, files)}
+        try:
+            if settings.tokens:
+                for i, f in enumerate(features):
+                    arrays["token_offsets"].write(int(starts[i]), np.asarray(f["offsets"], dtype=np.int32))
+                    arrays["token_segments"].write(int(starts[i]), np.asarray(f["segments"], dtype=np.int8))
+            run_encoder(encoder, features, layers, combine, settings, arrays, starts)
+        finally:
+            for f in files:
+                f.close()
+        write_index(tmp / "index.jsonl", inputs, features, starts, encoder.tokenizer)
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def run_encoder(encoder, features: list[dict], layers: tuple[int, ...], combine: LayerCombine,
+                settings: ExtractSettings, arrays: dict, starts: np.ndarray) -> None:
+    """Encoder over length-sorted batches (side by side on a CPU: `packing.run_batches`); each
+    text's rows go straight to their place on disk."""
+    encoder.eval()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    encoder.to(device)
+    pad_id = encoder.tokenizer.pad_token_id or 0
+    lengths = [len(f["input_ids"]) for f in features]
+    cls_only = settings.pool == "cls" and not settings.tokens
+
+    def run(idx: list[int]) -> None:
+        batch = encoder_batch([features[i] for i in idx], pad_id, device)
+        states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers,
+                         first_token_only=cls_only)  # T = 1 when only [CLS] of the last layer is kept
+        vectors = combine(states).float()  # [B, T, dim]
+        if settings.pool == "cls":
+            pooled = vectors[:, 0]
+        elif settings.pool == "mean":
+            mask = batch["attention_mask"].unsqueeze(-1).to(vectors.dtype)
+            pooled = (vectors * mask).sum(1) / mask.sum(1)
+        vectors = vectors.cpu().numpy()
+        for j, i in enumerate(idx):
+            if settings.tokens:
+                arrays["tokens"].write(int(starts[i]), vectors[j, : lengths[i]])
+            if settings.pool != "none":
+                arrays["pooled"].write(i, pooled[j : j + 1].cpu().numpy())
+
+    run_in_length_order(features, run, device, settings.batch_size, INFERENCE_TOKENS,
+                        progress="extract" if settings.progress else None, unit="text")
+
+
+def write_index(path: Path, inputs: list[TextInput], features: list[dict], starts: np.ndarray, tokenizer) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        for i, (x, f) in enumerate(zip(inputs, features)):
+            record = {"row": i, "line": x.line, **({"id": x.extra["id"]} if "id" in x.extra else {}),
+                      "text": x.text, "pair": x.pair, "tokens": [int(starts[i]), int(starts[i + 1])],
+                      "pieces": tokenizer.convert_ids_to_tokens(f["input_ids"]), "offsets": f["offsets"],
+                      "segments": f["segments"], "truncated": f["truncated"]}
+            if "words" in x.extra:
+                record["words"] = x.extra["words"]
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")

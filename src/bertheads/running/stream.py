@@ -1,0 +1,247 @@
+"""Prediction and evaluation of inputs of any size: the input is read a chunk of examples at a
+time, each chunk is predicted with the usual sorted, padding-free batching, and its results are
+written (in input order) before the next chunk is read, so memory follows the chunk size, not the
+input. Under torchrun (WORLD_SIZE > 1) the chunks are shared out among the processes (chunk k to
+rank k mod WORLD_SIZE); each writes its results to a part file beside the output and rank 0 joins
+the parts in chunk order, so the output is the same bytes as one process writes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from bertheads.base.errors import UserError
+from bertheads.model import BertHeads, head_outputs, run_heads
+from bertheads.store.atomic import atomic_writer
+from bertheads.text.batching import INFERENCE_BATCH
+from bertheads.text.readers import count_lines, source_name
+
+log = logging.getLogger("bertheads")
+
+# Examples per chunk: large enough that the last, part-empty batches of a chunk cost little,
+# small enough that a chunk's features and outputs stay a few megabytes.
+CHUNK_SIZE = 2048
+
+
+@dataclass
+class StreamSettings:
+    """How a large input is read and predicted."""
+
+    chunk_size: int = CHUNK_SIZE  # examples read, predicted and written together
+    batch_size: int = INFERENCE_BATCH
+    keep_fields: tuple[str, ...] = ()  # input fields copied into each prediction (besides `id`)
+    skip_bad_lines: bool = False  # report a malformed record on stderr and go on
+    progress: bool = False
+
+
+@dataclass
+class StreamReport:
+    """What a streamed run did."""
+
+    examples: int = 0  # predicted (by this process)
+    chunks: int = 0  # read (all of them, whichever process predicted them)
+    skipped: int = 0  # bad records skipped (--skip-bad-lines)
+    skipped_lines: list[str] = field(default_factory=list)  # the first few skipped records' messages
+
+
+class BadLines:
+    """The `bad` callback readers take: counts and reports each skipped record on stderr."""
+
+    def __init__(self, report: StreamReport, loud: bool = True) -> None:
+        self.report = report
+        self.loud = loud
+
+    def __call__(self, error: UserError) -> None:
+        self.report.skipped += 1
+        if len(self.report.skipped_lines) < 10:
+            self.report.skipped_lines.append(str(error))
+        if self.loud:
+            log.warning(f"skipped: {error}")
+
+
+def chunks(items: Iterable, size: int) -> Iterator[list]:
+    """Lists of `size` items (the last one shorter), taken from `items` as they come."""
+    it = iter(items)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+def read_chunks(task, path, settings: StreamSettings, report: StreamReport, need_labels: bool, fmt: str | None,
+                loud: bool = True, **options) -> Iterator[list]:
+    """The input's examples, a chunk at a time, with a progress bar counting input lines."""
+    bad = BadLines(report, loud) if settings.skip_bad_lines else None
+    examples = task.iter_read(path, need_labels=need_labels, fmt=fmt, keep=tuple(settings.keep_fields), bad=bad,
+                              **options)
+    show = settings.progress and loud
+    by_line = task.kind != "qa"  # qa records are questions (many to a SQuAD line): counted as such
+    bar = tqdm(total=count_lines(path) if show and by_line else None, unit="line", desc="predict", disable=not show,
+               leave=False, dynamic_ncols=True)
+    try:
+        for chunk in chunks(examples, settings.chunk_size):
+            report.chunks += 1
+            yield chunk
+            line = getattr(chunk[-1], "line", None) if by_line else None
+            bar.update(max(0, line - bar.n) if isinstance(line, int) else len(chunk))
+    finally:
+        bar.close()
+
+
+def distributed() -> tuple[int, int]:
+    """(rank, world size) under torchrun; (0, 1) otherwise."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def predict_chunks(net: BertHeads, name: str, path, settings: StreamSettings | None = None, fmt: str | None = None,
+                   report: StreamReport | None = None, rank: int = 0, world: int = 1,
+                   **options) -> Iterator[tuple[int, list, list[dict]]]:
+    """`(chunk index, examples, predictions)` for each chunk of the input this process takes
+    (chunk k when k mod world == rank), in input order."""
+    settings = settings or StreamSettings()
+    report = report if report is not None else StreamReport()
+    task = net.tasks[name]
+    for k, chunk in enumerate(read_chunks(task, path, settings, report, False, fmt, loud=rank == 0, **options)):
+        if k % world != rank:
+            continue
+        outputs = head_outputs(net, name, chunk, settings.batch_size)
+        report.examples += len(chunk)
+        yield k, chunk, task.decode(outputs, chunk, **options)
+
+
+def predict_stream(net: BertHeads, name: str, path, output: str | None = None, settings: StreamSettings | None = None,
+                   fmt: str | None = None, write: Callable[[str], None] | None = None, **options) -> StreamReport:
+    """Predict the input a chunk at a time and write each chunk's rendered results as soon as
+    it is done: to `output` (written atomically: a temporary file, renamed once complete), else
+    to `write` (default: stdout, flushed after each chunk). Under torchrun the chunks are shared
+    among the processes and rank 0 writes `output` (which must then be a file)."""
+    settings = settings or StreamSettings()
+    rank, world = distributed()
+    if world > 1:
+        if output is None:
+            raise UserError("under torchrun, name the output file with --output (the processes' parts are "
+                            "joined there)")
+        return predict_sharded(net, name, path, Path(output), settings, fmt, rank, world, **options)
+    task = net.tasks[name]
+    report = StreamReport()
+    if output is None:
+        out = write or stdout_writer
+        for _, chunk, preds in predict_chunks(net, name, path, settings, fmt, report, **options):
+            out(task.render(preds, chunk, fmt))
+    else:
+        with atomic_writer(output) as fh:
+            for _, chunk, preds in predict_chunks(net, name, path, settings, fmt, report, **options):
+                fh.write(task.render(preds, chunk, fmt))
+    return report
+
+
+def stdout_writer(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+# -- several processes (torchrun) ---------------------------------------------------------
+def part_path(output: Path, rank: int, world: int) -> Path:
+    return output.parent / f".{output.name}.part{rank}-of-{world}.tmp"
+
+
+def process_group():
+    """The default process group (gloo: it carries only small status objects), started when
+    torchrun's environment is there and it is not running yet."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=datetime.timedelta(days=7))
+    return dist
+
+
+def predict_sharded(net: BertHeads, name: str, path, output: Path, settings: StreamSettings, fmt: str | None,
+                    rank: int, world: int, **options) -> StreamReport:
+    """This process's chunks into its part file; then every process says how it went, and rank
+    0 joins the parts in chunk order into `output` (atomically) when all went well. A process
+    that failed makes every process fail with its rank and message."""
+    if output.is_dir():
+        raise UserError(f"--output {output}: is a directory; name a file")
+    if source_name(path) is None:
+        raise UserError("under torchrun, give the input as a file with --input (every process reads it)")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    task = net.tasks[name]
+    report = StreamReport()
+    part = part_path(output, rank, world)
+    sizes: list[int] = []  # bytes of each chunk this process wrote, in order
+    status: dict = {"rank": rank, "error": None}
+    try:
+        with open(part, "wb") as fh:
+            for _, chunk, preds in predict_chunks(net, name, path, settings, fmt, report, rank, world, **options):
+                data = task.render(preds, chunk, fmt).encode("utf-8")
+                fh.write(data)
+                sizes.append(len(data))
+    except UserError as exc:
+        status["error"] = str(exc)
+    except Exception as exc:  # an internal fault: still reported by rank, with its type
+        status["error"] = f"{type(exc).__name__}: {exc}"
+    status.update(sizes=sizes, chunks=report.chunks, skipped=report.skipped, examples=report.examples)
+    dist = process_group()
+    statuses: list = [None] * world
+    dist.all_gather_object(statuses, status)
+    failed = [s for s in statuses if s["error"]]
+    try:
+        if failed:
+            first = failed[0]
+            raise UserError(f"rank {first['rank']} of {world} failed: {first['error']}")
+        if rank == 0:
+            join_parts(output, [part_path(output, r, world) for r in range(world)], [s["sizes"] for s in statuses])
+    finally:
+        dist.barrier()  # rank 0 has read the parts before any process removes its own
+        part.unlink(missing_ok=True)
+    report.examples = sum(s["examples"] for s in statuses)
+    return report
+
+
+def join_parts(output: Path, parts: list[Path], sizes: list[list[int]]) -> None:
+    """Chunk k is the (k // world)-th piece of part k mod world: copy them in chunk order."""
+    world = len(parts)
+    total = sum(len(s) for s in sizes)
+    handles = [open(p, "rb") for p in parts]
+    try:
+        with atomic_writer(output, "wb") as out:
+            for k in range(total):
+                r, i = k % world, k // world
+                out.write(handles[r].read(sizes[r][i]))
+    finally:
+        for h in handles:
+            h.close()
+
+
+# -- evaluation -----------------------------------------------------------------------------
+def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | None = None, **options) -> dict:
+    """A head's metrics and mean loss on a labelled file read a chunk at a time: each chunk's
+    outputs are reduced to what the metrics need (`task.metric_part`) before the next is read.
+    Metrics that need every output at once (the qa `--predictions-out` files) keep them all."""
+    settings = settings or StreamSettings()
+    task = net.tasks[name]
+    report = StreamReport()
+    parts = []
+    total = count = 0.0
+    for chunk in read_chunks(task, path, settings, report, True, None):
+        features, owner = task.encode_for_inference(chunk, net.encoder.tokenizer, with_labels=True)
+        losses: dict[str, list[float]] = {}
+        outputs = run_heads(net, features, [name], settings.batch_size, losses=losses)[name]
+        parts.append(task.metric_part(task.collect(outputs, owner, chunk, features), chunk, path, **options))
+        total += losses[name][0]
+        count += losses[name][1]
+    if not parts:
+        raise UserError(f"{path}: no examples")
+    metrics = task.metrics_from_parts(parts, path, **options)
+    if count:  # the ONNX runtime gives outputs only: no loss then
+        metrics["loss"] = total / count
+    if report.skipped:
+        metrics["skipped"] = report.skipped
+    return metrics

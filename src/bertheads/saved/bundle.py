@@ -1,0 +1,153 @@
+"""Saving and loading a model directory.
+
+```
+DIR/encoder/                 config, safetensors weights and tokenizer files: a directory that
+                             transformers' AutoModel / AutoTokenizer.from_pretrained load;
+                             absent from a head-only model (see below)
+DIR/heads/NAME.safetensors   the weights of each head
+DIR/bertheads.json           manifest: heads (kind, label map, packing and head settings), source
+DIR/metrics.json             {"dev": {...}} for one head, {"dev": {NAME: {...}}} for several
+DIR/checkpoint/, log.jsonl   while (or after) training: the resumable state and the log
+```
+A model whose encoder is the unchanged checkpoint it was loaded from (features mode, and
+`combine` of such models) is saved with its heads only: the manifest's `encoder` names that
+checkpoint (`source` as given, resolved `path`, content `hash`), and loading finds it there
+(or at `DIR/encoder`, where a copy may be put to move the model) and checks the hash.
+
+Everything is written into a temporary sibling directory, fsynced and swapped into place in
+one step, so a failed or interrupted save never leaves a half-written model or destroys the
+previous one. Loading never unpickles: weights are safetensors, settings JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from bertheads.base.errors import UserError
+from bertheads.encoder.pretrained import Encoder, encoder_hash, weights_hash
+from bertheads.model import BertHeads
+from bertheads.saved.manifest import (  # noqa: F401  (MANIFEST, FORMAT_VERSION, HEAD_NAME, read_manifest: re-exported)
+    FORMAT_VERSION,
+    HEAD_NAME,
+    MANIFEST,
+    check_head_weights,
+    first_line,
+    read_head_weights,
+    read_manifest,
+)
+from bertheads.store.atomic import atomic_directory
+from bertheads.store.encoder_refs import load_reference
+from bertheads.tasks import TASKS
+
+RUN_FILES = ("checkpoint", "log.jsonl", "tensorboard")  # a training run's own files in its --out
+
+
+def task_class(kind: str):
+    if kind not in TASKS:
+        raise UserError(f"unknown task kind {kind!r} (known: {', '.join(TASKS)})")
+    return TASKS[kind]
+
+
+def check_writable_out(out: str | Path) -> Path:
+    """Refuse to replace a directory that is not a bertheads model (the user's files stay)."""
+    out = Path(out)
+    if out.exists():
+        if not out.is_dir():
+            raise UserError(f"{out}: exists and is not a directory")
+        if any(not p.name.startswith(".checkpoint.") and p.name not in RUN_FILES for p in out.iterdir()) \
+                and not (out / MANIFEST).is_file():
+            raise UserError(f"{out}: exists, is not empty and is not a bertheads model; choose another --out")
+    return out
+
+
+def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: dict | None = None) -> Path:
+    """Write `model` to `out` atomically (replacing an earlier bertheads model there)."""
+    out = check_writable_out(out)
+    reference = getattr(model.encoder, "reference", None)
+    with atomic_directory(out, carry=RUN_FILES, label="model") as tmp:
+        if reference is None:
+            model.encoder.save(tmp / "encoder")
+        (tmp / "heads").mkdir()
+        for name, head in model.heads.items():
+            state = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+            save_file(state, str(tmp / "heads" / f"{name}.safetensors"))
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "heads": {name: task.to_manifest() for name, task in model.tasks.items()},
+            "encoder_hash": weights_hash(model.encoder),
+            **({"encoder": reference} if reference else {}),
+            **(extra or {}),
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+        if metrics is not None:
+            (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    return out
+
+
+def is_model(path: str | Path | None) -> bool:
+    """Whether `path` is a bertheads model directory (not a checkpoint name like 'default')."""
+    return path not in (None, "", "default") and (Path(path) / MANIFEST).is_file()
+
+
+def encoder_location(directory: str | Path) -> str:
+    """Where a saved model's encoder checkpoint is: `DIR/encoder`, or for a head-only model the
+    checkpoint its manifest names."""
+    directory = Path(directory)
+    reference = read_manifest(directory).get("encoder")
+    if reference is None or (directory / "encoder" / "config.json").is_file():
+        return str(directory / "encoder")
+    path = Path(reference.get("path") or "")
+    return str(path) if (path / "config.json").is_file() else str(reference.get("source"))
+
+
+def load(directory: str | Path, device: str | torch.device | None = None, verify: bool = True) -> BertHeads:
+    """Load a saved model: the encoder from `DIR/encoder` (or, for a head-only model, the
+    checkpoint its manifest names), each head from its safetensors file.
+
+    The manifest is checked against its schema, every weight file must hold exactly the
+    tensors the manifest describes, and (unless `verify` is False) the encoder's weights must
+    hash to the manifest's `encoder_hash`; any mismatch is a one-line `UserError`.
+    """
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    reference = manifest.get("encoder")
+    if reference:  # heads only: the checkpoint is found and its hash checked there
+        encoder = load_reference(directory, reference)
+    else:
+        try:
+            encoder = Encoder.load(str(directory / "encoder"), strict=True)
+        except UserError:
+            raise
+        except Exception as exc:  # a corrupt tokenizer or config file
+            raise UserError(f"{directory / 'encoder'}: cannot load ({type(exc).__name__}: {first_line(exc)})") from None
+        expected_hash = manifest.get("encoder_hash")
+        if verify and expected_hash:
+            digest = encoder_hash(encoder)
+            if digest != expected_hash:
+                raise UserError(f"{directory / 'encoder'}: weights do not match the manifest's encoder_hash "
+                                f"({digest[:12]}... vs {expected_hash[:12]}...): changed after saving; "
+                                f"--no-verify loads them anyway")
+    tasks = {}
+    for name, entry in manifest["heads"].items():
+        cls = task_class(entry["kind"])
+        spec = cls.spec_from_dict(entry["spec"])
+        try:
+            task = cls.build(spec, encoder)
+        except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as exc:
+            raise UserError(f"{directory / MANIFEST}: heads.{name}.spec: cannot build the head "
+                            f"({first_line(exc)})") from None
+        weights = directory / "heads" / f"{name}.safetensors"
+        state = read_head_weights(weights)
+        check_head_weights(state, task.head.state_dict(), weights, task.output_hint())
+        task.head.load_state_dict(state)
+        tasks[name] = task
+    model = BertHeads(encoder, tasks)
+    model.manifest = manifest
+    model.eval()
+    if device is not None:
+        model.to(device)
+    return model

@@ -1,0 +1,70 @@
+"""One model from several that share an identical encoder (`bertheads combine`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bertheads.base.errors import UserError
+from bertheads.encoder.pretrained import encoder_hash
+from bertheads.model import BertHeads
+from bertheads.saved import bundle
+
+
+def combine(directories: list[str | Path], out: str | Path, names: list[str] | None = None) -> Path:
+    """Save at `out` one model holding the heads of several models whose encoders are identical."""
+    if len(directories) < 2:
+        raise UserError("combine: give at least two model directories")
+    manifests = [bundle.read_manifest(d) for d in directories]
+    hashes = []
+    for directory, manifest in zip(directories, manifests):
+        digest = manifest.get("encoder_hash")
+        if not digest:  # older manifests: hash the weights themselves
+            digest = encoder_hash(bundle.load(directory).encoder)
+        hashes.append(digest)
+    for directory, digest in zip(directories[1:], hashes[1:]):
+        if digest != hashes[0]:
+            raise UserError(
+                f"{directory}: its encoder differs from {directories[0]}'s (encoder_hash {digest[:12]}... vs "
+                f"{hashes[0][:12]}...); only models sharing one encoder can be combined: heads trained with "
+                f"--mode features on the same checkpoint, or a model trained jointly with `train multi`")
+    heads = [(str(d), name) for d, m in zip(directories, manifests) for name in m["heads"]]
+    if names is not None:
+        if len(names) != len(heads):
+            raise UserError(f"--names: expected {len(heads)} names, one per head in order "
+                            f"({', '.join(f'{d}:{n}' for d, n in heads)}), got {len(names)}")
+        for name in names:
+            if not bundle.HEAD_NAME.match(name):
+                raise UserError(f"--names: {name!r} is not a valid head name (letters, digits, '_', '.', '-')")
+    new_names = names or [n for _, n in heads]
+    seen: dict[str, str] = {}
+    for (directory, _), name in zip(heads, new_names):
+        if name in seen:
+            raise UserError(f"head name {name!r} is in both {seen[name]} and {directory}; rename heads with "
+                            f"--names (one per head, in order: {', '.join(f'{d}:{n}' for d, n in heads)})")
+        seen[name] = directory
+    models = [bundle.load(d) for d in directories]
+    tasks, metrics, renamed = {}, {}, iter(new_names)
+    for directory, model in zip(directories, models):
+        dev = read_dev_metrics(Path(directory), list(model.tasks))
+        for name, task in model.tasks.items():
+            new = next(renamed)
+            tasks[new] = task
+            if name in dev:
+                metrics[new] = dev[name]
+    net = BertHeads(models[0].encoder, tasks)
+    sources = {new: {"from": str(d), "head": n} for new, (d, n) in zip(new_names, heads)}
+    extra = {"source_model": manifests[0].get("source_model"), "combined_from": sources}
+    return bundle.save(net, out, {"dev": metrics} if metrics else None, extra)
+
+
+def read_dev_metrics(directory: Path, names: list[str]) -> dict:
+    """A saved model's dev metrics per head ({} when it has none)."""
+    path = Path(directory) / "metrics.json"
+    try:
+        dev = json.loads(path.read_text()).get("dev") or {}
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return {}
+    if len(names) == 1 and not (set(dev) == {names[0]} and isinstance(dev.get(names[0]), dict)):
+        return {names[0]: dev}
+    return {n: dev[n] for n in names if isinstance(dev.get(n), dict)}

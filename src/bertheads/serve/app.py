@@ -1,0 +1,420 @@
+"""`bertheads serve DIR`: a FastAPI app over a loaded model, with a web page at `/`.
+
+```
+POST /analyze          {"texts": [...]} (+ "second_texts", "questions")  -> {"results": [{head: prediction}]}
+POST /predict/{head}   {"texts": [...]} | {"pairs": [[a, b]]} | {"questions": [...], "contexts": [...]}
+GET  /heads            names, kinds, inputs and labels of the heads
+GET  /health           status and batching counters
+GET  /docs             OpenAPI documentation (schema at /openapi.json)
+```
+Concurrent requests are gathered for a short window (`window_ms`) up to `max_batch` texts and
+`max_batch_tokens` encoder tokens and run as one model call on a single worker thread, so the
+encoder sees full batches and requests never compete for the CPU (`serve_queue`). The queue is
+bounded, each request has a deadline, and the `Host` check, token, body limit and metrics sit in
+front of the app (`serve_guard`). Bad input is answered 4xx with a one-line `detail`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import uvicorn
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from bertheads.api import load
+from bertheads.base.errors import UserError
+from bertheads.serve.guard import Control, Guard, Metrics, allowed_hosts, is_loopback
+from bertheads.serve.queue import Batcher, DeadlineExceeded, Overloaded, request_tokens, token_counter
+from bertheads.text.batching import INFERENCE_BATCH
+
+__all__ = ["Batcher", "ServeSettings", "create_app", "running_server", "serve"]
+
+log = logging.getLogger("bertheads.serve.app")
+
+
+@dataclass
+class ServeSettings:
+    max_batch: int = 64  # most texts run together in one model call
+    window_ms: float = 5.0  # how long the first request of a batch waits for company
+    max_texts: int = 64  # most texts in one request
+    max_text_chars: int = 10000  # longest text (or question, or passage) accepted
+    batch_size: int = INFERENCE_BATCH  # encoder batch size inside a model call
+    max_body_bytes: int = 0  # 0: derived from max_texts and max_text_chars
+    max_batch_tokens: int = 4096  # encoder tokens in one model call (a larger request runs alone)
+    max_queue: int = 64  # requests waiting for the model; more are refused with 503 at once
+    timeout: float = 30.0  # seconds a request may take: 503 if not started by then, 504 if not finished
+    max_connections: int = 128  # concurrent connections (uvicorn answers 503 beyond)
+    allowed_hosts: list[str] = field(default_factory=list)  # Host names accepted besides loopback ('*': any)
+    token: str | None = None  # require `Authorization: Bearer TOKEN` (except on / and /health)
+    insecure: bool = False  # allow a non-loopback address without a token
+    cors_origins: list[str] = field(default_factory=list)  # browser origins allowed to call the API
+
+    def body_limit(self) -> int:
+        return self.max_body_bytes or 3 * 4 * self.max_texts * self.max_text_chars + 65536
+
+    def check(self, host: str | None = None) -> None:
+        """Settings that cannot work, and a non-loopback `host` without a token, are UserErrors."""
+        for name in ("max_batch", "max_texts", "max_text_chars", "max_batch_tokens", "max_queue", "max_connections"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(self, name)}")
+        if not self.timeout > 0:
+            raise UserError(f"--timeout: expected a positive number of seconds, got {self.timeout}")
+        if self.token is not None and not self.token.strip():
+            raise UserError("--token: empty")
+        if host is not None and not is_loopback(host) and not self.token and not self.insecure:
+            raise UserError(f"--host {host} is not a loopback address: give --token (or set BERTHEADS_TOKEN) so "
+                            f"that clients must authenticate, or --insecure to serve without one")
+
+
+def settings_from_args(args) -> ServeSettings:
+    """`bertheads serve` flags as settings."""
+    return ServeSettings(max_batch=args.max_batch, window_ms=args.batch_window_ms, max_texts=args.max_texts,
+                         max_text_chars=args.max_text_chars, max_batch_tokens=args.max_batch_tokens,
+                         max_queue=args.max_queue, timeout=args.timeout, max_connections=args.max_connections,
+                         allowed_hosts=list(args.allowed_host or []), token=args.token, insecure=args.insecure,
+                         cors_origins=list(args.cors_origin or []))
+
+
+# -- batching (the queue itself is serve_queue.Batcher) ------------------------------------
+def run_batch(model, key: tuple, payloads: list[dict], batch_size: int = INFERENCE_BATCH) -> list[list]:
+    """One model call for several requests of the same key; results split per request."""
+    sizes = [p["size"] for p in payloads]
+    if key[0] == "analyze":
+        _, with_second, with_questions = key
+        texts = [t for p in payloads for t in p["texts"]]
+        second = [t for p in payloads for t in p["second_texts"]] if with_second else None
+        questions = [q for p in payloads for q in p["questions"]] if with_questions else None
+        results = model.analyze(texts, second, questions, batch_size=batch_size)
+    else:
+        _, head, form = key
+        if form == "questions":
+            inputs = [{"question": q, "context": c} for p in payloads for q, c in zip(p["questions"], p["contexts"])]
+        else:
+            inputs = [tuple(x) if form == "pairs" else x for p in payloads for x in p[form]]
+        results = model.predict(inputs, head=head, batch_size=batch_size)
+    out, start = [], 0
+    for n in sizes:
+        out.append(plain(results[start : start + n]))
+        start += n
+    return out
+
+
+def plain(value: Any) -> Any:
+    """Predictions as plain JSON values (numpy scalars and arrays converted)."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value
+
+
+# -- request bodies --------------------------------------------------------------------
+class AnalyzeRequest(BaseModel):
+    """Texts to run through every single-text head (pair heads and qa heads when their second input is given)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"texts": ["Angela Merkel visited Paris last week.", "A warm, funny film."]}]})
+    texts: list[str] = Field(description="the texts (for qa heads: the passages)")
+    second_texts: list[str] | None = Field(None, description="one second text per text, for pair heads")
+    questions: list[str] | None = Field(None, description="one question per text, for qa heads")
+
+
+class PredictRequest(BaseModel):
+    """Inputs for one head: `texts`, `pairs`, or `questions` with `contexts` (qa)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"texts": ["A warm, funny film."]}]})
+    texts: list[str] | None = None
+    pairs: list[tuple[str, str]] | None = None
+    questions: list[str] | None = None
+    contexts: list[str] | None = None
+
+
+class Results(BaseModel):
+    results: list[Any]
+
+
+class Problem(BaseModel):
+    detail: str
+
+
+ERRORS = {code: {"model": Problem} for code in (400, 401, 404, 408, 413, 422, 503, 504)}
+
+
+# -- the app -----------------------------------------------------------------------------
+def describe_heads(model) -> list[dict]:
+    return [{"name": name, **plain(task.describe())} for name, task in model.net.tasks.items()]
+
+
+def validation_message(exc: RequestValidationError) -> str:
+    """FastAPI's validation errors as one readable line."""
+    parts = []
+    for err in exc.errors():
+        loc = [str(x) for x in err.get("loc", ()) if x != "body"]
+        where = ""
+        for x in loc:
+            where += f"[{x}]" if x.isdigit() else (f".{x}" if where else x)
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "missing" and not where:
+            msg = "missing request body; send JSON such as {\"texts\": [\"...\"]}"
+        elif err.get("type") == "json_invalid":
+            at = f" at character {loc[-1]}" if loc and loc[-1].isdigit() else ""
+            where, msg = "", f"malformed JSON{at} ({err.get('ctx', {}).get('error', msg)})"
+        elif err.get("type") == "extra_forbidden":
+            msg = "unknown field"
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(dict.fromkeys(parts)) or "invalid request"
+
+
+def check_texts(field_name: str, values: list, settings: ServeSettings, kind: str = "text") -> None:
+    if not values:
+        raise HTTPException(422, f"{field_name}: empty list; send at least one {kind}")
+    if len(values) > settings.max_texts:
+        raise HTTPException(413, f"{field_name}: {len(values)} items in one request; at most {settings.max_texts} "
+                                 f"(--max-texts)")
+    for i, value in enumerate(values):
+        for j, text in enumerate(value if isinstance(value, (list, tuple)) else (value,)):
+            at = f"{field_name}[{i}]" + (f"[{j}]" if isinstance(value, (list, tuple)) else "")
+            if not text.strip():
+                raise HTTPException(422, f"{at}: empty {kind}")
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise HTTPException(422, f"{at}: not valid Unicode (a lone surrogate at character {exc.start}); "
+                                         f"send text that UTF-8 can encode") from None
+            if len(text) > settings.max_text_chars:
+                raise HTTPException(413, f"{at}: {len(text)} characters; at most {settings.max_text_chars} "
+                                         f"(--max-text-chars)")
+
+
+def same_length(name: str, values: list | None, texts: list, texts_name: str) -> None:
+    if values is not None and len(values) != len(texts):
+        raise HTTPException(422, f"{name}: {len(values)} items, expected one per {texts_name} ({len(texts)})")
+
+
+def create_app(model, settings: ServeSettings | None = None, bind_host: str | None = None) -> FastAPI:
+    """The FastAPI app serving `model` (a `bertheads.Model`); `bind_host` joins the accepted Host names."""
+    settings = settings or ServeSettings()
+    settings.check()
+    batcher = Batcher(lambda key, payloads: run_batch(model, key, payloads, settings.batch_size),
+                      settings.max_batch, settings.window_ms / 1000.0, settings.max_batch_tokens, settings.max_queue)
+    metrics = Metrics(batcher)
+    batcher.observe = metrics.observe_batch
+    control = Control()
+    count = token_counter(model.net.encoder.tokenizer)
+    heads = describe_heads(model)
+    forms = {h["name"]: h["inputs"] for h in heads}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher.start()
+        yield
+        await batcher.stop()
+
+    app = FastAPI(title="bertheads", version="0.1.0", lifespan=lifespan,
+                  description="One BERT encoder, many task heads. `POST /analyze` runs every single-text head "
+                              "in one encoder pass; `POST /predict/{head}` runs one head.")
+    app.state.model, app.state.batcher, app.state.settings = model, batcher, settings
+    app.state.metrics, app.state.control = metrics, control
+    if settings.cors_origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["content-type", "authorization"], max_age=600)
+    app.add_middleware(Guard, hosts=allowed_hosts(settings.allowed_hosts, bind_host), token=settings.token,
+                       body_limit=settings.body_limit(), body_timeout=settings.timeout, control=control,
+                       metrics=metrics)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        return JSONResponse({"detail": validation_message(exc)}, status_code=422)
+
+    @app.exception_handler(UserError)
+    async def user_error(request: Request, exc: UserError):
+        return JSONResponse({"detail": str(exc)}, status_code=422)
+
+    @app.exception_handler(Overloaded)
+    async def overloaded(request: Request, exc: Overloaded):
+        metrics.refused.labels(exc.reason).inc()
+        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": str(exc.retry_after)})
+
+    @app.exception_handler(DeadlineExceeded)
+    async def too_slow(request: Request, exc: DeadlineExceeded):
+        metrics.refused.labels("timeout").inc()
+        return JSONResponse({"detail": str(exc)}, status_code=504)
+
+    async def run(request: Request, key: tuple, payload: dict, size: int, cost) -> list | Response:
+        """Queue the request; drop it if the client goes away before its answer."""
+        tokens = await asyncio.get_running_loop().run_in_executor(None, cost)
+        task = asyncio.ensure_future(batcher.submit(key, payload, size, tokens, settings.timeout))
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=0.1)
+                if done:
+                    return task.result()
+                if await request.is_disconnected():
+                    task.cancel()
+                    metrics.refused.labels("client_gone").inc()
+                    return Response(status_code=499)
+        finally:
+            if not task.done():
+                task.cancel()
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page() -> HTMLResponse:
+        return HTMLResponse(resources.files("bertheads.serve").joinpath("page.html").read_text(encoding="utf-8"))
+
+    @app.get("/health", summary="liveness, batching and queue counters")
+    async def health() -> dict:
+        return {"status": "draining" if control.draining else "ok", "heads": len(heads),
+                "requests": batcher.requests, "batches": batcher.batches, "largest_batch": batcher.largest,
+                "largest_batch_tokens": batcher.largest_tokens, "queued": batcher.queued,
+                "dropped": batcher.dropped, "expired": batcher.expired}
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/heads", summary="the model's heads: names, kinds, inputs, labels")
+    async def list_heads() -> dict:
+        return {"heads": heads, "limits": {"max_texts": settings.max_texts,
+                                           "max_text_chars": settings.max_text_chars,
+                                           "timeout_s": settings.timeout}}
+
+    @app.post("/analyze", response_model=Results, responses=ERRORS,
+              summary="every single-text head on each text, one encoder pass")
+    async def analyze(body: AnalyzeRequest, request: Request) -> Any:
+        check_texts("texts", body.texts, settings)
+        payload = {"texts": body.texts, "size": len(body.texts)}
+        for name, values in (("second_texts", body.second_texts), ("questions", body.questions)):
+            if values is not None:
+                same_length(name, values, body.texts, "text")
+                check_texts(name, values, settings, "question" if name == "questions" else "text")
+                payload[name] = values
+        key = ("analyze", body.second_texts is not None, body.questions is not None)
+
+        def cost() -> int:
+            return request_tokens(model.net, body.texts, body.second_texts, body.questions, lengths=count)
+
+        results = await run(request, key, payload, len(body.texts), cost)
+        return results if isinstance(results, Response) else {"results": results}
+
+    @app.post("/predict/{head}", response_model=Results, responses=ERRORS,
+              summary="one head's predictions, in the shapes `bertheads predict` writes")
+    async def predict(head: str, body: PredictRequest, request: Request) -> Any:
+        if head not in forms:
+            raise HTTPException(404, f"no head named {head!r} (heads: {', '.join(forms)})")
+        form = {"text": "texts", "pair": "pairs", "question": "questions"}[forms[head]]
+        given = [n for n in ("texts", "pairs", "questions", "contexts") if getattr(body, n) is not None]
+        wanted = {"texts": '{"texts": ["..."]}', "pairs": '{"pairs": [["first", "second"]]}',
+                  "questions": '{"questions": ["..."], "contexts": ["..."]}'}[form]
+        expected = ["questions", "contexts"] if form == "questions" else [form]
+        if sorted(given) != sorted(expected):
+            missing = [n for n in expected if n not in given]
+            extra = [n for n in given if n not in expected]
+            reason = f"missing field {missing[0]!r}" if missing else f"unexpected field {extra[0]!r}"
+            raise HTTPException(422, f"{reason}: head {head!r} ({model.heads[head]}) reads {wanted}")
+        values = getattr(body, form)
+        check_texts(form, values, settings, "question" if form == "questions" else "text")
+        payload = {form: values, "size": len(values)}
+        if form == "questions":
+            same_length("contexts", body.contexts, values, "question")
+            check_texts("contexts", body.contexts, settings, "passage")
+            payload["contexts"] = body.contexts
+
+        def cost() -> int:
+            if form == "questions":
+                return request_tokens(model.net, body.contexts, questions=values, heads=[head], lengths=count)
+            if form == "pairs":
+                return request_tokens(model.net, [a for a, _ in values], [b for _, b in values], heads=[head],
+                                      lengths=count)
+            return request_tokens(model.net, values, heads=[head], lengths=count)
+
+        results = await run(request, ("predict", head, form), payload, len(values), cost)
+        return results if isinstance(results, Response) else {"results": results}
+
+    return app
+
+
+# -- running ------------------------------------------------------------------------------
+def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None,
+          verify: bool = True, runtime: str = "torch", precision: str = "fp32") -> None:
+    """Load the model in `directory` and serve it until interrupted; SIGTERM (or Ctrl-C) stops
+    taking new work, lets the requests in flight finish (up to `--timeout`), then exits."""
+    settings = settings or ServeSettings()
+    settings.check(host)
+    model = load(directory, verify=verify, runtime=runtime, precision=precision)
+    check_port(host, port)
+    app = create_app(model, settings, bind_host=host)
+    control = app.state.control
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            control.draining = True
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", limit_concurrency=settings.max_connections,
+                            timeout_graceful_shutdown=int(settings.timeout) + 5, timeout_keep_alive=30)
+    auth = "bearer token required" if settings.token else "no token"
+    print(f"serving {directory} (heads: {', '.join(model.heads)}) on http://{host}:{port}  "
+          f"(page at /, API docs at /docs, metrics at /metrics; {auth})", flush=True)
+    DrainingServer(config).run()
+    print("bertheads serve: stopped", flush=True)
+
+
+def check_port(host: str, port: int) -> None:
+    """A clear error when the address cannot be served on (in use, not ours, bad port)."""
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port: expected 0..65535, got {port}")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise UserError(f"--host {host}: {exc.strerror}") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            raise UserError(f"cannot serve on {host}:{port}: {exc.strerror}; choose another --port or --host") from None
+
+
+@contextmanager
+def running_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0) -> Iterator[str]:
+    """Serve `app` with uvicorn in a background thread; yields its base URL and stops it after."""
+    if port == 0:
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, name="bertheads-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError(f"the server did not start on {host}:{port}")
+        time.sleep(0.02)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout)

@@ -1,0 +1,588 @@
+"""Whole-sequence judgments from the final [CLS] vector: one text or a pair of texts,
+single-label classification, regression, or multi-label.
+
+Formats: GLUE TSV (SST-2, MRPC, RTE/MNLI, QNLI, STS-B headers), CSV and JSONL with a header
+or keys naming the columns; predict also takes plain lines (a TAB separates a pair).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from bertheads.base.errors import UserError, where
+from bertheads.base.values import fraction, non_negative_int
+from bertheads.encoder.layers import LayerCombine
+from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
+from bertheads.tasks.classify.metrics import (  # noqa: F401  (label_metrics: bench and tests import it from here)
+    label_metrics,
+    multi_label_metrics,
+    regression_metrics,
+    tune_thresholds,
+)
+from bertheads.text.encoding import encode_texts, encode_windows
+from bertheads.text.readers import (
+    BadLine,
+    carried_fields,
+    file_format,
+    find_column,
+    read_jsonl,
+    read_lines,
+    read_table,
+    source_name,
+)
+
+TEXT_COLUMNS = ["sentence", "text", "sentence1", "#1 string", "premise", "question1", "text_a", "sentence_a",
+                "question", "content", "review"]
+PAIR_COLUMNS = ["sentence2", "#2 string", "hypothesis", "question2", "text_b", "sentence_b"]
+LABEL_COLUMNS = ["label", "labels", "quality", "score", "gold_label", "target", "class"]
+PROBLEMS = ("single_label", "regression", "multi_label")
+LONG_INPUTS = ("truncate", "windows")
+POOLS = ("mean", "max")
+_INT = re.compile(r"^[+-]?\d+$")
+
+
+@dataclass
+class ClassifySpec(HeadSettings):
+    problem: str = "single_label"
+    labels: list = field(default_factory=list)  # label values in output order (empty for regression)
+    text_column: str | None = None
+    pair_column: str | None = None
+    label_column: str | None = None
+    pair: bool = False  # whether training inputs were pairs
+    class_weights: str | None = None  # "balanced": the loss weighs each label by n / (labels * its count)
+    label_weights: list = field(default_factory=list)  # the weights, in label order (empty: all 1)
+    threshold: float | None = None  # multi-label: one decision threshold for every label (fixed)
+    thresholds: list | None = None  # multi-label: per-label thresholds tuned on dev for F1
+    label_names: list | None = None  # names shown for `labels` (same order), e.g. negative, positive
+
+    def shown_labels(self) -> list:
+        """The labels as predictions show them: their names when given, else the values."""
+        return list(self.label_names) if self.label_names else list(self.labels)
+    long_input: str = "truncate"  # or "windows": a longer input is cut into overlapping windows
+    pool: str = "mean"  # windows: how a document's window outputs are pooled ("mean" or "max")
+    stride: int = 32  # windows: tokens shared by neighbouring windows
+
+
+@dataclass
+class ClassifyExample:
+    text: str
+    pair: str | None = None
+    label: object = None  # raw value as read (str, int, float or list)
+    line: int | None = None
+    extra: dict = field(default_factory=dict)  # fields carried into the prediction (id, --keep-fields)
+
+
+class ClassifyHead(nn.Module):
+    """The BERT recipe: pooler (dense + tanh over [CLS]), dropout, linear layer to the outputs."""
+
+    token_level = False
+
+    def __init__(self, hidden_size: int, num_outputs: int, settings: HeadSettings, pooler_state=None) -> None:
+        super().__init__()
+        self.layers = tuple(settings.layers)
+        self.combine = LayerCombine(len(self.layers), settings.combine)
+        size = self.combine.output_size(hidden_size)
+        self.pooler = init_linear(nn.Linear(size, size))
+        if pooler_state is not None and tuple(pooler_state["weight"].shape) == (size, size):
+            with torch.no_grad():
+                self.pooler.weight.copy_(pooler_state["weight"])
+                self.pooler.bias.copy_(pooler_state["bias"])
+        self.dropout = nn.Dropout(settings.dropout)
+        self.out = init_linear(nn.Linear(size, num_outputs))
+
+    def forward(self, hidden, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        states = self.combine(hidden)
+        cls = states[:, 0]
+        return self.out(self.dropout(torch.tanh(self.pooler(cls))))
+
+
+class ClassifyTask(Task):
+    kind = "classify"
+    spec_type = ClassifySpec
+    prepare_options = ("problem", "limit")
+    help = "labels or scores for a text or a text pair, read from [CLS]"
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        parser.add_argument("--text-column", help="column (or JSON key) of the text (default: found by its name: "
+                                                  "sentence, text, sentence1, question, ...)")
+        parser.add_argument("--pair-column", help="column of the second text of a pair (default: found by its name: "
+                                                  "sentence2, hypothesis, question2, ...)")
+        parser.add_argument("--label-column", help="column of the label (default: found by its name: label, score, "
+                                                   "class, ...)")
+        parser.add_argument("--problem", choices=PROBLEMS, help="default: decided from the training labels")
+        parser.add_argument("--class-weights", choices=("none", "balanced"), default=None,
+                            help="single-label: 'balanced' weighs each label's loss by n / (labels * its count)")
+        parser.add_argument("--threshold", type=fraction,
+                            help="multi-label: one decision threshold for every label (default: one per label, "
+                                 "tuned on --dev for F1 after each epoch; 0.5 without --dev)")
+        parser.add_argument("--label-names", type=label_name_list, default=None,
+                            help="names for the labels in sorted order, e.g. negative,positive for 0/1 labels; "
+                                 "predictions show the names, files may use either")
+        parser.add_argument("--long-input", choices=LONG_INPUTS, default="truncate",
+                            help="a text longer than --max-length: cut at it, or cut into overlapping windows "
+                                 "whose outputs are pooled (training: each window learns the text's label)")
+        parser.add_argument("--pool", choices=POOLS, default="mean",
+                            help="--long-input windows: pool the windows' outputs (logits) by mean or max")
+        parser.add_argument("--stride", type=non_negative_int, default=32,
+                            help="--long-input windows: tokens shared by neighbouring windows")
+
+    @property
+    def main_metric(self) -> str:  # type: ignore[override]
+        return {"single_label": "accuracy", "regression": "pearson", "multi_label": "micro_f1"}[self.spec.problem]
+
+    @classmethod
+    def build(cls, spec: ClassifySpec, encoder, pooler_state=None) -> ClassifyTask:
+        outputs = 1 if spec.problem == "regression" else len(spec.labels)
+        return cls(spec, ClassifyHead(encoder.info.hidden_size, outputs, spec, pooler_state))
+
+    # -- reading ------------------------------------------------------------------------
+    @staticmethod
+    def read_file(path: str | None, spec: ClassifySpec, fmt: str | None = None,
+                  need_labels: bool = True, limit: int | None = None) -> list[ClassifyExample]:
+        """Read examples (the first `limit`); updates `spec`'s column names when they are detected."""
+        examples = list(itertools.islice(ClassifyTask.iter_file(path, spec, fmt, need_labels), limit))
+        if not examples:
+            raise UserError(f"{where(source_name(path))}: no examples")
+        return examples
+
+    @staticmethod
+    def iter_file(path, spec: ClassifySpec, fmt: str | None = None, need_labels: bool = True,
+                  keep: tuple[str, ...] = (), bad: BadLine | None = None) -> Iterator[ClassifyExample]:
+        """Examples as they are read (the columns of JSON lines are the first record's keys). A record's `id` and the `keep` fields go into `extra`; `bad` is told of
+        a bad record, which is then skipped (default: raised)."""
+        kind = file_format(source_name(path), fmt)
+        name = source_name(path)
+        if kind == "lines":
+            if need_labels:
+                raise UserError(f"{where(name)}: plain text has no labels; use TSV, CSV or JSONL with a label column")
+            if keep:
+                raise UserError("--keep-fields: plain lines have no fields; use TSV, CSV or JSONL input")
+            for line_no, line in read_lines(path):
+                text, _, pair = line.partition("\t")
+                if not text.strip():
+                    report(UserError(f"{where(name, line_no)}: empty text"), bad)
+                    continue
+                yield ClassifyExample(text, pair if "\t" in line else None, None, line_no)
+            return
+        if kind in ("tsv", "csv"):
+            columns, rows = read_table(path, kind, bad)
+            for field_name in keep:
+                if field_name not in columns:
+                    raise UserError(f"{where(name, 1)}: --keep-fields: no column {field_name!r} "
+                                    f"(columns: {', '.join(columns)})")
+        else:
+            rows = read_jsonl(path, bad)
+            try:
+                first = next(rows)
+            except StopIteration:
+                raise UserError(f"{where(name)}: no examples") from None
+            columns = list(first[1])
+            rows = itertools.chain([first], rows)
+        text_col, pair_col, label_col = detect_columns(columns, spec, name, need_labels)
+        for line_no, row in rows:
+            try:
+                example = row_example(row, line_no, name, text_col, pair_col, label_col, need_labels)
+            except UserError as exc:
+                report(exc, bad)
+                continue
+            example.extra = carried_fields(row, keep)
+            yield example
+
+    @classmethod
+    def prepare(cls, path: str, spec: ClassifySpec, encoder, problem: str | None = None, limit: int | None = None):
+        """Read the training file (its first `limit` examples), decide the problem type and label
+        map, build the task."""
+        examples = cls.read_file(path, spec, limit=limit)
+        spec.problem, spec.labels = infer_labels(examples, path, problem)
+        if isinstance(spec.label_names, str):  # the API may give "negative,positive"
+            try:
+                spec.label_names = label_name_list(spec.label_names)
+            except argparse.ArgumentTypeError as exc:
+                raise UserError(f"label_names: {exc}") from None
+        if spec.label_names:
+            check_label_names(spec, path)
+        spec.pair = any(e.pair is not None for e in examples)
+        spec.label_weights = []
+        if spec.class_weights == "none":
+            spec.class_weights = None
+        if spec.class_weights == "balanced":
+            if spec.problem != "single_label":
+                raise UserError(f"--class-weights balanced: only for single-label classification, "
+                                f"{path} is {spec.problem.replace('_', '-')}")
+            counts = np.bincount([spec.labels.index(normalise_label(e.label)) for e in examples],
+                                 minlength=len(spec.labels))
+            spec.label_weights = [round(len(examples) / (len(spec.labels) * int(c)), 8) for c in counts]
+        return cls.build(spec, encoder, encoder.pooler_state), examples
+
+    def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None,
+             **_) -> list[ClassifyExample]:
+        examples = self.read_file(path, self.spec, fmt, need_labels)
+        if need_labels:
+            for e in examples:
+                self.label_target(e, path)  # fail early on unseen or non-numeric labels
+        return examples
+
+    def iter_read(self, path, need_labels: bool = True, fmt: str | None = None, keep: tuple[str, ...] = (),
+                  bad: BadLine | None = None, **_) -> Iterator[ClassifyExample]:
+        """`read`, one example at a time (see `iter_file`)."""
+        name = source_name(path)
+        for e in self.iter_file(path, self.spec, fmt, need_labels, keep, bad):
+            if need_labels:
+                try:
+                    self.label_target(e, name)
+                except UserError as exc:
+                    report(exc, bad)
+                    continue
+            yield e
+
+    def from_inputs(self, inputs: list, **_) -> list[ClassifyExample]:
+        """Examples from Python values: a string, or a (text, pair) tuple."""
+        out = []
+        for i, item in enumerate(inputs):
+            if isinstance(item, str):
+                text, pair = item, None
+            elif isinstance(item, (tuple, list)) and len(item) == 2:
+                text, pair = item
+            else:
+                raise UserError(f"input {i}: expected a text or a (text, text) pair, got {type(item).__name__}")
+            if not text or not str(text).strip():
+                raise UserError(f"input {i}: empty text")
+            out.append(ClassifyExample(str(text), None if pair is None else str(pair)))
+        return out
+
+    # -- encoding -----------------------------------------------------------------------
+    def label_target(self, example: ClassifyExample, path=None):
+        spec = self.spec
+        label = example.label
+        if spec.problem == "regression":
+            value = to_float(label)
+            if value is None:
+                raise UserError(f"{where(path, example.line)}: label {label!r} is not a number")
+            return value
+        if spec.problem == "multi_label":
+            if not isinstance(label, list):
+                raise UserError(f"{where(path, example.line)}: expected a list of labels, got {label!r}")
+            vec = [0.0] * len(spec.labels)
+            for item in label:
+                key = normalise_label(item)
+                if key not in spec.labels:
+                    raise UserError(f"{where(path, example.line)}: label {item!r} was not seen in training "
+                                    f"(known: {', '.join(map(str, spec.labels))})")
+                vec[spec.labels.index(key)] = 1.0
+            return vec
+        key = normalise_label(label)
+        if key not in spec.labels and spec.label_names and str(key) in spec.label_names:
+            return spec.label_names.index(str(key))
+        if key not in spec.labels:
+            raise UserError(f"{where(path, example.line)}: label {label!r} was not seen in training "
+                            f"(known: {', '.join(map(str, spec.labels))})")
+        return spec.labels.index(key)
+
+    def encode(self, examples: list[ClassifyExample], tokenizer, with_labels: bool = True,
+               path: str | None = None) -> list[dict]:
+        """One feature per example, or with `long_input="windows"` one per window (each window
+        of a training text learns the text's label)."""
+        return self.encode_with_owner(examples, tokenizer, with_labels, path)[0]
+
+    def encode_with_owner(self, examples: list[ClassifyExample], tokenizer, with_labels: bool = True,
+                          path: str | None = None) -> tuple[list[dict], list[int]]:
+        spec = self.spec
+        texts, pairs = [e.text for e in examples], [e.pair for e in examples]
+        if spec.long_input == "windows":
+            check_windows(spec)
+            feats, owner = encode_windows(tokenizer, texts, pairs, spec.max_length, spec.stride)
+        else:
+            feats, owner = encode_texts(tokenizer, texts, pairs, spec.max_length), list(range(len(examples)))
+        if with_labels:
+            targets = [self.label_target(e, path) for e in examples]
+            for f, k in zip(feats, owner):
+                f["labels"] = targets[k]
+        return feats, owner
+
+    # -- loss and decoding ---------------------------------------------------------------
+    def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        labels = batch["labels"]
+        if self.spec.problem == "regression":
+            return F.mse_loss(logits.squeeze(-1), labels.float())
+        if self.spec.problem == "multi_label":
+            return F.binary_cross_entropy_with_logits(logits, labels.float())
+        weight = None
+        if self.spec.label_weights:
+            weight = torch.tensor(self.spec.label_weights, dtype=logits.dtype, device=logits.device)
+        return F.cross_entropy(logits, labels.long(), weight=weight)
+
+    def encode_for_inference(self, examples: list[ClassifyExample], tokenizer,
+                             with_labels: bool = False) -> tuple[list[dict], list[int]]:
+        """One feature per example (longer inputs are truncated, as in training), or one per window."""
+        return self.encode_with_owner(examples, tokenizer, with_labels)
+
+    def output_hint(self) -> str:
+        count = 1 if self.spec.problem == "regression" else len(self.spec.labels)
+        return f" ({self.spec.problem}, {len(self.spec.labels)} labels: {count} outputs)"
+
+    def describe(self) -> dict:
+        return {**super().describe(), "labels": [str(x) if not isinstance(x, (int, str)) else x
+                                                 for x in self.spec.shown_labels()], "problem": self.spec.problem}
+
+    # -- plain inputs for `extract`: classify's tables are the generic reader -----------------
+    text_formats = ("tsv", "csv", "jsonl")
+    generic_reader = True
+
+    @classmethod
+    def read_texts(cls, path: str | None, fmt: str) -> list[TextInput]:
+        return [TextInput(e.text, e.pair, e.line) for e in cls.read_file(path, ClassifySpec(), fmt, need_labels=False)]
+
+    def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples, features) -> list[np.ndarray]:
+        """One output per example: its feature's, or its windows' pooled (mean or max of the logits)."""
+        if len(feature_outputs) == len(examples):
+            return list(feature_outputs)
+        groups: list[list[int]] = [[] for _ in examples]
+        for i, k in enumerate(owner):
+            groups[k].append(i)
+        pool = np.max if self.spec.pool == "max" else np.mean
+        return [feature_outputs[g[0]] if len(g) == 1 else pool(np.stack([feature_outputs[i] for i in g]), axis=0)
+                for g in groups]
+
+    def label_thresholds(self, threshold: float | None = None) -> np.ndarray:
+        """Multi-label decision thresholds: `threshold` if given, else the spec's fixed one,
+        else the per-label ones tuned on dev, else 0.5."""
+        n = len(self.spec.labels)
+        if threshold is None:
+            threshold = self.spec.threshold
+        if threshold is not None:
+            return np.full(n, float(threshold))
+        if self.spec.thresholds and len(self.spec.thresholds) == n:
+            return np.asarray(self.spec.thresholds, dtype=float)
+        return np.full(n, 0.5)
+
+    def decode(self, logits: list[np.ndarray], examples=None, threshold: float | None = None,
+               min_score: float | None = None, **_) -> list[dict]:
+        """Head outputs to `{"label", "scores"}` (or `{"value"}`, or `{"labels", "scores"}`),
+        after the example's carried fields (`id`, --keep-fields) when it has any. Single-label:
+        `min_score` gives `"label": null` when the best score is below it."""
+        preds = self.decode_scores(logits, threshold, min_score)
+        if examples is None:
+            return preds
+        return [{**e.extra, **p} if getattr(e, "extra", None) else p for p, e in zip(preds, examples)]
+
+    def decode_scores(self, logits: list[np.ndarray], threshold: float | None = None,
+                      min_score: float | None = None) -> list[dict]:
+        if not logits:
+            return []
+        arr = np.stack(logits)
+        shown = self.spec.shown_labels()
+        names = [str(label) for label in shown]
+        if self.spec.problem == "regression":
+            return [{"value": float(v)} for v in arr[:, 0]]
+        if self.spec.problem == "multi_label":
+            probs = sigmoid(arr)
+            cut = self.label_thresholds(threshold)
+            return [{"labels": [shown[j] for j in np.flatnonzero(p >= cut)],
+                     "scores": {n: round(float(x), 6) for n, x in zip(names, p)}} for p in probs]
+        probs = softmax(arr)
+        best = probs.argmax(-1)
+        return [{"label": None if min_score is not None and p[b] < min_score else shown[b],
+                 "scores": {n: round(float(x), 6) for n, x in zip(names, p)}}
+                for b, p in zip(best, probs)]
+
+    def metrics(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None,
+                threshold: float | None = None, during_training: bool = False, **_) -> dict:
+        """Accuracy, F1, MCC with per-class figures and the confusion matrix (single-label),
+        micro/macro F1 with per-label figures (multi-label; after an epoch the per-label
+        thresholds are tuned here unless one was fixed), or Pearson/Spearman (regression)."""
+        return self.metrics_from_parts([self.metric_part(logits, examples, path)], path, threshold=threshold,
+                                       during_training=during_training)
+
+    def metric_part(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None, **_):
+        """A chunk's outputs and gold targets as arrays (the examples are not kept)."""
+        return np.stack(logits), [self.label_target(e, path) for e in examples]
+
+    def metrics_from_parts(self, parts: list, path=None, threshold: float | None = None,
+                           during_training: bool = False, **_) -> dict:
+        arr = np.concatenate([p[0] for p in parts])
+        gold = [g for p in parts for g in p[1]]
+        names = [str(label) for label in self.spec.labels]
+        if self.spec.problem == "regression":
+            return regression_metrics(arr[:, 0], np.asarray(gold, dtype=float))
+        if self.spec.problem == "multi_label":
+            probs, truth = sigmoid(arr), np.asarray(gold) >= 0.5
+            if during_training and self.spec.threshold is None and threshold is None:
+                self.spec.thresholds = [round(float(t), 6) for t in tune_thresholds(probs, truth)]
+            cut = self.label_thresholds(threshold)
+            result = multi_label_metrics(probs >= cut, truth, names)
+            result["thresholds"] = {n: round(float(t), 4) for n, t in zip(names, cut)}
+            return result
+        return label_metrics(arr.argmax(-1), np.asarray(gold), len(self.spec.labels), names)
+
+
+# -- helpers ---------------------------------------------------------------------------
+def check_windows(spec: ClassifySpec) -> None:
+    if spec.long_input not in LONG_INPUTS:
+        raise UserError(f"--long-input: expected one of {', '.join(LONG_INPUTS)}, got {spec.long_input!r}")
+    if spec.pool not in POOLS:
+        raise UserError(f"--pool: expected one of {', '.join(POOLS)}, got {spec.pool!r}")
+    if not 0 <= spec.stride < spec.max_length - 3:
+        raise UserError(f"--stride {spec.stride}: must be at least 0 and below --max-length minus 3")
+
+
+def report(error: UserError, bad: BadLine | None) -> None:
+    """Raise a bad record's error, or tell `bad` of it (the record is then skipped)."""
+    if bad is None:
+        raise error
+    bad(error)
+
+
+def row_example(row: dict, line_no: int, path, text_col: str, pair_col: str | None, label_col: str | None,
+                need_labels: bool) -> ClassifyExample:
+    text = row.get(text_col)
+    if text is None:
+        raise UserError(f"{where(path, line_no)}: missing field {text_col!r}")
+    if not isinstance(text, str) or not text.strip():
+        raise UserError(f"{where(path, line_no)}: empty text in column {text_col!r}")
+    pair = None
+    if pair_col:
+        pair = row.get(pair_col)
+        if pair is None:
+            raise UserError(f"{where(path, line_no)}: missing field {pair_col!r}")
+        if not isinstance(pair, str) or not pair.strip():
+            raise UserError(f"{where(path, line_no)}: empty text in column {pair_col!r}")
+    label = row.get(label_col) if label_col else None
+    if label_col and need_labels and (label is None or (isinstance(label, str) and not label.strip())):
+        raise UserError(f"{where(path, line_no)}: missing label in column {label_col!r}")
+    if isinstance(label, str):
+        label = label.strip()
+    return ClassifyExample(text, pair, label, line_no)
+
+
+def detect_columns(columns: list[str], spec: ClassifySpec, path, need_labels: bool):
+    """Text, pair and label columns from the header (or the spec's stored/overridden names).
+
+    To predict (`need_labels` False), a stored column name the file lacks is found again by
+    its role, so a model trained on a TSV `sentence` column reads JSONL `{"text": ...}`; the
+    spec is then left as it was."""
+    if not need_labels and (spec.text_column not in (None, *columns) or spec.pair_column not in (None, *columns)):
+        roles = ClassifySpec(pair=spec.pair)
+        return detect_columns(columns, roles, path, need_labels)
+    lower = [c.lower() for c in columns]
+    text_col = find_column(columns, TEXT_COLUMNS, spec.text_column, path, "text")
+    if not spec.text_column and "question" in lower and "sentence" in lower:  # QNLI
+        text_col = columns[lower.index("question")]
+    if text_col is None:
+        raise UserError(f"{where(path, 1)}: no text column found (columns: {', '.join(columns)}); "
+                        f"name one with --text-column")
+    if spec.pair_column:
+        pair_col = find_column(columns, [], spec.pair_column, path, "second text")
+    elif text_col.lower() == "question" and "sentence" in lower:
+        pair_col = columns[lower.index("sentence")]
+    else:
+        pair_col = find_column(columns, PAIR_COLUMNS, None, path, "second text")
+    if spec.pair and pair_col is None:
+        raise UserError(f"{where(path, 1)}: the model reads text pairs but no second text column was found "
+                        f"(columns: {', '.join(columns)}); name one with --pair-column")
+    if not need_labels and spec.label_column and spec.label_column not in columns:
+        label_col = None  # labels are optional for predict
+    else:
+        label_col = find_column(columns, LABEL_COLUMNS, spec.label_column, path, "label")
+    if need_labels and label_col is None:
+        raise UserError(f"{where(path, 1)}: no label column found (columns: {', '.join(columns)}); "
+                        f"name one with --label-column")
+    spec.text_column, spec.pair_column = text_col, pair_col
+    if label_col:
+        spec.label_column = label_col
+    return text_col, pair_col, label_col
+
+
+def label_name_list(text: str) -> list[str]:
+    """`--label-names negative,positive`: distinct, non-empty names."""
+    names = [n.strip() for n in str(text).split(",")]
+    if len(names) < 2 or not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names like negative,positive, got {text!r}")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"the names must differ, got {text!r}")
+    return names
+
+
+def check_label_names(spec: ClassifySpec, path) -> None:
+    """`--label-names` fits the training labels: single-label, one name per label."""
+    if spec.problem != "single_label":
+        raise UserError(f"--label-names: only for single-label classification (this is {spec.problem})")
+    if len(spec.label_names) != len(spec.labels):
+        raise UserError(f"--label-names: {len(spec.label_names)} names for the {len(spec.labels)} labels of "
+                        f"{path} ({', '.join(map(str, spec.labels))}, in this order)")
+    clash = [n for n in spec.label_names if normalise_label(n) in spec.labels
+             and spec.labels.index(normalise_label(n)) != spec.label_names.index(n)]
+    if clash:
+        raise UserError(f"--label-names: {clash[0]!r} is also another label's value; choose other names")
+
+
+def normalise_label(value):
+    """Labels compare as ints when they look like ints, else as stripped strings."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    text = str(value).strip()
+    return int(text) if _INT.match(text) else text
+
+
+def to_float(value) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def infer_labels(examples: list[ClassifyExample], path, problem: str | None) -> tuple[str, list]:
+    """Problem type and label list from training labels: lists make it multi-label, numbers
+    with a fraction make it regression, anything else single-label (ints sort numerically)."""
+    values = [e.label for e in examples]
+    if problem and problem not in PROBLEMS:
+        raise UserError(f"--problem: expected one of {', '.join(PROBLEMS)}, got {problem!r}")
+    if problem == "multi_label" or (problem is None and any(isinstance(v, list) for v in values)):
+        for e in examples:
+            if not isinstance(e.label, list):
+                raise UserError(f"{where(path, e.line)}: expected a list of labels like the other rows, got {e.label!r}")
+        labels = sorted({normalise_label(x) for v in values for x in v}, key=sort_key)
+        return "multi_label", labels
+    numeric = [to_float(v) for v in values]
+    fractional = any(x is not None and not float(x).is_integer() for x in numeric) or any(
+        isinstance(v, str) and "." in v and to_float(v) is not None for v in values)
+    if problem == "regression" or (problem is None and fractional):
+        for e, x in zip(examples, numeric):
+            if x is None:
+                raise UserError(f"{where(path, e.line)}: label {e.label!r} is not a number")
+        return "regression", []
+    labels = sorted({normalise_label(v) for v in values}, key=sort_key)
+    if len(labels) < 2:
+        raise UserError(f"{where(path)}: training data has only one label ({labels[0]!r}); need at least two")
+    return "single_label", labels
+
+
+def sort_key(label):
+    return (0, label, "") if isinstance(label, int) else (1, 0, str(label))
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    z = x - x.max(-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(-1, keepdims=True)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))

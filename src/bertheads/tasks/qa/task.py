@@ -1,0 +1,598 @@
+"""Extractive question answering: the answer is a span of the passage (SQuAD v1.1 and v2.0).
+
+The question and the passage go in as a pair, `[CLS] question [SEP] passage [SEP]`. A passage
+longer than the window is cut into overlapping windows (`--stride` tokens shared between
+neighbours) whose offset mappings lead back to characters of the passage. The head scores
+each token as the start and as the end of the answer; the best valid span over all windows
+of a question wins. With SQuAD v2.0 training data the model may also answer nothing: when the
+null score ([CLS] start + end) exceeds the best span's score by more than a threshold tuned
+on the dev set.
+
+Formats: SQuAD JSON (`{"data": [{"paragraphs": [{"context", "qas": [...]}]}]}`) and JSON
+lines `{"id", "question", "context", "answers": {"text": [...], "answer_start": [...]}}`.
+Readers are in `qa_formats`, span decoding across windows in `qa_spans`, the SQuAD scores
+in `qa_metrics`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from bertheads.base.errors import UserError
+from bertheads.base.values import non_negative_float, non_negative_int, positive_int
+from bertheads.encoder.layers import LayerCombine
+from bertheads.store.atomic import atomic_write_text
+from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
+from bertheads.tasks.qa.formats import QAExample, check_text, iter_examples, read_examples
+from bertheads.tasks.qa.metrics import (
+    best_threshold,
+    exact,
+    f1_v1,
+    f1_v2,
+    gold_v2,
+    max_over,
+    normalize_answer,  # noqa: F401  (re-exported: tests import it from here)
+    squad_v1_scores,
+    squad_v2_scores,
+)
+from bertheads.tasks.qa.spans import (
+    WINDOW_CHOICES,
+    QAOutput,
+    answers_nothing,
+    best_spans,
+    merge_windows,
+    null_minus_best,
+    paragraph_match_gaps,
+    span_context,
+    window_choice_parts,
+)
+from bertheads.text.encoding import window_count
+from bertheads.text.readers import read_text
+
+
+@dataclass
+class QASpec(HeadSettings):
+    max_length: int = 384
+    stride: int = 128  # tokens shared by neighbouring windows of one passage
+    max_question_length: int = 64  # questions are cut to this many tokens first
+    n_best: int = 20
+    max_answer_length: int = 30  # in tokens
+    null_threshold: float | None = None  # answer "" when null score - best span > this (None: never)
+    unanswerable: bool = False  # the training data had questions without an answer (SQuAD v2.0)
+    tune_threshold: bool = True  # tune `null_threshold` on the dev set (off when it was given)
+    window_choice: str = "relative"  # how spans of different windows compare (WINDOW_CHOICES)
+    negative_windows: int = 0  # training: answerless windows of other passages per question
+    join_passages: int = 0  # training: each passage read among its K nearest other passages
+    paragraph_windows: bool = True  # each paragraph of a passage read in windows of its own
+    shared_norm: bool = False  # training: a question's windows share one start and one end softmax
+    paragraph_match: float = 6.0  # a span loses this x how much worse its paragraph matches the question
+
+
+class QAHead(nn.Module):
+    """A linear layer from each token state to its start and end logits, as in BERT."""
+
+    token_level = True
+
+    def __init__(self, hidden_size: int, settings: HeadSettings) -> None:
+        super().__init__()
+        self.layers = tuple(settings.layers)
+        self.combine = LayerCombine(len(self.layers), settings.combine)
+        # BERT's QA head has no dropout of its own when the encoder is fine-tuned (the encoder
+        # has its own); on frozen features dropout is the head's only regulariser.
+        self.dropout = nn.Dropout(settings.dropout if settings.mode == "features" else 0.0)
+        self.out = init_linear(nn.Linear(self.combine.output_size(hidden_size), 2))
+
+    def forward(self, hidden, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.out(self.dropout(self.combine(hidden)))  # [B, T, 2]: start, end
+
+
+class QATask(Task):
+    kind = "qa"
+    spec_type = QASpec
+    main_metric = "f1"
+    help = "answer spans in a passage for a question (SQuAD v1.1 / v2.0)"
+    training_defaults = {"max_length": 384, "batch_size": 16}
+    input_form = "question"
+    metric_scale = 100.0  # SQuAD's EM and F1 are percentages
+    text_formats = ("squad", "jsonl")
+
+    @classmethod
+    def add_arguments(cls, parser) -> None:
+        g = parser.add_argument_group("answer spans")
+        g.add_argument("--stride", type=non_negative_int, default=128, help="tokens shared by neighbouring windows")
+        g.add_argument("--max-question-length", type=positive_int, default=64, help="questions are cut to N tokens")
+        g.add_argument("--n-best", type=positive_int, default=20, help="start and end candidates per window")
+        g.add_argument("--max-answer-length", type=positive_int, default=30, help="longest answer in tokens")
+        g.add_argument("--null-threshold", type=float, default=None,
+                       help="SQuAD v2: answer nothing when null - best span score exceeds this "
+                            "(default: tuned on --dev for the best F1)")
+        g.add_argument("--window-choice", choices=WINDOW_CHOICES, default="relative",
+                       help="how spans of a long passage's windows compare: relative (default: span score "
+                            "minus its window's null score), raw (start + end, as run_qa), +context (a span "
+                            "two windows share is scored where it has the most context)")
+        g.add_argument("--paragraph-match", type=non_negative_float, default=QASpec.paragraph_match, metavar="W",
+                       help="for a passage of several paragraphs: a span loses W x how much worse its "
+                            "paragraph's words match the question's than the best paragraph's do "
+                            f"(a share in [0, 1]; default {QASpec.paragraph_match:g}; 0: off)")
+        g.add_argument("--negative-windows", type=int, default=0, metavar="K",
+                       help="training: also pair each question with K other passages of the file as "
+                            "answerless windows (default 0; 1 helps long passages, at twice the windows)")
+        g.add_argument("--paragraph-windows", action=argparse.BooleanOptionalAction, default=True,
+                       help="read each paragraph of a passage (split at blank lines, else at line breaks; "
+                            "short ones join the next) in windows of its own, as SQuAD's paragraphs are "
+                            "read (default); --no-paragraph-windows: windows run across paragraph ends")
+        g.add_argument("--shared-norm", action="store_true",
+                       help="training: the windows of a question (its own and, with --negative-windows, "
+                            "other passages') are batched together and share one softmax over their "
+                            "passage tokens, besides each window's own loss, so span scores compare "
+                            "across windows and paragraphs")
+        g.add_argument("--join-passages", type=int, default=0, metavar="K",
+                       help="training: read each question's passage joined with the K nearest other "
+                            "passages of the file, in file order, so answers sit at varied places among "
+                            "real text and the windows without the answer learn 'not here' (default 0)")
+
+    @classmethod
+    def spec_from_dict(cls, data: dict) -> QASpec:
+        """Models saved before `window_choice`, `paragraph_windows` and `paragraph_match` existed
+        keep the raw comparison, the windows across paragraphs and no paragraph match, as they
+        were tuned."""
+        return super().spec_from_dict({"window_choice": "raw", "paragraph_windows": False, "paragraph_match": 0.0,
+                                       **data})
+
+    @classmethod
+    def build(cls, spec: QASpec, encoder, pooler_state=None) -> QATask:
+        return cls(spec, QAHead(encoder.info.hidden_size, spec))
+
+    @classmethod
+    def prepare(cls, path: str, spec: QASpec, encoder):
+        """Read the training file (answers that do not match their passage are skipped)."""
+        check_settings(spec, encoder)
+        examples = read_examples(path, need_labels=True, strict=False)
+        spec.unanswerable = any(not e.answers for e in examples)
+        if spec.null_threshold is not None:
+            spec.tune_threshold = False
+        elif spec.unanswerable:
+            spec.null_threshold = 0.0
+        return cls.build(spec, encoder), examples
+
+    # -- reading ------------------------------------------------------------------------
+    def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None,
+             question: str | None = None, context: str | None = None, **_) -> list[QAExample]:
+        if question is not None or context is not None:
+            if path is not None:
+                raise UserError("give either --input or --question/--context, not both")
+            return self.from_inputs([{"question": question, "context": context}], source="--question/--context")
+        return read_examples(path, need_labels, fmt=fmt)
+
+    def iter_read(self, path, need_labels: bool = True, fmt: str | None = None, keep: tuple[str, ...] = (),
+                  bad=None, question: str | None = None, context: str | None = None, **_) -> Iterator[QAExample]:
+        """`read`, a question at a time (see `qa_formats.iter_examples` for SQuAD JSON)."""
+        if question is not None or context is not None:
+            yield from self.read(path, need_labels, fmt, question, context)
+            return
+        yield from iter_examples(path, need_labels, fmt=fmt, keep=keep, bad=bad)
+
+    def from_inputs(self, inputs: list, source: str = "input", **_) -> list[QAExample]:
+        """Examples from `{"question", "context"}` dicts or `(question, context)` tuples."""
+        out = []
+        for i, item in enumerate(inputs):
+            label = f"{source} {i}" if source == "input" else source
+            if isinstance(item, dict):
+                question, context, qid = item.get("question"), item.get("context"), item.get("id", i)
+                has_id = "id" in item
+            elif isinstance(item, (tuple, list)) and len(item) == 2:
+                (question, context), qid, has_id = item, i, False
+            else:
+                raise UserError(f"{label}: expected a {{'question', 'context'}} dict or a (question, context) "
+                                f"pair, got {type(item).__name__}")
+            out.append(QAExample(check_text(question, "question", label), check_text(context, "context", label),
+                                 str(qid), has_id=has_id, record=label))
+        return out
+
+    # -- encoding -----------------------------------------------------------------------
+    def windows(self, examples: list[QAExample], tokenizer,
+                paragraphs: bool | None = None) -> tuple[list[dict], list[int]]:
+        """Question + passage windows (no padding), each with its context token range and
+        character offsets; `owner[i]` is the example window i belongs to. With `paragraphs`
+        (default: `spec.paragraph_windows`) no window runs across a paragraph end."""
+        spec = self.spec
+        if not examples:
+            return [], []
+        paragraphs = spec.paragraph_windows if paragraphs is None else paragraphs
+        questions = cut_questions(tokenizer, [e.question.lstrip() for e in examples], spec.max_question_length)
+        pieces = [(i, a, b) for i, e in enumerate(examples)
+                  for a, b in (paragraph_spans(e.context) if paragraphs else [(0, len(e.context))])]
+        enc = tokenizer([questions[i] for i, _, _ in pieces], [examples[i].context[a:b] for i, a, b in pieces],
+                        truncation="only_second", max_length=spec.max_length, stride=spec.stride,
+                        return_overflowing_tokens=True, return_offsets_mapping=True, padding=False,
+                        return_token_type_ids=True, return_attention_mask=False)
+        piece_of = [int(i) for i in enc["overflow_to_sample_mapping"]]
+        feats = []
+        for w, p in enumerate(piece_of):
+            seq = enc.sequence_ids(w)
+            offsets = np.asarray(enc["offset_mapping"][w], dtype=np.int32)
+            if 1 in seq:
+                c0, c1 = seq.index(1), len(seq) - 1 - seq[::-1].index(1)
+                offsets[c0: c1 + 1] += pieces[p][1]  # characters of the whole passage
+            else:  # a passage that tokenizes to nothing: an empty range
+                c0, c1 = len(seq) - 1, len(seq) - 2
+            feats.append({"input_ids": enc["input_ids"][w], "token_type_ids": enc["token_type_ids"][w],
+                          "_offsets": offsets, "_context": (c0, c1), "_paragraph": p})
+        return feats, [pieces[p][0] for p in piece_of]
+
+    def encode(self, examples: list[QAExample], tokenizer, with_labels: bool = True,
+               path: str | None = None) -> list[dict]:
+        """Training windows: one holding the whole (first) answer points at its start and end
+        tokens, any other at [CLS] (position 0); with `join_passages`, each passage is first
+        joined with its nearest other passages; with `negative_windows`, windows of other
+        passages are added, pointing at [CLS] too."""
+        spec = self.spec
+        joined = with_labels and spec.join_passages > 0
+        read = joined_passages(examples, spec.join_passages) if joined else examples
+        # joined passages are read across their ends: that is what joining them is for
+        feats, owner = self.encode_for_inference(read, tokenizer, with_labels, paragraphs=False if joined else None)
+        if with_labels and spec.negative_windows > 0:
+            others, sources = other_passages(examples, spec.negative_windows)
+            negatives, of = self.windows(others, tokenizer)
+            for f in negatives:
+                f["start_positions"], f["end_positions"] = 0, 0
+            feats += negatives
+            owner = owner + [sources[i] for i in of]
+        if with_labels and spec.shared_norm:
+            for f, i in zip(feats, owner):
+                f["group"] = i  # which question: its windows are batched together (see `loss`)
+        return feats
+
+    def encode_for_inference(self, examples: list[QAExample], tokenizer, with_labels: bool = False,
+                             paragraphs: bool | None = None) -> tuple[list[dict], list[int]]:
+        feats, owner = self.windows(examples, tokenizer, paragraphs)
+        if with_labels:
+            for f, i in zip(feats, owner):
+                f["start_positions"], f["end_positions"] = answer_tokens(f, examples[i])
+        return feats, owner
+
+    def encoder_cost(self, tokens: int, second: int | None, question: int | None) -> tuple[tuple, int] | None:
+        """The passage (`tokens`) in windows beside the question (cut to max_question_length)."""
+        if question is None:
+            return None
+        spec = self.spec
+        room = max(1, int(spec.max_length) - min(question, int(spec.max_question_length)) - 3)
+        return ("qa", id(self)), window_count(tokens, room, int(spec.stride)) * int(spec.max_length)
+
+    # -- plain inputs for `extract` ---------------------------------------------------------
+    @classmethod
+    def sniff_format(cls, path: str) -> str | None:
+        if Path(path).suffix.lower() == ".json" and read_text(path).lstrip().startswith("{"):
+            return "squad"
+        return None
+
+    @classmethod
+    def claims_records(cls, keys: set[str]) -> bool:
+        return {"question", "context"} <= keys
+
+    @classmethod
+    def read_texts(cls, path: str | None, fmt: str) -> list[TextInput]:
+        """Each question with its passage as a pair (and its id)."""
+        return [TextInput(e.question, e.context, line_of(e.record), {"id": e.id} if e.has_id or fmt == "squad" else {})
+                for e in read_examples(path, need_labels=False, fmt=fmt)]
+
+    def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples: list[QAExample],
+                features: list[dict]) -> list[QAOutput]:
+        """Each question's n best spans over all its windows, and its null score (see
+        `spec.window_choice` for how spans of different windows compare; with
+        `spec.paragraph_match`, a span in a paragraph that matches the question's words worse
+        than the best paragraph does loses that weight times the gap)."""
+        spec = self.spec
+        relative, by_context = window_choice_parts(spec.window_choice)
+        per_example: list[list[tuple]] = [[] for _ in examples]
+        owners = np.asarray(owner, dtype=np.int64)
+        change = owners[1:] != owners[:-1]  # an example's windows are consecutive
+        first, last = np.r_[True, change], np.r_[change, True]
+        gaps = paragraph_match_gaps(features, owner) * spec.paragraph_match if spec.paragraph_match else None
+        chunk = 1024
+        for lo in range(0, len(features), chunk):
+            part = range(lo, min(lo + chunk, len(features)))
+            ctx = np.array([features[i]["_context"] for i in part], dtype=np.int64)
+            scores, starts, ends, null = best_spans([feature_outputs[i] for i in part], ctx,
+                                                    spec.n_best, spec.max_answer_length)
+            if relative:
+                scores = scores - null[:, None]
+            if gaps is not None:
+                scores = scores + gaps[lo: lo + len(part), None]
+            room = span_context(starts, ends, ctx, first[part.start:part.stop], last[part.start:part.stop])
+            for j, i in enumerate(part):
+                keep = np.isfinite(scores[j])
+                offsets = features[i]["_offsets"]
+                chars = np.stack([offsets[starts[j][keep], 0], offsets[ends[j][keep], 1]], axis=1)
+                per_example[owner[i]].append((scores[j][keep], chars, float(null[j]),
+                                              room[j][keep] if by_context else None))
+        return [merge_windows(parts, spec.n_best, relative) for parts in per_example]
+
+    # -- loss and decoding ---------------------------------------------------------------
+    def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Mean of the start and end cross-entropies (padding positions masked out); with
+        `shared_norm` (a `group` per window), plus the shared-softmax loss of `shared_window_loss`."""
+        mask = batch.get("attention_mask")
+        if mask is not None:
+            logits = logits.masked_fill(mask[..., None] == 0, torch.finfo(logits.dtype).min)
+        start = F.cross_entropy(logits[..., 0], batch["start_positions"].long())
+        end = F.cross_entropy(logits[..., 1], batch["end_positions"].long())
+        loss = (start + end) / 2
+        if "group" in batch:
+            loss = loss + shared_window_loss(logits, batch)
+        return loss
+
+    def threshold(self, null_threshold: float | None = None) -> float | None:
+        return self.spec.null_threshold if null_threshold is None else float(null_threshold)
+
+    def decode(self, outputs: list[QAOutput], examples: list[QAExample], null_threshold: float | None = None,
+               **_) -> list[dict]:
+        """`{"answer", "start", "end", "score"}` with `context[start:end] == answer`; an empty
+        answer (start = end = 0, score = the null score) when the model answers nothing."""
+        threshold = self.threshold(null_threshold)
+        out = []
+        for o, e in zip(outputs, examples):
+            if answers_nothing(o, threshold):
+                pred = {"answer": "", "start": 0, "end": 0, "score": round(o.null_score, 4)}
+            else:
+                s, t = (int(x) for x in o.spans[0])
+                pred = {"answer": e.context[s:t], "start": s, "end": t, "score": round(float(o.scores[0]), 4)}
+            out.append({**({"id": e.id} if e.has_id else {}), **e.extra, **pred})
+        return out
+
+    def metrics(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
+                null_threshold: float | None = None, predictions_out: str | None = None,
+                during_training: bool = False, **_) -> dict:
+        """SQuAD EM and F1 (v2.0's with HasAns/NoAns when some questions have no answer).
+        After an epoch (`during_training`) a v2.0 model's null threshold is tuned here."""
+        spec = self.spec
+        best_text = [e.context[int(o.spans[0][0]):int(o.spans[0][1])] if len(o.scores) else ""
+                     for o, e in zip(outputs, examples)]
+        if during_training and spec.unanswerable and spec.tune_threshold and null_threshold is None:
+            diffs = np.array([null_minus_best(o) for o in outputs])
+            has_answer = np.array([bool(e.answers) for e in examples])
+            span_f1 = np.array([max_over(f1_v2, t, gold_v2(e.answers)) if e.answers else 0.0
+                                for t, e in zip(best_text, examples)])
+            spec.null_threshold = best_threshold(diffs, has_answer, span_f1)
+        threshold = self.threshold(null_threshold)
+        preds = ["" if answers_nothing(o, threshold) else text for o, text in zip(outputs, best_text)]
+        if any(not e.answers for e in examples):
+            result = squad_v2_scores(preds, examples)
+        else:
+            result = squad_v1_scores(preds, examples)
+        if spec.unanswerable or threshold is not None:
+            result["null_threshold"] = None if threshold is None else round(float(threshold), 4)
+        if predictions_out:
+            write_predictions(predictions_out, preds, outputs, examples)
+        return result
+
+
+    def metric_part(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
+                    null_threshold: float | None = None, predictions_out: str | None = None, **_):
+        """A chunk's per-question scores (v1.1 and v2.0 forms: which one applies is known only at
+        the end) under the saved or given null threshold. With `predictions_out` every output
+        and example is kept, as the prediction files hold them all."""
+        if predictions_out:
+            return super().metric_part(outputs, examples)
+        threshold = self.threshold(null_threshold)
+        preds = ["" if answers_nothing(o, threshold) else e.context[int(o.spans[0][0]):int(o.spans[0][1])]
+                 for o, e in zip(outputs, examples)]
+        has = np.array([bool(e.answers) for e in examples], dtype=bool)
+        v1 = np.array([(max_over(exact, p, e.answers), max_over(f1_v1, p, e.answers)) if e.answers else (0.0, 0.0)
+                       for p, e in zip(preds, examples)]).reshape(-1, 2)
+        v2 = np.array([(max_over(exact, p, gold_v2(e.answers)), max_over(f1_v2, p, gold_v2(e.answers)))
+                       for p, e in zip(preds, examples)]).reshape(-1, 2)
+        return has, v1, v2
+
+    def metrics_from_parts(self, parts: list, path=None, null_threshold: float | None = None,
+                           predictions_out: str | None = None, **options) -> dict:
+        if predictions_out:
+            return super().metrics_from_parts(parts, path, null_threshold=null_threshold,
+                                              predictions_out=predictions_out, **options)
+        has = np.concatenate([p[0] for p in parts])
+        if has.all():
+            v1 = np.concatenate([p[1] for p in parts])
+            result = {"exact_match": 100.0 * float(v1[:, 0].mean()), "f1": 100.0 * float(v1[:, 1].mean()),
+                      "examples": len(has)}
+        else:
+            v2 = np.concatenate([p[2] for p in parts])
+            result = {"exact_match": 100.0 * float(v2[:, 0].mean()), "f1": 100.0 * float(v2[:, 1].mean()),
+                      "examples": len(has)}
+            for name, mask in (("HasAns", has), ("NoAns", ~has)):
+                if mask.any():
+                    result[f"{name}_exact"] = 100.0 * float(v2[mask, 0].mean())
+                    result[f"{name}_f1"] = 100.0 * float(v2[mask, 1].mean())
+                    result[f"{name}_total"] = int(mask.sum())
+        threshold = self.threshold(null_threshold)
+        if self.spec.unanswerable or threshold is not None:
+            result["null_threshold"] = None if threshold is None else round(float(threshold), 4)
+        return result
+
+
+# -- settings ------------------------------------------------------------------------------
+def check_settings(spec: QASpec, encoder) -> None:
+    tokenizer = encoder.tokenizer
+    limit = int(getattr(encoder.config, "max_position_embeddings", 512) or 512)
+    if spec.max_length > limit:
+        raise UserError(f"--max-length {spec.max_length}: the encoder reads at most {limit} tokens")
+    for name in ("stride", "max_question_length", "n_best", "max_answer_length"):
+        if getattr(spec, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')}: must be at least 1, got {getattr(spec, name)}")
+    window_choice_parts(spec.window_choice)
+    for name in ("negative_windows", "join_passages", "paragraph_match"):
+        if getattr(spec, name) < 0:
+            raise UserError(f"--{name.replace('_', '-')}: must be at least 0, got {getattr(spec, name)}")
+    room = spec.max_length - spec.max_question_length - tokenizer.num_special_tokens_to_add(pair=True)
+    if room <= spec.stride:
+        raise UserError(f"--stride {spec.stride} must be smaller than the passage room in a window "
+                        f"({room} tokens: --max-length {spec.max_length} minus --max-question-length "
+                        f"{spec.max_question_length} and the special tokens)")
+
+
+# -- windows ---------------------------------------------------------------------------------
+def cut_questions(tokenizer, questions: list[str], max_tokens: int) -> list[str]:
+    """Questions longer than `max_tokens` tokens are cut before the word holding token
+    `max_tokens` (inside a word only when its first word is that long)."""
+    enc = tokenizer(questions, add_special_tokens=False, return_offsets_mapping=True,
+                    return_attention_mask=False, return_token_type_ids=False)
+    out = []
+    for i, (question, offsets) in enumerate(zip(questions, enc["offset_mapping"])):
+        if len(offsets) <= max_tokens:
+            out.append(question)
+            continue
+        words = enc.word_ids(i)
+        first = max_tokens
+        while first > 0 and words[first - 1] == words[max_tokens]:
+            first -= 1
+        out.append(question[: offsets[first][0]].rstrip() if first else question[: offsets[max_tokens - 1][1]])
+    return out
+
+
+def paragraph_spans(context: str, min_chars: int = 200) -> list[tuple[int, int]]:
+    """Character ranges of a passage's paragraphs: split at blank lines when it has any, else at
+    line breaks, unless most lines are shorter than `min_chars` (hard-wrapped text: then the
+    passage stays whole); a paragraph shorter than `min_chars` (a heading, a list item) joins
+    the next, the last one the one before. Whitespace between them is dropped."""
+    if re.search(r"\n[ \t\r]*\n", context):
+        breaks = r"\n[ \t\r]*\n\s*"
+    else:
+        lines = sorted(len(x.strip()) for x in context.split("\n") if x.strip())
+        if len(lines) < 2 or lines[len(lines) // 2] < min_chars:
+            return [(0, len(context))]
+        breaks = r"\s*\n\s*"
+    spans, start = [], 0
+    for m in re.finditer(breaks, context):
+        spans.append((start, m.start()))
+        start = m.end()
+    spans.append((start, len(context)))
+    spans = [(a + len(t) - len(t.lstrip()), b - len(t) + len(t.rstrip()))
+             for a, b in spans if (t := context[a:b]).strip()] or [(0, len(context))]
+    merged: list[tuple[int, int]] = []
+    for a, b in spans:
+        if merged and merged[-1][1] - merged[-1][0] < min_chars:
+            a = merged.pop()[0]
+        merged.append((a, b))
+    if len(merged) > 1 and merged[-1][1] - merged[-1][0] < min_chars:  # a short last one joins the one before
+        merged[-2:] = [(merged[-2][0], merged[-1][1])]
+    return merged
+
+
+def nearest_passages(examples: list[QAExample], k: int) -> tuple[list[str], list[int], list[list[int]]]:
+    """The file's distinct passages in order, each question's own passage index, and the `k`
+    passages nearest it in file order (one before, one after, then two before...; usually
+    the same article's)."""
+    passages: dict[str, int] = {}
+    for e in examples:
+        passages.setdefault(e.context, len(passages))
+    texts = list(passages)
+    k = min(k, len(texts) - 1)
+    own = [passages[e.context] for e in examples]
+    nearest: dict[int, list[int]] = {}
+    for p in set(own):
+        picked: list[int] = []
+        for n in range(1, len(texts)):
+            for q in (p - n, p + n):
+                if 0 <= q < len(texts) and len(picked) < k:
+                    picked.append(q)
+            if len(picked) == k:
+                break
+        nearest[p] = picked
+    return texts, own, [nearest[p] for p in own]
+
+
+def other_passages(examples: list[QAExample], k: int) -> tuple[list[QAExample], list[int]]:
+    """Each question paired with the `k` passages nearest its own in file order, as questions
+    without an answer there, and for each pair the index of its question in `examples`."""
+    texts, _, nearest = nearest_passages(examples, k)
+    pairs = [(i, QAExample(e.question, texts[p], f"{e.id}/negative{j}"))
+             for i, (e, picked) in enumerate(zip(examples, nearest)) for j, p in enumerate(picked)]
+    return [p for _, p in pairs], [i for i, _ in pairs]
+
+
+def joined_passages(examples: list[QAExample], k: int, sep: str = "\n") -> list[QAExample]:
+    """Each question with its passage joined with the `k` passages nearest it (all in file
+    order, `sep` between them); answer offsets move with the passage."""
+    texts, own, nearest = nearest_passages(examples, k)
+    out = []
+    for e, p, picked in zip(examples, own, nearest):
+        before = [texts[q] for q in sorted(picked) if q < p]
+        shift = sum(len(t) + len(sep) for t in before)
+        context = sep.join([*before, e.context, *(texts[q] for q in sorted(picked) if q > p)])
+        starts = [s if s >= 0 else e.context.find(a) for s, a in zip(e.starts, e.answers)]
+        out.append(replace(e, context=context, starts=[s + shift if s >= 0 else -1 for s in starts]))
+    return out
+
+
+def shared_window_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Shared normalisation: for each question (`batch["group"]`) whose answer is in one of its
+    windows in the batch, minus the log of the probability of the answer's start (and end),
+    under one softmax over the passage tokens of all that question's windows; the mean of
+    start and end over those questions. A window's raw span scores then compare with those of
+    the question's other windows."""
+    types = batch["token_type_ids"]
+    passage = (types == 1) & F.pad(types[:, 1:] == 1, (0, 1))  # type-1 tokens but the final [SEP]
+    _, group = torch.unique(batch["group"], return_inverse=True)
+    n_groups, rows = int(group.max()) + 1, torch.arange(len(group), device=group.device)
+    answered = batch["start_positions"] > 0  # windows that hold the answer
+    if not bool(answered.any()):
+        return logits.sum() * 0.0
+    far = -1e9  # a finite "minus infinity": no NaN gradients for empty rows
+    total = logits.new_zeros((), dtype=torch.float32)
+    for k, gold in enumerate((batch["start_positions"], batch["end_positions"])):
+        scores = logits[..., k].float().masked_fill(~passage, far)
+        every = torch.full((n_groups, len(group)), far, device=logits.device)
+        every = every.index_put((group, rows), torch.logsumexp(scores, dim=1))
+        right = torch.full((n_groups, len(group)), far, device=logits.device)
+        picked = scores.gather(1, gold.long()[:, None])[:, 0]
+        right = right.index_put((group[answered], rows[answered]), picked[answered])
+        has = torch.zeros(n_groups, dtype=torch.bool, device=logits.device).index_fill(0, group[answered], True)
+        total = total + (torch.logsumexp(every[has], dim=1) - torch.logsumexp(right[has], dim=1)).mean()
+    return total / 2
+
+
+def answer_tokens(feature: dict, example: QAExample) -> tuple[int, int]:
+    """Start and end token of the example's first answer in this window, or (0, 0) ([CLS])."""
+    if not example.answers:
+        return 0, 0
+    c0, c1 = feature["_context"]
+    if c1 < c0:
+        return 0, 0
+    offsets = feature["_offsets"][c0: c1 + 1]
+    first = example.starts[0]
+    if first < 0:
+        first = example.context.find(example.answers[0])
+    last = first + len(example.answers[0])
+    if offsets[0, 0] > first or offsets[-1, 1] < last:
+        return 0, 0
+    start = int(np.searchsorted(offsets[:, 0], first, side="right")) - 1
+    end = int(np.searchsorted(offsets[:, 1], last, side="left"))
+    return c0 + start, c0 + min(end, len(offsets) - 1)
+
+
+def line_of(record: str) -> int | None:
+    """The line number in a "FILE:LINE" record name, if it has one."""
+    tail = record.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else None
+
+
+def write_predictions(path: str, preds: list[str], outputs: list[QAOutput], examples: list[QAExample]) -> None:
+    """`{id: answer}` (what the official scripts read), and beside it `NAME.nbest.json`:
+    `{id: [{"text", "start", "end", "score"}, ...]}` with the null score."""
+    target = Path(path)
+    answers = {e.id: p for e, p in zip(examples, preds)}
+    atomic_write_text(target, json.dumps(answers, ensure_ascii=False, indent=1) + "\n")
+    nbest = {e.id: {"null_score": round(o.null_score, 4),
+                    "spans": [{"text": e.context[int(s):int(t)], "start": int(s), "end": int(t),
+                               "score": round(float(v), 4)} for v, (s, t) in zip(o.scores, o.spans)]}
+             for o, e in zip(outputs, examples)}
+    atomic_write_text(target.with_name(target.stem + ".nbest.json"), json.dumps(nbest, ensure_ascii=False) + "\n")

@@ -1,0 +1,3 @@
+"""Text in and batches out, below the task kinds: `readers` (TSV/CSV/JSONL/lines with file and line
+kept for errors), `encoding` (BERT packing, windows, padding) and `batching` (length-grouped
+training batches, sorted inference batches, CPU worker threads)."""

@@ -1,0 +1,225 @@
+"""Reading the standard table formats (TSV, CSV, JSONL) with file and line numbers kept
+for error messages."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from bertheads.base.errors import UserError, where
+
+csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+BadLine = Callable[[UserError], None]  # told of a bad record that is then skipped
+
+
+def read_text(path: str | None) -> str:
+    """A whole file (or stdin for None / '-') as text, BOM removed."""
+    if path in (None, "-"):
+        return sys.stdin.read()
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{path}: no such file")
+    if p.is_dir():
+        raise UserError(f"{path}: is a directory, expected a file")
+    try:
+        return p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def open_lines(path) -> Iterator[str]:
+    """The lines of a file (or stdin for None / '-', or an open text stream), read as they are
+    needed, each with its line ending; BOM removed."""
+    if path is not None and not isinstance(path, (str, Path)):
+        yield from path  # an open text stream
+        return
+    if path in (None, "-"):
+        yield from sys.stdin
+        return
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{path}: no such file")
+    if p.is_dir():
+        raise UserError(f"{path}: is a directory, expected a file")
+    line_no = 0
+    with open(p, encoding="utf-8-sig", newline="") as fh:
+        try:
+            for line_no, line in enumerate(fh, 1):  # noqa: B007
+                yield line
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{where(path, line_no + 1)}: not UTF-8 text (byte {exc.start} of a block)") from None
+
+
+def source_name(path) -> str | None:
+    """What error messages call the input: its path, or None for stdin and streams."""
+    return str(path) if isinstance(path, (str, Path)) and path != "-" else None
+
+
+def count_lines(path) -> int | None:
+    """Lines in a file (for a progress bar's total); None for stdin and streams."""
+    if source_name(path) is None or not Path(path).is_file():
+        return None
+    total, last = 0, b"\n"
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            total += block.count(b"\n")
+            last = block[-1:]
+    return total + (last != b"\n")
+
+
+def file_format(path: str | None, fmt: str | None = None) -> str:
+    """`tsv`, `csv`, `jsonl` or `lines`, from `fmt` or the file name."""
+    if fmt and fmt != "auto":
+        return fmt
+    if path in (None, "-"):
+        return "lines"
+    suffix = Path(path).suffix.lower()
+    return {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}.get(
+        suffix, "lines"
+    )
+
+
+class DuplicateKey(ValueError):
+    """A JSON object names the same key twice."""
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    out = dict(pairs)  # the fast path; the duplicate is looked for only when there is one
+    if len(out) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+def parse_json(text: str, path, line: int | None = None):
+    """JSON text parsed; malformed, too deeply nested, or with a key twice in one object: a UserError."""
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{where(path, (line or 1) - 1 + exc.lineno)}: malformed JSON ({exc.msg})") from None
+    except RecursionError:
+        raise UserError(f"{where(path, line)}: JSON nested too deeply") from None
+    except DuplicateKey as exc:
+        raise UserError(f"{where(path, line)}: key {exc.args[0]!r} appears twice in one object") from None
+
+
+def check_header(header: list[str], path) -> None:
+    """Column names must differ (ignoring case, as columns are looked up)."""
+    seen: dict[str, int] = {}
+    for i, name in enumerate(header, 1):
+        key = name.lower()
+        if key in seen:
+            other = header[seen[key] - 1]
+            same = "appears twice" if other == name else f"and {other!r} differ only in case"
+            raise UserError(f"{where(path, 1)}: column {name!r} {same} (columns {seen[key]} and {i}); "
+                            f"column names must be unique")
+        seen[key] = i
+
+
+def read_table(path, fmt: str, bad: BadLine | None = None) -> tuple[list[str], Iterator[tuple[int, dict]]]:
+    """Header and `(line number, row dict)` for TSV/CSV files with a header row, read as the
+    rows are needed (a row with the wrong column count raises when it is reached)."""
+    lines = open_lines(path)
+    if fmt == "tsv":
+        reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
+    else:
+        reader = csv.reader(lines)
+    header = None
+    for row in reader:
+        if row and not (len(row) == 1 and not row[0].strip()):
+            header = [h.strip() for h in row]
+            break
+    if header is None:
+        raise UserError(f"{where(source_name(path))}: file is empty")
+    path = source_name(path)
+    check_header(header, path)
+
+    def rows() -> Iterator[tuple[int, dict]]:
+        for row in reader:
+            line = reader.line_num
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            if len(row) != len(header):
+                error = UserError(f"{where(path, line)}: expected {len(header)} columns like the header, "
+                                  f"found {len(row)}")
+                if bad is None:
+                    raise error
+                bad(error)
+                continue
+            yield line, dict(zip(header, row))
+
+    return header, rows()
+
+
+def read_jsonl(path, bad: BadLine | None = None, name: str | None = None) -> Iterator[tuple[int, dict]]:
+    """`(line number, object)` for each non-blank line of a JSON Lines file, read as needed
+    (a JSON array of objects is read whole). `bad`: called with the error of a malformed line,
+    which is then skipped (default: raised). `name`: the file's name when `path` is a stream."""
+    name = name or source_name(path)
+    lines = open_lines(path)
+    seen = False
+    for line_no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if not seen and line.lstrip().startswith("["):  # a JSON array of objects is accepted too
+            text = line + "".join(lines)
+            items = parse_json(text, name, line_no)
+            if not isinstance(items, list):
+                raise UserError(f"{where(name)}: expected a JSON array of objects or one object per line")
+            for i, obj in enumerate(items, 1):
+                if not isinstance(obj, dict):
+                    raise UserError(f"{where(name)}: record {i}: expected a JSON object")
+                yield i, obj
+            return
+        seen = True
+        try:
+            obj = parse_json(line.strip(), name, line_no)
+            if not isinstance(obj, dict):
+                raise UserError(f"{where(name, line_no)}: expected a JSON object")
+        except UserError as exc:
+            if bad is None:
+                raise
+            bad(exc)
+            continue
+        yield line_no, obj
+    if not seen:
+        raise UserError(f"{where(name)}: file is empty")
+
+
+def read_lines(path) -> Iterator[tuple[int, str]]:
+    """`(line number, line)` for plain text input, read as needed; blank lines are skipped."""
+    seen = False
+    for line_no, line in enumerate(open_lines(path), 1):
+        line = line.rstrip("\r\n")
+        if line.strip():
+            seen = True
+            yield line_no, line
+    if not seen:
+        raise UserError(f"{where(source_name(path))}: file is empty")
+
+
+def find_column(columns: list[str], wanted: list[str], override: str | None, path, role: str) -> str | None:
+    """The first header name matching `wanted` (case-insensitive), or the override."""
+    if override:
+        if override not in columns:
+            raise UserError(f"{where(path, 1)}: no column {override!r} for the {role} (columns: {', '.join(columns)})")
+        return override
+    lower = {c.lower(): c for c in columns}
+    for name in wanted:
+        if name in lower:
+            return lower[name]
+    return None
+
+
+def carried_fields(record: dict, keep: tuple[str, ...] | list[str] = ()) -> dict:
+    """What a prediction carries back from its input record: its `id`, and the `keep` fields."""
+    extra = {"id": record["id"]} if "id" in record else {}
+    for name in keep:
+        extra[name] = record.get(name)
+    return extra

@@ -1,0 +1,263 @@
+"""Training heads on one encoder: the multi-task config file, and joint training of its tasks
+(one task is the single-head case that `bertheads train KIND` runs).
+
+```yaml
+tasks:
+  sentiment: {kind: classify, train: sst2/train.tsv, dev: sst2/dev.tsv}
+  ner: {kind: tag, train: conll2003/train.txt, dev: conll2003/dev.txt, limit: 5000}
+sampling: proportional   # or temperature (with temperature: T) or round-robin
+```
+Relative paths resolve against the config file's folder. Per task: `kind`, `train`, `dev`,
+`limit`, and the options `bertheads train KIND` takes (max_length, text_column, ...). The
+training flags given on the command line apply to every task; a task's own entry wins.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    tomllib = None
+import torch
+import yaml
+
+from bertheads.base.errors import UserError, where
+from bertheads.encoder.pretrained import Encoder
+from bertheads.encoder.layers import parse_layers
+from bertheads.model import BertHeads
+from bertheads.saved import bundle
+from bertheads.saved.bundle import HEAD_NAME
+from bertheads.store.encoder_refs import cache_root, reference
+from bertheads.store.features_cache import attach_cache
+from bertheads.tasks import TASKS
+from bertheads.text.readers import read_text
+from bertheads.training import checkpoint
+from bertheads.training.flags import kind_defaults, kind_options, option_value, task_class
+from bertheads.training.loop import SAMPLINGS, TaskData, TrainSettings, evaluate_task, fit
+
+log = logging.getLogger("bertheads")
+TOP_FIELDS = ("tasks", "sampling", "temperature")
+TASK_FIELDS = ("kind", "train", "dev", "limit")
+
+
+@dataclass
+class TaskConfig:
+    name: str
+    kind: str
+    train: str
+    dev: str | None = None
+    limit: int | None = None
+    options: dict = field(default_factory=dict)  # the task's own settings from the file
+
+
+@dataclass
+class MultiConfig:
+    path: str
+    tasks: list[TaskConfig]
+    sampling: str = "proportional"
+    temperature: float = 2.0
+
+
+# -- reading the config ----------------------------------------------------------------
+def key_lines(node, prefix: tuple = ()) -> dict[tuple, int]:
+    """Line number of every mapping key in a composed YAML tree, by its path."""
+    lines: dict[tuple, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            path = (*prefix, str(key.value))
+            lines[path] = key.start_mark.line + 1
+            lines.update(key_lines(value, path))
+    return lines
+
+
+def read_config(path: str | Path) -> MultiConfig:
+    """Parse and check a multi-task config; errors name the file, line and field."""
+    path = str(path)
+    text = read_text(path)
+    lines: dict[tuple, int] = {}
+    if Path(path).suffix.lower() == ".toml":
+        if tomllib is None:
+            raise UserError(f"{path}: reading TOML needs Python 3.11 or later; use YAML")
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise UserError(f"{path}: malformed TOML ({exc})") from None
+    else:
+        try:
+            lines = key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise UserError(f"{where(path, mark.line + 1 if mark else None)}: malformed YAML ({problem})") from None
+
+    def fail(keys: tuple, message: str):
+        line = next((lines[keys[:i]] for i in range(len(keys), 0, -1) if keys[:i] in lines), None)
+        raise UserError(f"{where(path, line)}: {'.'.join(map(str, keys))}: {message}")
+
+    if not isinstance(data, dict):
+        raise UserError(f"{where(path)}: expected a mapping with a 'tasks' field")
+    for key in data:
+        if key not in TOP_FIELDS:
+            fail((key,), f"unknown field (known: {', '.join(TOP_FIELDS)})")
+    tasks = data.get("tasks")
+    if not isinstance(tasks, dict) or not tasks:
+        fail(("tasks",), "expected a mapping of head names to task settings, e.g. "
+                         "'sentiment: {kind: classify, train: train.tsv}'")
+    sampling = data.get("sampling", "proportional")
+    if sampling not in SAMPLINGS:
+        fail(("sampling",), f"expected one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+    temperature = data.get("temperature", 2.0)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature <= 0:
+        fail(("temperature",), f"expected a positive number, got {temperature!r}")
+    base = Path(path).resolve().parent
+    out = [read_task(str(name), entry, base, fail) for name, entry in tasks.items()]
+    return MultiConfig(path, out, sampling, float(temperature))
+
+
+def read_task(name: str, entry, base: Path, fail) -> TaskConfig:
+    keys = ("tasks", name)
+    if not HEAD_NAME.match(name):
+        fail(keys, "a head name may hold only letters, digits, '_', '.' and '-'")
+    if not isinstance(entry, dict):
+        fail(keys, "expected a mapping with kind, train (and dev, limit, task options)")
+    entry = {str(k).replace("-", "_"): v for k, v in entry.items()}
+    kind = entry.get("kind")
+    if kind is None:
+        fail(keys, f"missing field 'kind' (one of {', '.join(TASKS)})")
+    if kind not in TASKS:
+        fail((*keys, "kind"), f"unknown task kind {kind!r} (known: {', '.join(TASKS)})")
+    paths = {}
+    for key in ("train", "dev"):
+        value = entry.get(key)
+        if value is None:
+            if key == "train":
+                fail(keys, "missing field 'train' (the training file)")
+            continue
+        if not isinstance(value, str) or not value.strip():
+            fail((*keys, key), f"expected a file path, got {value!r}")
+        resolved = (base / Path(value).expanduser()).resolve()
+        if not resolved.is_file():
+            fail((*keys, key), f"no such file: {resolved}")
+        paths[key] = str(resolved)
+    limit = entry.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        fail((*keys, "limit"), f"expected a positive integer, got {limit!r}")
+    allowed = kind_options(kind)
+    options = {}
+    for key, value in entry.items():
+        if key in TASK_FIELDS:
+            continue
+        action = allowed.get(key)
+        if action is None:
+            known = sorted(set(TASK_FIELDS) | set(allowed))
+            fail((*keys, key), f"unknown field for a {kind} task (known: {', '.join(known)})")
+        options[key] = option_value(action, value, lambda msg, k=key: fail((*keys, k), msg))
+    return TaskConfig(name, kind, paths["train"], paths.get("dev"), limit, options)
+
+
+# -- joint training --------------------------------------------------------------------
+def task_settings(task: TaskConfig, cli_options: dict) -> dict:
+    """A task's options: its kind's defaults, then the command line's, then its own."""
+    options = kind_defaults(task.kind)
+    options.update({k: v for k, v in cli_options.items() if v is not None})
+    options.update({k: v for k, v in task.options.items() if v is not None})
+    return options
+
+
+def make_spec(cls, options: dict, encoder: Encoder):
+    """The task's spec from CLI/API options (unknown keys are ignored)."""
+    names = {f.name for f in fields(cls.spec_type)}
+    spec = cls.spec_type(**{k: v for k, v in options.items() if k in names and v is not None})
+    if isinstance(spec.layers, str) or spec.layers is None:
+        spec.layers = list(parse_layers(spec.layers, encoder.info.num_layers))
+    if spec.mode not in ("finetune", "features"):
+        raise UserError(f"--mode: expected finetune or features, got {spec.mode!r}")
+    return spec
+
+
+def prepare_task(kind: str, train_path: str, dev_path: str | None, encoder: Encoder, options: dict,
+                 limit: int | None = None, name: str | None = None) -> TaskData:
+    """Read and encode one task's training (and dev) data and build its head."""
+    cls = task_class(kind)
+    spec = make_spec(cls, options, encoder)
+    extra = {k: v for k, v in {**options, "limit": limit}.items() if k in cls.prepare_options}
+    task, examples = cls.prepare(train_path, spec, encoder, **extra)  # (a task may stop reading at limit)
+    if limit:
+        examples = examples[:limit]
+    features = task.encode(examples, encoder.tokenizer, with_labels=True, path=train_path)
+    if not features:
+        raise UserError(f"{train_path}: no usable training examples")
+    dev = task.read(dev_path, need_labels=True) if dev_path else None
+    return TaskData(name or kind, task, features, dev, dev_path)
+
+
+def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "default",
+                settings: TrainSettings | None = None, limit: int | None = None,
+                cli_options: dict | None = None, extra_manifest: dict | None = None,
+                on_epoch=None) -> tuple[BertHeads, dict]:
+    """Train every task of `config` on one shared encoder (batches sampled across tasks by
+    `config.sampling`); evaluate each head after every epoch; save the kept epoch to `out`.
+    `on_epoch` is passed to `train.fit`. Returns the trained network and what metrics.json holds."""
+    settings = settings or TrainSettings()
+    settings.sampling, settings.temperature = config.sampling, config.temperature
+    if out is not None:
+        checkpoint.claim_out(out, settings.resume, settings.overwrite)
+    options = {t.name: task_settings(t, cli_options or {}) for t in config.tasks}
+    modes = {opts.get("mode") or "finetune" for opts in options.values()}
+    if len(modes) > 1:
+        raise UserError(f"{config.path}: tasks mix --mode finetune and features; train them apart and "
+                        f"`bertheads combine` features-mode models, or use one mode")
+    torch.manual_seed(settings.seed)
+    saved = bundle.load(model) if bundle.is_model(model) else None
+    # features mode: the weights load only if some states are not cached yet
+    encoder = saved.encoder if saved is not None else Encoder.load(model, lazy=modes == {"features"})
+    data = [prepare_task(t.kind, t.train, t.dev, encoder, options[t.name], t.limit or limit, t.name)
+            for t in config.tasks]
+    if saved is not None:
+        continue_heads(saved, data, model)
+    net = BertHeads(encoder, {d.name: d.task for d in data})
+    if modes == {"features"}:
+        # the frozen encoder is the checkpoint as loaded: its hash is remembered, and the
+        # model directory refers to it instead of holding a copy
+        encoder.reference = reference(encoder, model, cache_root(options[config.tasks[0].name].get("cache_dir")))
+        for d, t in zip(data, config.tasks):
+            attach_cache(net, [d], options[t.name], model, t.train, progress=settings.progress)
+    extra = {"source_model": model, **(extra_manifest or {})}
+    result = fit(net, data, settings, out, evaluate_task, extra, on_epoch)
+    return net, result
+
+
+# fields of a head's spec that must agree for its weights to be trained further
+SAME_HEAD = ("problem", "labels", "tags", "scheme", "layers", "combine", "head_type", "lstm_size", "pair")
+
+
+def continue_heads(saved: BertHeads, data: list[TaskData], source: str) -> None:
+    """Training from a saved bertheads model: a head of the same name, kind and labels starts
+    from its saved weights; any other head is new (on the saved model's encoder)."""
+    for d in data:
+        old = saved.tasks.get(d.name)
+        if old is None or old.kind != d.task.kind:
+            log.info(f"--model {source}: new {d.task.kind} head {d.name!r} on its encoder")
+            continue
+        differ = [k for k in SAME_HEAD if getattr(old.spec, k, None) != getattr(d.task.spec, k, None)]
+        if differ:
+            log.info(f"--model {source}: new head {d.name!r} (its {', '.join(differ)} differ from the saved head's)")
+            continue
+        d.task.head.load_state_dict(old.head.state_dict())
+        log.info(f"--model {source}: training head {d.name!r} further")
+
+
+def single_task(kind: str, train: str, dev: str | None, options: dict, limit: int | None = None) -> MultiConfig:
+    """The config of a one-task run (`bertheads train KIND`): the head is named after the kind."""
+    task_class(kind)
+    return MultiConfig("<command line>", [TaskConfig(kind, kind, train, dev, limit, dict(options))])
+
+
+def multi_task_manifest(config: MultiConfig) -> dict:
+    return {"multi_task": {"config": str(Path(config.path).resolve()), "sampling": config.sampling,
+                           "temperature": config.temperature}}

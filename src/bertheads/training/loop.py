@@ -1,0 +1,549 @@
+"""The training loop: fine-tuning (encoder and heads together) or head-only training on a
+frozen encoder, for one task or several sharing the encoder.
+
+The loop is explicit (no Trainer). It runs as one process, or as several under `accelerate
+launch` / `torchrun`: Accelerate supplies the device, the process rank and gradient
+synchronisation; each process takes its share of the length-grouped batches, and the
+main process evaluates and saves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from bertheads.base.errors import UserError
+from bertheads.encoder.layers import reads_first_position_only
+from bertheads.model import BertHeads, evaluate_head
+from bertheads.saved import bundle
+from bertheads.store.atomic import atomic_write_text, crash_point
+from bertheads.store.features_cache import evaluate_cached
+from bertheads.text.batching import INFERENCE_BATCH, length_grouped_batches, shard
+from bertheads.text.encoding import collate
+from bertheads.training import checkpoint
+from bertheads.training.runlog import RunLog
+
+SAMPLINGS = ("proportional", "temperature", "round-robin")
+KEEP_CHOICES = ("best", "last")
+log = logging.getLogger(__name__)
+FINETUNE_LR = 5e-5  # the learning rate when the encoder learns too
+FEATURES_LR = 1e-3  # ... and when only heads learn, on a frozen encoder's cached states
+LOWER_IS_BETTER = ("loss", "mse")  # dev metrics where smaller is better
+
+
+@dataclass
+class TrainSettings:
+    epochs: int = 3
+    batch_size: int = 32
+    lr: float | None = None  # None: FINETUNE_LR, or FEATURES_LR when the encoder is frozen
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    seed: int = 42
+    eval_batch_size: int = INFERENCE_BATCH
+    sampling: str = "proportional"
+    temperature: float = 2.0
+    progress: bool = True
+    keep: str = "best"  # "best": the best dev evaluation; "last": the final epoch's model
+    select_metric: str | None = None  # dev metric that picks the best (default: each task's main one)
+    grad_accum: int = 1  # batches of batch_size whose gradients make one step (of batch_size * grad_accum)
+    eval_every: int | None = None  # also evaluate every N steps (not only after each epoch)
+    patience: int | None = None  # stop after this many evaluations without improvement
+    save_every: int | None = None  # checkpoint every N steps (None: after every epoch)
+    resume: bool = False  # continue the run whose checkpoint is in --out
+    overwrite: bool = False  # allow replacing a model (or checkpoint) of another run in --out
+    log_every: int = 10  # steps between the training log's lines
+    tensorboard: bool = False  # also write TensorBoard event files to OUT/tensorboard
+
+
+@dataclass
+class TaskData:
+    """One task's share of a training run."""
+
+    name: str
+    task: object
+    train_features: list
+    dev_examples: list | None = None
+    dev_path: str | None = None
+    cached: object = None  # cache.CachedFeatures when the encoder is frozen and cached
+    dev_cached: object = None  # cache.CachedDev: the dev set's states, likewise
+    extra: dict = field(default_factory=dict)
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups: weight decay on weights, none on biases and LayerNorm weights."""
+    decay, no_decay = [], []
+    norm_params = {id(p) for m in model.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters()}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        if name.endswith("bias") or id(p) in norm_params or "LayerNorm" in name or "layer_norm" in name:
+            no_decay.append(p)
+        else:
+            decay.append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def plan_epoch(data: list[TaskData], settings: TrainSettings, epoch: int, rank: int, world: int
+               ) -> list[tuple[int, list[int]]]:
+    """The (task index, example indices) batches of one epoch on this process: each is one
+    step's batch, `batch_size * grad_accum` examples."""
+    plans = []
+    size = settings.batch_size * settings.grad_accum
+    for t, d in enumerate(data):
+        lengths = d.cached.lengths if d.cached is not None else [len(f["input_ids"]) for f in d.train_features]
+        groups = [f["group"] for f in d.train_features] if d.train_features and "group" in d.train_features[0] else None
+        batches = length_grouped_batches(lengths, size, seed=settings.seed + 1000 * epoch + t, groups=groups)
+        plans.append(list(shard(batches, rank, world)))
+    if len(plans) == 1:
+        return [(0, b) for b in plans[0]]
+    rng = random.Random(settings.seed + epoch)
+    total = sum(len(p) for p in plans)
+    if settings.sampling == "proportional":
+        order = [t for t, p in enumerate(plans) for _ in p]
+        rng.shuffle(order)
+    elif settings.sampling == "round-robin":
+        order = [t for _, t in zip(range(total), cycle(range(len(plans))))]
+    else:
+        sizes = np.array([max(len(p), 1) for p in plans], dtype=float)
+        probs = sizes ** (1.0 / settings.temperature)
+        probs /= probs.sum()
+        order = list(np.random.default_rng(settings.seed + epoch).choice(len(plans), size=total, p=probs))
+    cursors = [0] * len(plans)
+    out = []
+    for t in order:
+        plan = plans[t]
+        if not plan:
+            continue
+        out.append((int(t), plan[cursors[t] % len(plan)]))
+        cursors[t] += 1
+    return out
+
+
+def cycle(items) -> Iterator:
+    while True:
+        yield from items
+
+
+@dataclass
+class Run:
+    """What `set_up` prepares for a training run."""
+
+    accelerator: object
+    wrapped: nn.Module  # the model (or, features mode, the heads) as Accelerate wraps it
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    trainable: list
+    pad_id: int
+    frozen: bool
+    rank: int
+    world: int
+
+
+@dataclass
+class Choice:
+    """The evaluation kept so far and why (see `better`)."""
+
+    epoch: int = 0
+    score: float = -math.inf
+    loss: float = math.inf
+    metrics: dict = field(default_factory=dict)
+    by: str = ""
+    step: int = 0
+
+
+def resolved_settings(settings: TrainSettings, frozen: bool) -> TrainSettings:
+    """The settings with the defaults that depend on the mode filled in: the learning rate."""
+    if settings.lr is not None:
+        return settings
+    return replace(settings, lr=FEATURES_LR if frozen else FINETUNE_LR)
+
+
+def set_up(model: BertHeads, data: list[TaskData], settings: TrainSettings) -> Run:
+    """Accelerate (device, processes), AdamW and the linear warm-up/decay schedule."""
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs, set_seed
+    from transformers import get_linear_schedule_with_warmup
+
+    handlers = [DistributedDataParallelKwargs(find_unused_parameters=len(data) > 1)]
+    # On a machine without CUDA, cpu=True lets Accelerate set up gloo when torchrun starts several processes.
+    accelerator = Accelerator(kwargs_handlers=handlers, cpu=not torch.cuda.is_available())
+    set_seed(settings.seed)
+    rank, world = accelerator.process_index, accelerator.num_processes
+    frozen = all(d.cached is not None for d in data)
+    if frozen:
+        model.encoder.requires_grad_(False)
+    model.to(accelerator.device)
+    steps_per_epoch = len(plan_epoch(data, settings, 0, rank, world))
+    total_steps = max(1, steps_per_epoch * settings.epochs)
+    # The fused AdamW kernel (also the Trainer's default) updates each tensor in one pass; the
+    # default on CPU is a chain of small elementwise ops per tensor, a large share of a step.
+    fused = True if accelerator.device.type in ("cpu", "cuda") else None
+    optimizer = torch.optim.AdamW(param_groups(model, settings.weight_decay), lr=settings.lr, fused=fused)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(settings.warmup_ratio * total_steps), total_steps)
+    # Frozen encoder: only the heads learn, so only they are wrapped (under several processes
+    # their gradients are averaged); the cached states stand in for the encoder's output.
+    wrapped, optimizer = accelerator.prepare(HeadRunner(model.heads) if frozen else model, optimizer)
+    return Run(accelerator, wrapped, optimizer, scheduler, [p for p in model.parameters() if p.requires_grad],
+               model.encoder.tokenizer.pad_token_id or 0, frozen, rank, world)
+
+
+def train_step(run: Run, data: list[TaskData], settings: TrainSettings, t: int, idx: list[int]) -> float:
+    """One optimizer step on the batch `idx` of task `t`, in parts of `batch_size` examples
+    whose gradients add up (`grad_accum`); the batch's mean loss."""
+    device = run.accelerator.device
+    d = data[t]
+    parts = [idx[i : i + settings.batch_size] for i in range(0, len(idx), settings.batch_size)]
+    total = 0.0
+    for j, part in enumerate(parts):
+        last = j == len(parts) - 1
+        with nullcontext() if last else run.accelerator.no_sync(run.wrapped):
+            if d.cached is not None:
+                batch = d.cached.batch(part, d.train_features)
+                states = batch.pop("states")
+                states = [s.to(device) for s in states] if isinstance(states, list) else states.to(device)
+                batch = {k: v.to(device) for k, v in batch.items()}
+                logits = run.wrapped(d.name, states, batch)
+            else:
+                batch = collate([d.train_features[i] for i in part], run.pad_id)
+                batch = {k: v.to(device) for k, v in batch.items()}
+                logits = run.wrapped(batch, [d.name])[d.name]
+            loss = d.task.loss(logits, batch)
+            share = len(part) / len(idx)
+            run.accelerator.backward(loss if len(parts) == 1 else loss * share)
+        total += float(loss.detach()) * share
+    if settings.max_grad_norm:
+        run.accelerator.clip_grad_norm_(run.trainable, settings.max_grad_norm)
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    return total
+
+
+def train_epoch(run: Run, model: BertHeads, data: list[TaskData], settings: TrainSettings, epoch: int,
+                start: int = 0, after_step=None) -> dict:
+    """One pass over this process's share of the batches, from batch `start` on; the running
+    loss and speed. `after_step(batch_number, loss, examples)` runs after each step and returns
+    True to end the epoch there."""
+    model.train()
+    if run.frozen:
+        model.encoder.eval()
+    plan = plan_epoch(data, settings, epoch - 1, run.rank, run.world)
+    bar = tqdm(total=len(plan), initial=start, desc=f"epoch {epoch}/{settings.epochs}", unit="batch",
+               disable=not (settings.progress and run.accelerator.is_main_process), dynamic_ncols=True)
+    seen, started, running = 0, time.perf_counter(), None
+    for number in range(start, len(plan)):
+        t, idx = plan[number]
+        value = train_step(run, data, settings, t, idx)
+        seen += len(idx)
+        running = value if running is None else 0.98 * running + 0.02 * value
+        bar.set_postfix(loss=f"{running:.4f}", ex_s=f"{seen / (time.perf_counter() - started):.1f}", refresh=False)
+        bar.update(1)
+        if after_step is not None and after_step(number + 1, value, len(idx)):
+            break
+    bar.close()
+    seconds = time.perf_counter() - started
+    return {"train_examples_per_second": round(seen * run.world / max(seconds, 1e-9), 2), "train_loss": running,
+            "lr": settings.lr}
+
+
+def evaluate_task(model: BertHeads, data: TaskData, batch_size: int = INFERENCE_BATCH) -> dict:
+    """A task's dev metrics after an epoch, with its mean dev `loss` (from the dev set's cached
+    states when the encoder is frozen)."""
+    if data.dev_cached is not None:
+        return evaluate_cached(data.task, model.heads[data.name], data.dev_cached, data.dev_examples, data.dev_path,
+                               batch_size)
+    return evaluate_head(model, data.name, data.dev_examples, data.dev_path, batch_size, during_training=True)
+
+
+def selection_metric(data: list[TaskData], settings: TrainSettings, metrics: dict) -> dict[str, str]:
+    """The dev metric that ranks evaluations, per task (`--select-metric` or the task's main one)."""
+    chosen = {}
+    for d in data:
+        if d.name not in metrics:
+            continue
+        name = settings.select_metric or d.task.main_metric
+        value = metrics[d.name].get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or name == "examples":
+            known = sorted(k for k, v in metrics[d.name].items() if isinstance(v, (int, float))
+                       and not isinstance(v, bool) and k != "examples")
+            raise UserError(f"--select-metric {name}: head {d.name!r} has no such dev metric (has: {', '.join(known)})")
+        chosen[d.name] = name
+    return chosen
+
+
+def score_of(metrics: dict, chosen: dict[str, str], scales: dict[str, float] | None = None) -> tuple[float, float]:
+    """(score, dev loss) of one evaluation: the mean over tasks of the selection metric (negated
+    where smaller is better; divided by the task's `scales` entry, so that SQuAD's 0-100 scores
+    and 0-1 accuracies weigh alike) and of the dev loss."""
+    scales = scales or {}
+    scores = [(-1 if name in LOWER_IS_BETTER else 1) * float(metrics[t][name]) / scales.get(t, 1.0)
+              for t, name in chosen.items()]
+    losses = [float(metrics[t].get("loss", math.nan)) for t in chosen]
+    return float(np.mean(scores)), float(np.mean(losses))
+
+
+def metric_scales(data: list[TaskData]) -> dict[str, float]:
+    """Each task's metric scale (100 for metrics in percent, such as SQuAD's EM and F1)."""
+    return {d.name: float(getattr(d.task, "metric_scale", 1.0)) for d in data}
+
+
+def better(score: float, loss: float, kept: Choice) -> bool:
+    """A higher score wins; an equal score wins with a lower dev loss (so a later epoch that
+    only grew more confident replaces an earlier tie)."""
+    if math.isclose(score, kept.score, rel_tol=1e-12, abs_tol=1e-12):
+        return not math.isnan(loss) and (math.isnan(kept.loss) or loss < kept.loss)
+    return score > kept.score
+
+
+def evaluate_and_save(model: BertHeads, data: list[TaskData], settings: TrainSettings, epoch: int,
+                      record: dict, kept: Choice, history: list, out: str | Path | None, evaluate,
+                      extra_manifest: dict | None, step: int = 0) -> Choice:
+    """Evaluate every task with a dev set, record the epoch (a fraction within an epoch) and
+    step, and save the model to `out` when it is the one to keep (`settings.keep`); otherwise
+    refresh the saved model's metrics.json."""
+    metrics = {d.name: evaluate(model, d) for d in data if d.dev_examples is not None}
+    record = {"epoch": epoch, "step": step, **record, "dev": metrics}
+    history.append(record)
+    if metrics:
+        chosen = selection_metric(data, settings, metrics)
+        score, loss = score_of(metrics, chosen, metric_scales(data))
+        names = sorted(set(chosen.values()))
+        rule = f"{', '.join(names)}{' (mean over heads)' if len(chosen) > 1 else ''}, then dev loss"
+        summary = "  ".join(f"{n}: " + ", ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float))
+                            for n, m in metrics.items())
+    else:
+        score, loss, rule, summary = float(epoch), math.nan, "last epoch (no dev set)", ""
+    if settings.keep == "last":
+        keep_now, rule = True, "last epoch (--keep last)"
+    else:
+        keep_now = better(score, loss, kept)
+    if keep_now:
+        kept = Choice(epoch, score, loss, metrics, rule, step)
+    if summary or keep_now:
+        note = "kept" if keep_now else f"epoch {kept.epoch} stays kept"
+        log.info(f"epoch {epoch}: {summary}{'  ' if summary else ''}({note}: {rule})")
+    if out is not None:
+        result = metrics_file(data, kept, history)
+        if keep_now:
+            bundle.save(model, out, result, extra_manifest)
+        else:  # keep the saved model, refresh its history
+            atomic_write_text(Path(out) / "metrics.json", json.dumps(result, indent=2) + "\n")
+    return kept
+
+
+def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: str | Path | None,
+        evaluate=evaluate_task, extra_manifest: dict | None = None, on_epoch=None) -> dict:
+    """Train `model` on `data`; evaluate each task after every epoch (and every
+    `settings.eval_every` steps) and keep the best (or, with `settings.keep == "last"`, the
+    last) to save at `out`. With `out`, the run writes checkpoints and its log there, and
+    `settings.resume` continues the run whose checkpoint is there.
+
+    `evaluate(model, task_data)` returns the dev metrics dict of one task, with its "loss".
+    `on_epoch(epoch, record, kept)`, if given, is called on the main process after each epoch's
+    evaluation (`record`: that epoch's history entry; `kept`: the `Choice` so far); an exception
+    it raises ends the run (a hyperparameter search prunes a trial this way).
+    Returns `{"dev": metrics, "best_epoch": n, "kept": {"epoch", "by"}, "history": [...]}`.
+    """
+    if settings.keep not in KEEP_CHOICES:
+        raise UserError(f"--keep: expected one of {', '.join(KEEP_CHOICES)}, got {settings.keep!r}")
+    if settings.patience and not any(d.dev_examples is not None for d in data):
+        raise UserError("--patience: needs a dev set (--dev) to tell whether evaluations improve")
+    if settings.resume and out is None:
+        raise UserError("--resume: needs the --out directory that holds the checkpoint")
+    settings = resolved_settings(settings, frozen=all(d.cached is not None for d in data))
+    run = set_up(model, data, settings)
+    threads = torch.get_num_threads()
+    # [CLS] heads on cached states are a few small matrices: on CPU, one thread runs them
+    # without waiting on the others (which a busy machine schedules late)
+    small = run.frozen and run.accelerator.device.type == "cpu" and all(
+        reads_first_position_only(model.heads[d.name]) for d in data)
+    if small:
+        torch.set_num_threads(1)
+    try:
+        return Loop(run, model, data, settings, out, evaluate, extra_manifest, on_epoch).go()
+    finally:
+        torch.set_num_threads(threads)
+
+
+class Loop:
+    """The epochs of one run and what makes it resumable: the position (epoch, batch, step),
+    the kept evaluation, evaluations without improvement, checkpoints, the log, Ctrl-C."""
+
+    def __init__(self, run: Run, model: BertHeads, data: list[TaskData], settings: TrainSettings,
+                 out: str | Path | None, evaluate, extra_manifest: dict | None, on_epoch=None) -> None:
+        self.run, self.model, self.data, self.settings = run, model, data, settings
+        self.on_epoch = on_epoch
+        self.out = Path(out) if out is not None else None
+        self.evaluate, self.extra_manifest = evaluate, extra_manifest
+        self.main = run.accelerator.is_main_process
+        self.steps_per_epoch = len(plan_epoch(data, settings, 0, run.rank, run.world))
+        self.epoch, self.batch, self.step = 1, 0, 0
+        self.kept, self.history = Choice(), []
+        self.best: tuple[float, float] | None = None  # for --patience
+        self.waited, self.stop, self.interrupted = 0, False, False
+        self.identity = checkpoint.identity(model, data, settings, run.world) if out is not None else None
+        self.log = None
+
+    # -- the run --------------------------------------------------------------------------
+    def go(self) -> dict:
+        s = self.settings
+        if s.resume:
+            self.resume()
+        elif self.out is not None and self.main:
+            checkpoint.start_fresh(self.out)
+        if self.out is not None and self.main:
+            self.log = RunLog(self.out, s.tensorboard, after_step=self.step if s.resume else None)
+        previous = signal.getsignal(signal.SIGINT)
+        handled = threading.current_thread() is threading.main_thread()
+        if handled:
+            signal.signal(signal.SIGINT, self.on_interrupt)
+        try:
+            while self.epoch <= s.epochs and not self.stop:
+                record = train_epoch(self.run, self.model, self.data, s, self.epoch, self.batch, self.after_step)
+                if self.stop and self.batch < self.steps_per_epoch:
+                    break  # stopped inside the epoch (--patience): its evaluation was the last
+                self.evaluation(self.epoch, record)
+                if self.on_epoch is not None and self.main:
+                    self.on_epoch(self.epoch, self.history[-1], self.kept)
+                self.epoch, self.batch = self.epoch + 1, 0
+                if s.save_every is None and self.epoch <= s.epochs and not self.stop:
+                    self.save_checkpoint()
+        finally:
+            if handled:
+                signal.signal(signal.SIGINT, previous)
+            if self.log is not None:
+                self.log.close()
+        if self.out is not None and self.main:
+            checkpoint.remove(self.out)  # the run is complete
+        self.run.accelerator.wait_for_everyone()
+        if self.run.accelerator.device.type != "cpu":
+            self.model.to("cpu")
+        return metrics_file(self.data, self.kept, self.history)
+
+    def after_step(self, number: int, loss: float, examples: int) -> bool:
+        s = self.settings
+        self.batch, self.step = number, self.step + 1
+        if self.log is not None:
+            self.log.train(self.step, self.step / self.steps_per_epoch, loss, self.run.scheduler.get_last_lr()[0],
+                           examples * self.run.world, s.log_every)
+        crash_point("train:step")
+        if s.eval_every and self.step % s.eval_every == 0 and number < self.steps_per_epoch:
+            self.evaluation(round(self.epoch - 1 + number / self.steps_per_epoch, 4), {})
+        if s.save_every and self.step % s.save_every == 0:
+            self.save_checkpoint()
+        if self.agreed(self.interrupted):
+            self.save_checkpoint()
+            where = f"; checkpoint saved in {self.out / checkpoint.DIRECTORY}, continue with the same " \
+                    f"command and --resume" if self.out is not None else ""
+            raise KeyboardInterrupt(f"stopped at step {self.step}{where}")
+        return self.stop
+
+    def evaluation(self, epoch, record: dict) -> None:
+        """Evaluate (main process), keep or not, log, and decide on --patience (all processes)."""
+        if self.main:
+            before = self.kept
+            self.kept = evaluate_and_save(self.model, self.data, self.settings, epoch, record, self.kept,
+                                          self.history, self.out, self.evaluate, self.extra_manifest, self.step)
+            self.model.train()
+            if self.run.frozen:
+                self.model.encoder.eval()
+            dev = self.history[-1]["dev"]
+            if self.log is not None:
+                self.log.evaluation(self.step, epoch, dev, self.kept is not before)
+            if dev and self.settings.patience:
+                score, loss = score_of(dev, selection_metric(self.data, self.settings, dev), metric_scales(self.data))
+                if self.best is None or better(score, loss, Choice(score=self.best[0], loss=self.best[1])):
+                    self.best, self.waited = (score, loss), 0
+                else:
+                    self.waited += 1
+                    if self.waited >= self.settings.patience:
+                        self.stop = True
+                        tqdm.write(f"no improvement in {self.waited} evaluations (--patience): stopping")
+        self.stop = self.agreed(self.stop, from_main=True)
+        self.run.accelerator.wait_for_everyone()
+
+    def agreed(self, flag: bool, from_main: bool = False) -> bool:
+        """A flag all processes share: the main process's, or set when any process's is."""
+        if self.run.world == 1:
+            return flag
+        import torch.distributed as dist
+
+        value = torch.tensor([1 if flag else 0])
+        if from_main:
+            dist.broadcast(value, 0)
+        else:
+            dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item())
+
+    def on_interrupt(self, signum, frame) -> None:
+        if self.interrupted or self.out is None:  # a second Ctrl-C, or nowhere to save: stop now
+            raise KeyboardInterrupt
+        self.interrupted = True
+        tqdm.write("bertheads: interrupted: saving a checkpoint after this step (Ctrl-C again to stop at once)")
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def progress(self) -> dict:
+        return {"epoch": self.epoch, "batch": self.batch, "step": self.step, "kept": asdict(self.kept),
+                "history": self.history, "best": self.best, "waited": self.waited}
+
+    def save_checkpoint(self) -> None:
+        if self.out is None:
+            return
+        states = [checkpoint.rng_state()]
+        if self.run.world > 1:
+            import torch.distributed as dist
+
+            states = [None] * self.run.world
+            dist.all_gather_object(states, checkpoint.rng_state())
+        if self.main:
+            checkpoint.write(self.out, self.model, self.run.frozen, self.run.optimizer, self.run.scheduler, states,
+                             self.identity, self.progress())
+        self.run.accelerator.wait_for_everyone()
+
+    def resume(self) -> None:
+        saved = checkpoint.read(self.out, self.run.rank)
+        why = checkpoint.mismatch(saved["state"].get("identity", {}), self.identity)
+        if why:
+            raise UserError(f"--resume: {self.out / checkpoint.DIRECTORY} does not belong to this run: {why}")
+        checkpoint.restore(saved, self.model, self.run.frozen, self.run.optimizer, self.run.scheduler)
+        p = saved["state"]["progress"]
+        self.epoch, self.batch, self.step = int(p["epoch"]), int(p["batch"]), int(p["step"])
+        self.kept, self.history = Choice(**p["kept"]), list(p["history"])
+        self.best = tuple(p["best"]) if p.get("best") else None
+        self.waited = int(p.get("waited", 0))
+        if self.main:
+            tqdm.write(f"resuming at step {self.step} (epoch {self.epoch}, batch {self.batch})")
+
+
+class HeadRunner(nn.Module):
+    """The heads alone as one module (what a distributed wrapper needs): `(name, states, batch)`."""
+
+    def __init__(self, heads: nn.ModuleDict) -> None:
+        super().__init__()
+        self.heads = heads
+
+    def forward(self, name: str, states, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.heads[name](states, batch)
+
+
+def metrics_file(data: list[TaskData], kept: Choice, history: list) -> dict:
+    """What metrics.json holds: the kept evaluation's dev metrics, which epoch it was and why,
+    and every epoch's record."""
+    metrics = kept.metrics
+    dev = metrics[data[0].name] if len(data) == 1 and metrics else metrics
+    return {"dev": dev, "best_epoch": kept.epoch, "kept": {"epoch": kept.epoch, "by": kept.by}, "history": history}

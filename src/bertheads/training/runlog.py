@@ -1,0 +1,84 @@
+"""A training run's log: `OUT/log.jsonl`, one JSON object a line, and optional TensorBoard
+event files in `OUT/tensorboard/`.
+
+```
+{"type": "train", "step": 20, "epoch": 0.5, "loss": 0.41, "lr": 4.9e-05, "examples_per_second": 61.2}
+{"type": "eval", "step": 40, "epoch": 1.0, "dev": {"classify": {"accuracy": 0.9, ..., "loss": 0.3}}, "kept": true}
+```
+A train line holds the mean loss of the steps since the previous line (this process's share
+of the batches), the learning rate after the step and the examples per second of all processes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from bertheads.base.errors import UserError
+from bertheads.store.atomic import atomic_write_text
+
+LOG = "log.jsonl"
+
+
+class RunLog:
+    """Appends to `OUT/log.jsonl` (main process only). `after_step`: a resumed run first drops
+    the lines of steps after its checkpoint's (they are run again)."""
+
+    def __init__(self, out: Path, tensorboard: bool = False, after_step: int | None = None) -> None:
+        self.path = Path(out) / LOG
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if after_step is not None and self.path.is_file():
+            kept = [line for line in self.path.read_text().splitlines(keepends=True) if line_step(line) <= after_step]
+            atomic_write_text(self.path, "".join(kept))
+        self.losses: list[float] = []
+        self.examples = 0
+        self.since = time.perf_counter()
+        self.writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise UserError("--tensorboard: needs the tensorboard package (pip install "
+                                "'bertheads[tensorboard]')") from None
+            purge = after_step + 1 if after_step is not None else None  # events of steps run again go
+            self.writer = SummaryWriter(str(Path(out) / "tensorboard"), purge_step=purge)
+
+    def write(self, record: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, default=str) + "\n")
+
+    def train(self, step: int, epoch: float, loss: float, lr: float, examples: int, every: int) -> None:
+        self.losses.append(loss)
+        self.examples += examples
+        if step % every:
+            return
+        now = time.perf_counter()
+        record = {"type": "train", "step": step, "epoch": round(epoch, 6), "loss": sum(self.losses) / len(self.losses),
+                  "lr": float(lr), "examples_per_second": round(self.examples / max(now - self.since, 1e-9), 3)}
+        self.write(record)
+        if self.writer is not None:
+            for key in ("loss", "lr", "examples_per_second"):
+                self.writer.add_scalar(f"train/{key}", record[key], step)
+        self.losses, self.examples, self.since = [], 0, now
+
+    def evaluation(self, step: int, epoch: float, dev: dict, kept: bool) -> None:
+        self.write({"type": "eval", "step": step, "epoch": round(float(epoch), 6), "dev": dev, "kept": kept})
+        if self.writer is not None:
+            for head, metrics in dev.items():
+                for name, value in metrics.items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                        self.writer.add_scalar(f"dev/{head}/{name}", value, step)
+        self.since = time.perf_counter()  # evaluation time is not training speed
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def line_step(line: str) -> int:
+    try:
+        return int(json.loads(line).get("step", 0))
+    except (ValueError, AttributeError):
+        return 1 << 62  # an unreadable (half-written) line goes

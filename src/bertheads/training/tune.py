@@ -1,0 +1,468 @@
+"""Hyperparameter search over the training flags with Optuna (`bertheads tune KIND`).
+
+By default the BERT paper's grid: learning rate 5e-5, 3e-5, 2e-5 and batch size 16, 32, each
+trial trained for up to 4 epochs and scored by its best epoch on dev. `trials=N` samples N
+settings from a search space instead (`space`: a YAML file; TPE sampler). `restarts=K` then
+trains the best setting again with K other seeds. Trials are pruned on their per-epoch dev
+score (median rule; restarts are never pruned).
+
+```
+DIR/bertheads.json ...   the best trial's model (published whole: the manifest goes in last)
+DIR/trials.jsonl         one line per trial: params, seed, state, score per epoch, best epoch
+DIR/study.db             Optuna's storage (sqlite): `resume=True` continues an interrupted search
+DIR/tune.json            what was searched (a resumed search must be the same one)
+DIR/.trials/NNNN/        a trial's model while it trains (removed unless it becomes the best)
+```
+
+A space file maps flag names (as `bertheads train KIND` spells them, with or without the
+dashes) to a list of values, or to `{low: A, high: B}` (with `log: true` or `step: S`) for a
+number:
+```yaml
+lr: {low: 1.0e-5, high: 1.0e-3, log: true}
+batch_size: [16, 32]
+layers: ["-1", "-1,-2,-3,-4"]
+combine: [concat, mean]
+```
+A space of lists alone without `trials` is searched as a grid.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from bertheads.base.errors import UserError, where
+from bertheads.saved import bundle
+from bertheads.store.atomic import atomic_write_text, swap_into_place
+from bertheads.text.readers import read_text
+from bertheads.training.flags import kind_defaults, kind_options, kind_parser, option_value
+from bertheads.training.joint import key_lines, single_task, train_tasks
+from bertheads.training.loop import TrainSettings
+
+log = logging.getLogger("bertheads")
+
+DEFAULT_GRID = {"lr": [5e-5, 3e-5, 2e-5], "batch_size": [16, 32]}
+TRAINING_FLAGS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay")
+NOT_SEARCHED = ("train", "dev", "out", "model", "limit", "no_progress", "keep", "select_metric", "seed",
+                "eval_batch_size", "cache_dir", "cache_dtype", "cache_max_gb", "help")
+MODEL_PARTS = ("encoder", "heads", "metrics.json", "log.jsonl")
+STUDY_NAME = "bertheads-tune"
+
+
+@dataclass
+class TuneSettings:
+    trials: int | None = None  # None: the grid (the BERT paper's, or a space of lists)
+    restarts: int = 0  # further seeds for the best setting
+    space: str | None = None  # YAML search space
+    resume: bool = False
+    pruning: bool = True
+    startup_trials: int = 2  # trials that finish before any is pruned
+
+
+@dataclass
+class Dimension:
+    """One searched flag: a list of choices, or a numeric range."""
+
+    name: str
+    choices: list | None = None
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    integer: bool = False
+
+    def suggest(self, trial):
+        if self.choices is not None:
+            return trial.suggest_categorical(self.name, self.choices)
+        if self.integer:
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log,
+                                     step=int(self.step or 1))
+        return trial.suggest_float(self.name, self.low, self.high, log=self.log, step=self.step)
+
+
+@dataclass
+class Search:
+    kind: str
+    dimensions: list[Dimension] = field(default_factory=list)
+
+    @property
+    def is_grid(self) -> bool:
+        return all(d.choices is not None for d in self.dimensions)
+
+    def grid(self) -> list[dict]:
+        names = [d.name for d in self.dimensions]
+        return [dict(zip(names, values)) for values in itertools.product(*(d.choices for d in self.dimensions))]
+
+
+# -- the search space --------------------------------------------------------------------
+def searchable(kind: str) -> dict:
+    """Flag dest -> argparse action of what a search may vary for this kind."""
+    actions = {a.dest: a for a in kind_parser(kind)._actions if a.dest not in NOT_SEARCHED}
+    own = kind_options(kind)
+    return {k: a for k, a in actions.items() if k in own or k in TRAINING_FLAGS or k == "mode"}
+
+
+def default_search(kind: str) -> Search:
+    return Search(kind, [Dimension(name, choices=list(values)) for name, values in DEFAULT_GRID.items()])
+
+
+def read_space(path: str, kind: str) -> Search:
+    """A search space file, every flag and value checked like the command line's; errors name
+    the file, line and flag."""
+    text = read_text(path)
+    try:
+        lines = key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise UserError(f"{where(path, mark.line + 1 if mark else None)}: malformed YAML "
+                        f"({getattr(exc, 'problem', None) or exc})") from None
+    if not isinstance(data, dict) or not data:
+        raise UserError(f"{where(path)}: expected a mapping of flag names to values or ranges")
+    allowed = searchable(kind)
+    by_flag = {opt.lstrip("-").replace("-", "_"): dest for dest, a in allowed.items() for opt in a.option_strings}
+    dims = []
+    for key, value in data.items():
+
+        def fail(message: str, key=key):
+            raise UserError(f"{where(path, lines.get((str(key),)))}: {key}: {message}")
+
+        name = str(key).lstrip("-").replace("-", "_")
+        dest = by_flag.get(name, name if name in allowed else None)
+        if dest is None:
+            fail(f"not a flag a {kind} search can vary (known: {', '.join(sorted(by_flag))})")
+        action = allowed[dest]
+        if isinstance(value, list):
+            if not value:
+                fail("expected at least one value")
+            choices = [option_value(action, v, fail) for v in value]
+            if len(set(map(str, choices))) < len(choices):
+                fail("a value is listed twice")
+            dims.append(Dimension(dest, choices=choices))
+        elif isinstance(value, dict):
+            unknown = set(value) - {"low", "high", "log", "step"}
+            if unknown or "low" not in value or "high" not in value:
+                fail("a range needs low and high (and may have log or step)")
+            if action.choices is not None or action.type in (None, str) or action.dest == "layers":
+                fail("a range needs a numeric flag; list the values instead")
+            low, high = option_value(action, value["low"], fail), option_value(action, value["high"], fail)
+            if not low < high:
+                fail(f"low ({low}) must be below high ({high})")
+            log_scale = value.get("log", False)
+            if not isinstance(log_scale, bool):
+                fail(f"log: expected true or false, got {log_scale!r}")
+            step = value.get("step")
+            if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0):
+                fail(f"step: expected a positive number, got {step!r}")
+            if log_scale and step is not None:
+                fail("a range takes log or step, not both")
+            integer = isinstance(low, int) and isinstance(high, int)
+            dims.append(Dimension(dest, low=low, high=high, log=log_scale, step=step, integer=integer))
+        else:
+            dims.append(Dimension(dest, choices=[option_value(action, value, fail)]))
+    return Search(kind, dims)
+
+
+# -- trials --------------------------------------------------------------------------------
+class Pruned(Exception):
+    """Raised from the per-epoch hook to end a trial the pruner stops."""
+
+
+def trial_run(trial, kind: str, train: str, dev: str, trial_dir: Path, model: str, base: TrainSettings,
+              options: dict, params: dict, seed: int, limit: int | None, prune: bool) -> dict:
+    """Train one setting into `trial_dir`, reporting its best-so-far dev score after each epoch."""
+    settings = TrainSettings(**{**base.__dict__, "seed": seed, "keep": "best", "progress": False,
+                                "resume": False, "overwrite": True})  # a trial's directory is scratch
+    task_opts = dict(options)
+    for name, value in params.items():
+        if name in TRAINING_FLAGS:
+            setattr(settings, name, value)
+        else:
+            task_opts[name] = value
+    scores: list[float] = []
+
+    def on_epoch(epoch: int, record: dict, kept) -> None:
+        scores.append(kept.score)
+        trial.report(kept.score, epoch)
+        if prune and trial.should_prune():
+            raise Pruned(f"pruned after epoch {epoch}")
+
+    started = time.perf_counter()
+    config = single_task(kind, train, dev, task_opts, limit)
+    try:
+        _, result = train_tasks(config, trial_dir, model, settings, on_epoch=on_epoch)
+    finally:
+        trial.set_user_attr("epoch_scores", scores)
+        trial.set_user_attr("seconds", round(time.perf_counter() - started, 2))
+    metric = result["kept"]["by"].split(",")[0].split(" (")[0]
+    trial.set_user_attr("best_epoch", result["best_epoch"])
+    trial.set_user_attr("metric", metric)
+    trial.set_user_attr("dev", {k: v for k, v in result["dev"].items() if isinstance(v, (int, float))})
+    return result
+
+
+def publish(trial_dir: Path, out: Path, note: dict) -> None:
+    """Make the trial's model the one at `out`: the old manifest is removed first and the new
+    one moved in last, so `out` is never a whole model made of two trials' parts. Repeating it
+    after a crash finishes the move (the trial's parts that are left move, then the manifest)."""
+    metrics = trial_dir / "metrics.json"
+    if metrics.is_file():
+        saved = json.loads(metrics.read_text())
+        saved["tune"] = note
+        atomic_write_text(metrics, json.dumps(saved, indent=2) + "\n")
+    (out / bundle.MANIFEST).unlink(missing_ok=True)
+    for part in MODEL_PARTS:
+        source = trial_dir / part
+        if not source.exists():
+            continue
+        if source.is_dir():
+            swap_into_place(source, out / part)
+        else:
+            os.replace(source, out / part)
+    os.replace(trial_dir / bundle.MANIFEST, out / bundle.MANIFEST)
+    shutil.rmtree(trial_dir, ignore_errors=True)
+
+
+def trial_rows(study) -> list[dict]:
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        attrs = t.user_attrs
+        rows.append({"number": t.number, "phase": attrs.get("phase"), "state": t.state.name.lower(),
+                     "params": t.params, "seed": attrs.get("seed"), "score": t.value,
+                     "metric": attrs.get("metric"), "best_epoch": attrs.get("best_epoch"),
+                     "epoch_scores": attrs.get("epoch_scores", []), "dev": attrs.get("dev"),
+                     "seconds": attrs.get("seconds"), "repeat_of": attrs.get("repeat_of")})
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """The trials as an aligned text table."""
+    names = list(dict.fromkeys(k for r in rows for k in r["params"]))
+    head = ["trial", "phase", *names, "seed", "state", "score", "epoch", "seconds"]
+    body = []
+    for r in rows:
+        state = r["state"] if r.get("repeat_of") is None else f"= trial {r['repeat_of']}"
+        body.append([str(r["number"]), str(r["phase"] or ""), *(fmt(r["params"].get(n)) for n in names),
+                     str(r["seed"]), state, fmt(r["score"]), str(r["best_epoch"] or ""),
+                     "" if r["seconds"] is None else f"{r['seconds']:.1f}"])
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    return "\n".join("  ".join(x.rjust(w) for x, w in zip(line, widths)) for line in [head, *body])
+
+
+def fmt(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1e-2 else f"{value:.4f}"
+    return str(value)
+
+
+# -- the search ------------------------------------------------------------------------------
+MAX_REPEATS = 30  # a search stops when its sampler draws this many trained settings in a row
+
+# Options that say where things are kept, not what is trained: a resumed search may change them.
+WHERE_NOT_WHAT = ("cache_dir", "cache_max_gb")
+
+
+def prepare_out(out: Path, identity: dict, resume: bool) -> None:
+    marker = out / "tune.json"
+    if resume:
+        if not marker.is_file():
+            raise UserError(f"{out}: no search to resume (no tune.json); run without --resume")
+        saved = json.loads(marker.read_text())
+        if saved != identity:
+            changed = sorted(k for k in identity if saved.get(k) != identity[k])
+            raise UserError(f"{out}: --resume with other settings than the interrupted search "
+                            f"(changed: {', '.join(changed)})")
+        return
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out}: exists and is not empty; choose another --out, or --resume the search there")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(marker, json.dumps(identity, indent=2) + "\n")
+
+
+def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default",
+         settings: TrainSettings | None = None, search: TuneSettings | None = None, limit: int | None = None,
+         **options) -> list[dict]:
+    """Search training settings for `kind` on `dev`; the best trial's model is saved at `out`.
+    Returns one row per trial (what `trials.jsonl` holds)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    search = search or TuneSettings()
+    base = settings or TrainSettings(epochs=4)
+    if not dev:
+        raise UserError("tune needs --dev: trials are compared on it")
+    space = read_space(search.space, kind) if search.space else default_search(kind)
+    if search.trials is None and not space.is_grid:
+        raise UserError(f"{search.space}: a space with ranges needs --trials N (a grid takes lists only)")
+    out = Path(out)
+    options = {**kind_defaults(kind), **{k: v for k, v in options.items() if v is not None}}
+    identity = {"kind": kind, "train": str(Path(train).resolve()), "dev": str(Path(dev).resolve()),
+                "model": model, "limit": limit, "space": [d.__dict__ for d in space.dimensions],
+                "trials": search.trials, "restarts": search.restarts, "seed": base.seed,
+                "epochs": base.epochs, "options": {k: v for k, v in options.items()
+                                                          if is_plain(v) and k not in WHERE_NOT_WHAT},
+                "training": {k: v for k, v in base.__dict__.items() if k not in ("progress", "resume", "overwrite")}}
+    prepare_out(out, json.loads(json.dumps(identity, default=str)), search.resume)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{(out / 'study.db').resolve()}")
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=search.startup_trials, n_warmup_steps=0) \
+        if search.pruning else optuna.pruners.NopPruner()
+    study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction="maximize",
+                                sampler=optuna.samplers.TPESampler(seed=base.seed), pruner=pruner,
+                                load_if_exists=search.resume)
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)  # left by an interrupted run
+    scratch = out / ".trials"
+    finish_publishing(out, scratch, study)
+
+    def finished() -> dict:
+        """(params, seed) -> the first trial that trained them to the end or was pruned."""
+        first: dict = {}
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            if "repeat_of" not in t.user_attrs:
+                first.setdefault(key(t.params, t.user_attrs.get("seed")), t)
+        return first
+
+    def run_one(trial, phase: str, seed: int, prune: bool) -> bool:
+        """Train one trial; False when the sampler drew a setting already trained (its outcome
+        is told to the study again, nothing is trained)."""
+        trial.set_user_attr("phase", phase)
+        trial.set_user_attr("seed", seed)
+        params = {d.name: d.suggest(trial) for d in space.dimensions}
+        earlier = finished().get(key(params, seed))
+        if earlier is not None:
+            trial.set_user_attr("repeat_of", earlier.number)
+            if earlier.state == TrialState.COMPLETE:
+                study.tell(trial, earlier.value)
+            else:
+                study.tell(trial, state=TrialState.PRUNED)
+            log.info(f"trial {trial.number} ({phase}): drew trial {earlier.number}'s setting again; not trained")
+            write_rows(out, study)
+            return False
+        trial_dir = scratch / f"{trial.number:04d}"
+        log.info(f"trial {trial.number} ({phase}): "
+                 + ", ".join(f"{k}={fmt(v)}" for k, v in {**params, "seed": seed}.items()))
+        try:
+            result = trial_run(trial, kind, train, dev, trial_dir, model, base, options, params, seed, limit, prune)
+        except Pruned:
+            study.tell(trial, state=TrialState.PRUNED)
+            shutil.rmtree(trial_dir, ignore_errors=True)
+            write_rows(out, study)
+            return True
+        except BaseException:
+            study.tell(trial, state=TrialState.FAIL)
+            shutil.rmtree(trial_dir, ignore_errors=True)
+            write_rows(out, study)
+            raise
+        score = kept_score(result, trial)
+        best_before = best_value(study)
+        study.tell(trial, score)
+        if best_before is None or score > best_before:
+            publish(trial_dir, out, {"trial": trial.number, "params": params, "seed": seed, "score": score})
+        else:
+            shutil.rmtree(trial_dir, ignore_errors=True)
+        write_rows(out, study)
+        return True
+
+    if search.trials is None:
+        for params in space.grid():
+            if key(params, base.seed) not in finished():
+                study.enqueue_trial(params)
+                run_one(study.ask(), "grid", base.seed, search.pruning)
+    else:
+        searched = sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+                       if t.user_attrs.get("phase") == "search" and "repeat_of" not in t.user_attrs)
+        repeats = 0  # draws in a row of settings already trained: a small space runs out of new ones
+        while searched < search.trials and repeats < MAX_REPEATS:
+            trained = run_one(study.ask(), "search", base.seed, search.pruning)
+            searched, repeats = searched + trained, 0 if trained else repeats + 1
+        if repeats >= MAX_REPEATS:
+            log.info(f"the sampler drew only settings already trained {MAX_REPEATS} times in a row; "
+                     f"stopping after {searched} trained trials")
+    if search.restarts:
+        best = best_trial(study, phases=("grid", "search"))
+        if best is None:
+            raise UserError("no trial finished, so there is no best setting to restart")
+        for seed in range(base.seed + 1, base.seed + 1 + search.restarts):
+            if key(best.params, seed) not in finished():
+                study.enqueue_trial(best.params)
+                run_one(study.ask(), "restart", seed, False)
+    write_rows(out, study)
+    return trial_rows(study)
+
+
+def finish_publishing(out: Path, scratch: Path, study) -> None:
+    """After a crash between publishing steps: finish moving the best trial's model in."""
+    if (out / bundle.MANIFEST).is_file() or not scratch.is_dir():
+        return
+    best = best_trial(study)
+    if best is not None and (scratch / f"{best.number:04d}" / bundle.MANIFEST).is_file():
+        publish(scratch / f"{best.number:04d}", out, {"trial": best.number, "params": best.params,
+                                                      "seed": best.user_attrs.get("seed"), "score": best.value})
+
+
+def kept_score(result: dict, trial) -> float:
+    scores = trial.user_attrs.get("epoch_scores") or []
+    return float(max(scores)) if scores else -math.inf
+
+
+def best_value(study) -> float | None:
+    best = best_trial(study)
+    return None if best is None else best.value
+
+
+def best_trial(study, phases: tuple[str, ...] | None = None):
+    from optuna.trial import TrialState
+
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if phases is None or t.user_attrs.get("phase") in phases]
+    return max(done, key=lambda t: t.value) if done else None
+
+
+def write_rows(out: Path, study) -> None:
+    atomic_write_text(out / "trials.jsonl", "".join(json.dumps(r) + "\n" for r in trial_rows(study)))
+
+
+def key(params: dict, seed) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in params.items())) + (("seed", seed),)
+
+
+def is_plain(value) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool, list))
+
+
+def summary(rows: list[dict]) -> str:
+    """The best trial, and the spread of the best setting's seeds."""
+    repeats = sum(1 for r in rows if r.get("repeat_of") is not None)
+    rows = [r for r in rows if r.get("repeat_of") is None]
+    done = [r for r in rows if r["state"] == "complete"]
+    if not done:
+        return "no trial finished"
+    best = max(done, key=lambda r: r["score"])
+    lines = [f"best: trial {best['number']} ({', '.join(f'{k}={fmt(v)}' for k, v in best['params'].items())}, "
+             f"seed {best['seed']}): {best['metric']} {best['score']:.4f} at epoch {best['best_epoch']}"]
+    by_seed: dict = {}
+    for r in done:
+        if r["params"] == best["params"]:
+            by_seed.setdefault(r["seed"], r["score"])
+    same = list(by_seed.values())
+    if len(same) > 1:
+        mean = sum(same) / len(same)
+        sd = (sum((x - mean) ** 2 for x in same) / (len(same) - 1)) ** 0.5
+        lines.append(f"that setting over {len(same)} seeds: mean {mean:.4f}, sd {sd:.4f}, "
+                     f"min {min(same):.4f}, max {max(same):.4f}")
+    states = {s: sum(1 for r in rows if r["state"] == s) for s in ("complete", "pruned", "fail")}
+    lines.append("trials: " + ", ".join(f"{n} {s}" for s, n in states.items() if n)
+                 + (f"; {repeats} draw(s) of a setting already trained, not trained again" if repeats else ""))
+    return "\n".join(lines)

@@ -1,0 +1,46 @@
+"""The settings schema: flags, config values and keyword arguments from one dataclass."""
+
+import argparse
+from dataclasses import dataclass
+
+import pytest
+
+from bertheads.base.errors import UserError
+from bertheads.base.schema import add_flags, check_names, from_mapping, setting, vars_for
+from bertheads.base.values import positive_int
+
+
+@dataclass
+class Example:
+    max_length: int = setting(128, "tokens per input", type=positive_int)
+    mode: str = setting("finetune", "how", choices=("finetune", "features"))
+    progress: bool = setting(True, "progress bars", negate=True)
+    tensorboard: bool = setting(False, "events")
+    hidden: str = setting("x", "python only", cli=False)
+
+
+def test_flags_come_from_the_fields():
+    parser = argparse.ArgumentParser()
+    add_flags(parser, Example, defaults={"max_length": 384})
+    args = parser.parse_args(["--mode", "features", "--no-progress", "--tensorboard"])
+    assert vars_for(Example, args) == {"max_length": 384, "mode": "features", "progress": False, "tensorboard": True}
+    assert "--hidden" not in parser.format_help()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--max-length", "0"])
+
+
+def test_unknown_names_are_refused_with_the_closest_known_one():
+    with pytest.raises(UserError, match=r"f.yaml: unknown setting 'max_lenght' \(did you mean 'max_length'\?\)"):
+        from_mapping(Example, {"max_lenght": 8}, "f.yaml")
+    with pytest.raises(UserError, match=r"unknown option 'zzz'$"):
+        check_names(["zzz"], ["max_length"], what="option")
+
+
+def test_config_values_are_converted_like_their_flags():
+    assert from_mapping(Example, {"max_length": "64", "mode": "features"}) == Example(max_length=64, mode="features")
+    with pytest.raises(UserError, match="max_length: expected a positive integer"):
+        from_mapping(Example, {"max_length": -1})
+    with pytest.raises(UserError, match="mode: expected one of finetune, features"):
+        from_mapping(Example, {"mode": "fine"})
+    with pytest.raises(UserError, match="progress: expected true or false"):
+        from_mapping(Example, {"progress": "yes"})
