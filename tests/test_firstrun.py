@@ -12,8 +12,8 @@ import pytest
 import bertheads
 from bertheads.base.errors import UserError
 from bertheads.cli.main import main
-from bertheads.encoder.pretrained import Encoder
 from bertheads.encoder import pretrained as encoder_module
+from bertheads.encoder.pretrained import Encoder
 from bertheads.saved import bundle
 from bertheads.store import encoder_refs
 from bertheads.training.loop import FEATURES_LR, FINETUNE_LR

@@ -14,14 +14,14 @@ import time
 
 import httpx
 import pytest
-from bertheads.serve.app import ServeSettings, create_app, running_server
-from bertheads.serve.queue import Batcher, DeadlineExceeded, Overloaded, request_tokens
 from fastapi.testclient import TestClient
 from helpers_multi import save_heads
 
 import bertheads
 from bertheads.base.errors import UserError
 from bertheads.cli.main import main
+from bertheads.serve.app import ServeSettings, create_app, running_server
+from bertheads.serve.queue import Batcher, DeadlineExceeded, Overloaded, request_tokens
 
 
 @pytest.fixture(scope="module")

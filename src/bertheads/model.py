@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertheads.encoder.pretrained import Encoder
 from bertheads.encoder.layers import reads_first_position_only
+from bertheads.encoder.pretrained import Encoder
 from bertheads.text.batching import INFERENCE_BATCH, INFERENCE_TOKENS, run_in_length_order
 from bertheads.text.encoding import Feature, collate
 

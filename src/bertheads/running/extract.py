@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from bertheads.base.errors import UserError, where
-from bertheads.encoder.pretrained import Encoder
 from bertheads.encoder.layers import LayerCombine, parse_layers
+from bertheads.encoder.pretrained import Encoder
 from bertheads.store.atomic import atomic_directory
 from bertheads.store.rowfiles import create_npy, create_safetensors
 from bertheads.tasks import TASKS

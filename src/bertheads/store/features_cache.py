@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from bertheads.base.errors import UserError
-from bertheads.encoder.pretrained import weights_hash
 from bertheads.encoder.layers import normalise_layers, reads_first_position_only
+from bertheads.encoder.pretrained import weights_hash
 from bertheads.store.atomic import atomic_directory
 from bertheads.store.encoder_refs import CACHE_ENV, cache_root  # noqa: F401 (where they were defined before)
 from bertheads.store.rowfiles import create_npy

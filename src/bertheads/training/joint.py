@@ -26,8 +26,8 @@ import torch
 import yaml
 
 from bertheads.base.errors import UserError, where
-from bertheads.encoder.pretrained import Encoder
 from bertheads.encoder.layers import parse_layers
+from bertheads.encoder.pretrained import Encoder
 from bertheads.model import BertHeads
 from bertheads.saved import bundle
 from bertheads.saved.bundle import HEAD_NAME
