@@ -35,6 +35,25 @@ def environment() -> dict:
             "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
 
 
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
+
+
+def cpu_line() -> str:
+    """The CPU a result ran on: model name, the flags that matter for bf16/int8, cores (every
+    benchmark row names them: sessions run on different CPUs)."""
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and name in ("", platform.machine(), platform.processor()):
+                name = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    shown = " ".join(f for f in CPU_FLAGS if f in flags) or "none of " + ",".join(CPU_FLAGS)
+    return f"CPU: {name}; flags: {shown}; {os.cpu_count()} cores"
+
+
 def matmul_peak_gflops(n: int = 1024, repeats: int = 5, clock=time.perf_counter) -> float:
     """This machine's fp32 matrix-multiply rate (median of `repeats`), for '% of peak' figures.
     `clock=time.process_time` gives the rate per CPU-second of this process instead."""

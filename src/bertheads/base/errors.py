@@ -1,10 +1,17 @@
-"""The one exception type whose message is shown to the user as it is."""
+"""The two exception types whose message is shown to the user as it is: `UserError` (the input or
+settings are wrong, exit 2) and `SystemFault` (the machine failed the run: disk full, permission
+denied, out of memory; exit 1)."""
 
 from __future__ import annotations
 
 
 class UserError(Exception):
     """Bad input or settings: the CLI prints the message on one line and exits with status 2."""
+
+
+class SystemFault(Exception):
+    """A fault of the environment, not of the input: the CLI prints the message on one line and
+    exits with status 1; what the user had before the run is left as it was."""
 
 
 def where(path: str | None, line: int | None = None, field: str | None = None) -> str:

@@ -21,9 +21,11 @@ import logging
 import os
 import sys
 import threading
+from pathlib import Path
 
-from bertheads.base.errors import UserError
+from bertheads.base.errors import SystemFault, UserError
 from bertheads.cli.parser import build_parser
+from bertheads.store.atomic import is_disk_full, system_fault
 
 log = logging.getLogger("bertheads")
 
@@ -59,13 +61,45 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except SystemFault as exc:
+        print(f"bertheads: error: {exc}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print(f"bertheads: error: out of memory ({available_memory()} available); try a smaller --batch-size, "
+              "--max-length or --chunk-size", file=sys.stderr)
+        return 1
     except Exception as exc:  # an internal fault: still one line, the traceback on request
         if os.environ.get("BERTHEADS_DEBUG"):
             raise
+        fault = environment_fault(exc)
+        if fault is not None:
+            print(f"bertheads: error: {fault}", file=sys.stderr)
+            return 1
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"bertheads: internal error: {type(exc).__name__}: {msg} (BERTHEADS_DEBUG=1 shows the traceback)",
               file=sys.stderr)
         return 1
+
+
+def environment_fault(exc: Exception) -> str | None:
+    """The one line for an error of the machine met outside the atomic writers (which name their
+    target themselves): a full disk, permission denied, a read-only file system, memory."""
+    if isinstance(exc, RuntimeError) and ("can't allocate memory" in str(exc) or "not enough memory" in str(exc)):
+        return f"out of memory ({available_memory()} available); try a smaller --batch-size or --max-length"
+    if not isinstance(exc, OSError) and not is_disk_full(exc):
+        return None
+    target = Path(getattr(exc, "filename", None) or Path.cwd())
+    fault = system_fault(exc, target, "output", kept=False)
+    return None if fault is None else str(fault)
+
+
+def available_memory() -> str:
+    try:
+        with open("/proc/meminfo") as fh:
+            info = dict(line.split(":", 1) for line in fh)
+        return f"{int(info['MemAvailable'].split()[0]) / 1e6:.1f} GB"
+    except (OSError, KeyError, ValueError):
+        return "unknown"
 
 
 def command() -> None:

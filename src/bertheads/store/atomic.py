@@ -23,7 +23,72 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bertheads.base.errors import UserError
+from bertheads.base.errors import SystemFault, UserError
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def size_text(nbytes: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if nbytes < 1000 or unit == "GB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1000
+    return f"{nbytes:.1f} GB"
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of the files under `path` (a file or a directory); 0 when it is gone."""
+    try:
+        if path.is_file():
+            return path.stat().st_size
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    except OSError:
+        return 0
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free bytes on the file system of `path` (or of its nearest existing parent)."""
+    for candidate in (path, *path.parents):
+        try:
+            return shutil.disk_usage(candidate).free
+        except OSError:
+            continue
+    return None
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """An error that says the disk is full: an OSError with ENOSPC/EDQUOT, or a library's own error
+    (safetensors, torch) whose message carries the system's words."""
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+        return True
+    text = str(exc)
+    return "No space left on device" in text or "os error 28" in text or "Disk quota exceeded" in text
+
+
+def system_fault(exc: BaseException, target: Path, what: str, written: int | None = None,
+                 kept: bool = True) -> SystemFault | None:
+    """The one-line fault for an error of the environment met while writing `target` (None when
+    `exc` is not one): a full disk (how much was written when it filled, how much is free),
+    permission denied, a read-only file system, a folder that vanished. `kept`: say that the
+    target's earlier version is untouched (true of the atomic writers)."""
+    if is_disk_full(exc):
+        free = free_bytes(target.parent)
+        wrote = f"needed more than the {size_text(written)} written when it filled, " if written else ""
+        return SystemFault(f"{target}: no space left on the device while writing the {what} ({wrote}"
+                           f"{size_text(free) if free is not None else 'nothing'} free there)"
+                           + (f"; what was at {target} before is unchanged" if kept else ""))
+    if not isinstance(exc, OSError):
+        return None
+    name = exc.filename or target
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return SystemFault(f"{target}: permission denied writing the {what} ({name})")
+    if exc.errno == errno.EROFS:
+        return SystemFault(f"{target}: read-only file system; choose an output folder that can be written")
+    if exc.errno == errno.ENOENT and not target.parent.exists():
+        return SystemFault(f"{target}: the folder {target.parent} disappeared while writing the {what}")
+    if exc.errno == errno.ENOTDIR:
+        return SystemFault(f"{target}: a part of the path is not a folder ({name})")
+    return None
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -196,9 +261,14 @@ def atomic_directory(out: str | Path, replace: bool = True, carry: tuple[str, ..
     `:swapped`) that tests stop the process at.
     """
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale(out.parent, out.name)
-    tmp = temporary_sibling(out)
+    made = missing_parents(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale(out.parent, out.name)
+        tmp = temporary_sibling(out)
+    except OSError as exc:
+        remove_made(made)
+        raise system_fault(exc, out, label) or exc from None
     try:
         yield tmp
         crash_point(f"{label}:written")
@@ -219,8 +289,13 @@ def atomic_directory(out: str | Path, replace: bool = True, carry: tuple[str, ..
                 if not out.exists():
                     raise
                 shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
+    except BaseException as exc:
+        written = tree_bytes(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_made(made)
+        fault = system_fault(exc, out, label, written)
+        if fault is not None:
+            raise fault from None
         raise
 
 
@@ -229,8 +304,13 @@ def atomic_writer(path: str | Path, mode: str = "w") -> Iterator:
     """An open file (text for "w", bytes for "wb") that becomes `path` when the block ends
     without error; until then it is a temporary file beside it, removed on error."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    made = missing_parents(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        remove_made(made)
+        raise system_fault(exc, path, "file") or exc from None
     try:
         with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as fh:
             yield fh
@@ -238,6 +318,30 @@ def atomic_writer(path: str | Path, mode: str = "w") -> Iterator:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
+        written = tree_bytes(Path(tmp))
         Path(tmp).unlink(missing_ok=True)
+        remove_made(made)
+        fault = system_fault(exc, path, "file", written)
+        if fault is not None:
+            raise fault from None
         raise
+
+
+def missing_parents(path: Path) -> list[Path]:
+    """The folders above `path` that do not exist yet (deepest first): a failed write removes
+    the ones it made, so a run that fails leaves no empty folder behind."""
+    missing = []
+    for parent in path.absolute().parents:
+        if parent.exists():
+            break
+        missing.append(parent)
+    return missing
+
+
+def remove_made(folders: list[Path]) -> None:
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (something else was put there), or already gone
+            break

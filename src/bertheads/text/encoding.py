@@ -15,6 +15,26 @@ from bertheads.base.errors import UserError
 
 Feature = dict  # one encoded input: input_ids, token_type_ids and task fields (labels, ...)
 
+# A truncated text is tokenized only as far as it is read: a prefix of CHARS_PER_TOKEN
+# characters a token (doubled until it holds enough), whose tokens ending CUT_MARGIN characters
+# before the cut are those of the whole text (pre-tokenizers split locally, and WordPiece reads a
+# word of more than 100 characters as one unknown token).
+CHARS_PER_TOKEN = 8
+CUT_MARGIN = 256
+
+
+def readable_prefix(tokenizer, text: str, max_tokens: int) -> str:
+    """The start of `text` that holds its first `max_tokens` tokens exactly as the whole text
+    gives them (the text itself when it is short), so a huge input costs no more than a long one."""
+    size = CHARS_PER_TOKEN * max_tokens + CUT_MARGIN
+    while size < len(text):
+        cut = text[:size]
+        ends = tokenizer(cut, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        if sum(1 for _, end in ends if end <= size - CUT_MARGIN) >= max_tokens:
+            return cut
+        size *= 2
+    return text
+
 
 def encode_texts(
     tokenizer,
@@ -40,8 +60,11 @@ def encode_texts(
             for i, f in zip(idx, feats):
                 out[i] = f
         return out  # type: ignore[return-value]
+    texts = [readable_prefix(tokenizer, t, max_length) for t in texts]
+    if has_pairs:
+        pairs = [readable_prefix(tokenizer, p, max_length) for p in pairs]
     enc = tokenizer(
-        list(texts),
+        texts,
         list(pairs) if has_pairs else None,
         truncation="longest_first",
         max_length=max_length,

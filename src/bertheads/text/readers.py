@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,14 +31,50 @@ def read_text(path: str | None) -> str:
         raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
-def open_lines(path) -> Iterator[str]:
+LINE_LIMIT_ENV = "BERTHEADS_MAX_LINE_MB"
+LINE_LIMIT_MB = 256.0  # a line longer than this (in millions of characters) is refused
+
+
+def line_limit() -> int:
+    """The longest line read, in characters (`$BERTHEADS_MAX_LINE_MB` millions; default 256)."""
+    try:
+        return max(1, int(float(os.environ.get(LINE_LIMIT_ENV, LINE_LIMIT_MB)) * 1_000_000))
+    except ValueError:
+        raise UserError(f"${LINE_LIMIT_ENV}: expected a number of millions of characters, "
+                        f"got {os.environ[LINE_LIMIT_ENV]!r}") from None
+
+
+def bounded(lines, limit: int, name, bad: BadLine | None) -> Iterator[str]:
+    """`lines` (an object with `readline`), each read at most `limit` characters at a time: a longer
+    line is refused with its number, or, with `bad`, reported and read past (a blank line stands
+    in for it, so later line numbers stay right)."""
+    line_no = 0
+    while line := lines.readline(limit + 1):
+        line_no += 1
+        if len(line) > limit and not line.endswith("\n"):
+            size = len(line)
+            while (rest := lines.readline(1 << 20)) and not rest.endswith("\n"):
+                size += len(rest)
+            size += len(rest)
+            error = UserError(f"{where(name, line_no)}: a line of {size:,} characters is longer than the limit of "
+                              f"{limit:,} (${LINE_LIMIT_ENV} sets it, in millions)")
+            if bad is None:
+                raise error
+            bad(error)
+            line = "\n"
+        yield line
+
+
+def open_lines(path, bad: BadLine | None = None) -> Iterator[str]:
     """The lines of a file (or stdin for None / '-', or an open text stream), read as they are
-    needed, each with its line ending; BOM removed."""
+    needed, each with its line ending; BOM removed. A line over `line_limit()` is refused with its
+    number (`bad`: reported, and a blank line given in its place)."""
+    limit = line_limit()
     if path is not None and not isinstance(path, (str, Path)):
-        yield from path  # an open text stream
+        yield from bounded(path, limit, None, bad) if hasattr(path, "readline") else path  # an open stream
         return
     if path in (None, "-"):
-        yield from sys.stdin
+        yield from bounded(sys.stdin, limit, None, bad)
         return
     p = Path(path)
     if not p.exists():
@@ -47,7 +84,7 @@ def open_lines(path) -> Iterator[str]:
     line_no = 0
     with open(p, encoding="utf-8-sig", newline="") as fh:
         try:
-            for line_no, line in enumerate(fh, 1):  # noqa: B007
+            for line_no, line in enumerate(bounded(fh, limit, path, bad), 1):  # noqa: B007
                 yield line
         except UnicodeDecodeError as exc:
             raise UserError(f"{where(path, line_no + 1)}: not UTF-8 text (byte {exc.start} of a block)") from None
@@ -125,7 +162,7 @@ def check_header(header: list[str], path) -> None:
 def read_table(path, fmt: str, bad: BadLine | None = None) -> tuple[list[str], Iterator[tuple[int, dict]]]:
     """Header and `(line number, row dict)` for TSV/CSV files with a header row, read as the
     rows are needed (a row with the wrong column count raises when it is reached)."""
-    lines = open_lines(path)
+    lines = open_lines(path, bad)
     if fmt == "tsv":
         reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
     else:
@@ -162,7 +199,7 @@ def read_jsonl(path, bad: BadLine | None = None, name: str | None = None) -> Ite
     (a JSON array of objects is read whole). `bad`: called with the error of a malformed line,
     which is then skipped (default: raised). `name`: the file's name when `path` is a stream."""
     name = name or source_name(path)
-    lines = open_lines(path)
+    lines = open_lines(path, bad)
     seen = False
     for line_no, line in enumerate(lines, 1):
         if not line.strip():
@@ -192,10 +229,10 @@ def read_jsonl(path, bad: BadLine | None = None, name: str | None = None) -> Ite
         raise UserError(f"{where(name)}: file is empty")
 
 
-def read_lines(path) -> Iterator[tuple[int, str]]:
+def read_lines(path, bad: BadLine | None = None) -> Iterator[tuple[int, str]]:
     """`(line number, line)` for plain text input, read as needed; blank lines are skipped."""
     seen = False
-    for line_no, line in enumerate(open_lines(path), 1):
+    for line_no, line in enumerate(open_lines(path, bad), 1):
         line = line.rstrip("\r\n")
         if line.strip():
             seen = True

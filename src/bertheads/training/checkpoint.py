@@ -33,7 +33,8 @@ from safetensors.torch import load_file, save_file
 from bertheads.base.errors import UserError
 from bertheads.encoder.pretrained import weights_hash
 from bertheads.saved.bundle import MANIFEST, check_writable_out
-from bertheads.store.atomic import atomic_directory, remove_stale
+from bertheads.store import lock
+from bertheads.store.atomic import atomic_directory, missing_parents, remove_made, remove_stale
 
 DIRECTORY = "checkpoint"
 FORMAT = 1
@@ -196,11 +197,32 @@ def restore(saved: dict, model, frozen: bool, optimizer, scheduler) -> None:
 
 
 # -- the run's claim on its --out ------------------------------------------------------------------
+# --out folders that did not exist before this process's run claimed them -> the folders above
+# them that did not exist either
+FRESH: dict[Path, list[Path]] = {}
+
+
+def abandon_fresh(out: str | Path) -> None:
+    """After a fault of the environment (a full disk): remove `out` when this run created it, so a
+    failed run leaves nothing where there was nothing (a folder that existed keeps its model)."""
+    out = Path(out).absolute()
+    if out in FRESH:
+        shutil.rmtree(out, ignore_errors=True)
+        lock.release(out)
+        remove_made(FRESH.pop(out))
+
+
 def claim_out(out: str | Path, resume: bool, overwrite: bool) -> Path:
     """Check, before any work, that a run may write to `out`: a model or checkpoint of another
     run there is replaced only with `overwrite`; `resume` needs a checkpoint."""
     out = Path(out)
+    fresh = None if out.exists() else missing_parents(out)
+    if os.environ.get("RANK", "0") == "0":  # one run per folder (the processes of one torchrun share it)
+        lock.hold(out, "run")
     remove_stale(out.parent, out.name)  # leftovers of an interrupted save; a model set aside goes back
+    FRESH.pop(out.absolute(), None)
+    if fresh is not None:
+        FRESH[out.absolute()] = fresh
     out = check_writable_out(out)
     if resume and overwrite:
         raise UserError("--resume and --overwrite: choose one (continue the run in --out, or replace it)")

@@ -26,10 +26,11 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from bertheads.base.errors import UserError
+from bertheads.base.errors import SystemFault, UserError
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.model import BertHeads, evaluate_head
 from bertheads.saved import bundle
+from bertheads.store import lock
 from bertheads.store.atomic import atomic_write_text, crash_point
 from bertheads.store.features_cache import evaluate_cached
 from bertheads.text.batching import INFERENCE_BATCH, length_grouped_batches, shard
@@ -376,8 +377,14 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
         torch.set_num_threads(1)
     try:
         return Loop(run, model, data, settings, out, evaluate, extra_manifest, on_epoch).go()
+    except SystemFault:  # a full disk: a folder this run created goes, an earlier model stays
+        if out is not None:
+            checkpoint.abandon_fresh(out)
+        raise
     finally:
         torch.set_num_threads(threads)
+        if out is not None:
+            lock.release(out)
 
 
 class Loop:
