@@ -340,3 +340,51 @@ def test_sigterm_finishes_in_flight_and_refuses_new(model_dir):
             proc.kill()
             proc.wait()
     assert "stopped" in proc.stdout.read() or proc.returncode in (0, -signal.SIGTERM)
+
+
+def test_a_short_request_goes_before_long_ones_queued_earlier():
+    """Served by cost: a one-word request passes the long ones waiting, a long one is not starved,
+    and under a flood the long requests are refused at once while a short one still gets in."""
+    gate, calls = threading.Event(), []
+
+    def run(key, payloads):
+        calls.append([p["n"] for p in payloads])
+        gate.wait(10)
+        return [[p["n"]] for p in payloads]
+
+    async def scenario():
+        batcher = Batcher(run, max_batch=64, window_s=0.0, max_tokens=1000)
+        batcher.rate = 1000.0  # tokens per second, as if measured
+        first = asyncio.ensure_future(batcher.submit(("k",), {"n": "long0"}, 1, tokens=900, timeout=30))
+        await asyncio.sleep(0.05)  # long0 is in the model call
+        longs = [asyncio.ensure_future(batcher.submit(("k",), {"n": f"long{i}"}, 1, tokens=900, timeout=30))
+                 for i in range(1, 4)]
+        await asyncio.sleep(0.05)
+        short = asyncio.ensure_future(batcher.submit(("k",), {"n": "short"}, 1, tokens=3, timeout=30))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Overloaded) as flood:  # 3 x 0.9 s queued ahead of it: more than 2 s
+            await batcher.submit(("k",), {"n": "late"}, 1, tokens=900, timeout=2)
+        admitted = asyncio.ensure_future(batcher.submit(("k",), {"n": "short2"}, 1, tokens=3, timeout=2))
+        await asyncio.sleep(0.05)
+        gate.set()
+        results = await asyncio.gather(first, *longs, short, admitted)
+        await batcher.stop()
+        return flood.value, results
+
+    flood, results = asyncio.run(scenario())
+    assert flood.reason == "busy" and flood.retry_after >= 1
+    assert calls[0] == ["long0"] and calls[1][:2] == ["short", "short2"]
+    assert sorted(n for call in calls for n in call if n.startswith("long")) == ["long0", "long1", "long2", "long3"]
+    assert [r[0] for r in results] == ["long0", "long1", "long2", "long3", "short", "short2"]
+
+
+def test_a_small_call_does_not_set_a_pessimistic_rate():
+    batcher = Batcher(lambda key, payloads: [[0] for _ in payloads])
+    batcher.measure(3, 0.02)  # one word: 150 tokens/s, mostly overhead
+    assert batcher.rate is None and batcher.expected_wait(8192) == 0.0
+    batcher.measure(8192, 0.5)
+    assert batcher.rate == pytest.approx(16384)
+    batcher.measure(3, 0.02)  # cannot lower it
+    assert batcher.rate == pytest.approx(16384)
+    batcher.measure(4096, 0.5)
+    assert batcher.rate == pytest.approx(0.7 * 16384 + 0.3 * 8192)

@@ -4,19 +4,29 @@ bounded queue, per-request deadlines, and the work of clients that went away dro
 A request's cost is the number of tokens the encoder will run for it (every window of a long
 text for tag and qa heads, the truncated text for classify heads), estimated with the
 model's tokenizer before it is queued.
+
+Requests are served by cost, not by arrival alone: each waits in order of when it would be done
+if the model were shared fairly among the requests waiting when it came, counted in encoder
+tokens (`tokens started so far + tokens x (waiting + 1)`: the finish time of processor sharing,
+on the virtual clock of self-clocked fair queueing), so a one-word request goes into the next
+model call instead of behind every long one queued before it, and a long one keeps its place
+against the requests that come after that point (no starvation). A request is admitted only
+when the work queued ahead of it in that order can be done within its deadline: under a flood
+the long requests are refused at once (503, Retry-After) while short ones still get in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 SAFETY = 1.5  # a request starts only if 1.5x its estimated model time fits before its deadline
+RATE_MIN_TOKENS = 512  # model calls of fewer tokens do not set the measured rate (see Batcher.measure)
 
 
 class Overloaded(Exception):
@@ -41,6 +51,7 @@ class Job:
     future: asyncio.Future
     deadline: float | None = None  # loop time by which the answer is due
     state: str = "queued"  # queued -> running -> done; or dropped
+    order: int = 0  # when it would be done with the model shared fairly, in tokens (the queue's order)
 
 
 @dataclass
@@ -48,12 +59,13 @@ class Batcher:
     """Gathers concurrent requests and runs them together on one worker thread.
 
     `run(key, payloads)` returns one result list per payload. A model call takes queued
-    requests in arrival order up to `max_batch` texts and `max_tokens` tokens (a request
-    larger than that runs alone). If a merged call fails, each request of it is retried
+    requests in the queue's order (`Job.order`, the fair-share finish time: equal requests go
+    in arrival order, short ones pass long ones) up to `max_batch` texts and `max_tokens`
+    tokens (a request larger than that runs alone). If a merged call fails, each request of it is retried
     alone, so one bad request cannot fail its neighbours.
 
     `submit` refuses at once (`Overloaded`) when `max_queue` requests are waiting or when the
-    queued work, at the measured rate, would not start within the request's `timeout`; a
+    work queued ahead of it, at the measured rate, would not let it start within its `timeout`; a
     request still queued at its deadline is dropped (`Overloaded`), one whose model call
     outlives it gets `DeadlineExceeded`; cancelling `submit` (the client went away) drops
     the request if it has not started.
@@ -73,7 +85,8 @@ class Batcher:
     expired: int = 0  # queued requests whose deadline passed
     rate: float | None = None  # tokens per second of recent model calls
     running_tokens: int = 0
-    _pending: deque = field(default_factory=deque)
+    started_tokens: int = 0  # tokens of every model call started: the queue's clock
+    _pending: list = field(default_factory=list)  # queued jobs, kept sorted by `Job.order`
     _wake: asyncio.Event | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     _task: asyncio.Task | None = None
@@ -90,16 +103,25 @@ class Batcher:
         return sum(job.tokens for job in self._pending)
 
     def expected_wait(self, tokens: int = 0) -> float:
-        """Seconds until a request of `tokens` queued now would be done (0 before any measurement)."""
+        """Seconds until a request of `tokens` queued now behind everything would be done (0
+        before any measurement)."""
         if not self.rate:
             return 0.0
         return (self.queued_tokens + self.running_tokens + tokens) / self.rate
+
+    def wait_ahead(self, order: int) -> float:
+        """Seconds until a request placed at `order` in the queue could start (0 before any
+        measurement): the running call and the queued work that goes before it."""
+        if not self.rate:
+            return 0.0
+        ahead = sum(job.tokens for job in self._pending if job.order <= order)
+        return (ahead + self.running_tokens) / self.rate
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         if self._task is None or self._task.done() or self._loop is not loop:
-            self._pending, self._wake, self._loop = deque(), asyncio.Event(), loop
+            self._pending, self._wake, self._loop = [], asyncio.Event(), loop
             self._task = loop.create_task(self._work())
 
     async def stop(self) -> None:
@@ -123,13 +145,15 @@ class Batcher:
         if len(self._pending) >= self.max_queue:
             raise Overloaded(f"server busy: {len(self._pending)} requests waiting (--max-queue); retry later",
                              self.expected_wait(), "queue_full")
-        wait = self.expected_wait()  # until this request could start
+        loop = asyncio.get_running_loop()
+        order = self.started_tokens + tokens * (len(self._pending) + 1)
+        wait = self.wait_ahead(order)  # until this request could start
         if timeout is not None and wait > timeout:
             raise Overloaded(f"server busy: about {wait:.1f} s of queued work, more than the {timeout:g} s "
                              f"deadline (--timeout); retry later", wait - timeout, "busy")
-        loop = asyncio.get_running_loop()
-        job = Job(key, payload, size, tokens, loop.create_future(), None if timeout is None else loop.time() + timeout)
-        self._pending.append(job)
+        job = Job(key, payload, size, tokens, loop.create_future(), None if timeout is None else loop.time() + timeout,
+                  order=order)
+        bisect.insort(self._pending, job, key=lambda j: j.order)
         self._wake.set()
         try:
             if timeout is None:
@@ -178,7 +202,7 @@ class Batcher:
                     break
             jobs, texts, tokens = [], 0, 0
             while self._pending and (not jobs or self._fits(texts, tokens, self._pending[0])):
-                job = self._pending.popleft()
+                job = self._pending.pop(0)
                 if job.future.done():
                     continue
                 if self._too_late(job, tokens, loop.time()):
@@ -187,6 +211,7 @@ class Batcher:
                                                  "(--timeout); retry later", self.expected_wait(), "deadline"))
                     continue
                 job.state = "running"
+                self.started_tokens += job.tokens
                 jobs.append(job)
                 texts, tokens = texts + job.size, tokens + job.tokens
             if not jobs:
@@ -201,6 +226,15 @@ class Batcher:
                     self.running_tokens -= sum(job.tokens for job in group)
             finally:
                 self.running_tokens = 0
+
+    def measure(self, tokens: int, seconds: float) -> None:
+        """Update the rate from one model call. A small call is mostly fixed overhead, so its rate
+        understates what a large one runs at: it may raise the estimate, never set or lower it."""
+        rate = tokens / seconds
+        if tokens >= RATE_MIN_TOKENS:
+            self.rate = rate if self.rate is None else 0.7 * self.rate + 0.3 * rate
+        elif self.rate is not None:
+            self.rate = max(self.rate, rate)
 
     def _too_late(self, job: Job, tokens_before: int, now: float) -> bool:
         """Whether the job, started now after `tokens_before` tokens, would miss its deadline
@@ -230,8 +264,7 @@ class Batcher:
             results = await loop.run_in_executor(self._executor, self.run, key, [j.payload for j in jobs])
             seconds = time.perf_counter() - started
             if seconds > 0:  # the rate of successful calls predicts waits and deadlines
-                rate = tokens / seconds
-                self.rate = rate if self.rate is None else 0.7 * self.rate + 0.3 * rate
+                self.measure(tokens, seconds)
             if self.observe is not None:
                 self.observe(texts, tokens, seconds)
         except Exception as exc:
