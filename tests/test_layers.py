@@ -106,3 +106,29 @@ def test_the_walk_sees_imports_inside_functions(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
     graph = package_imports()
     assert graph["bertheads.encoder"] == {"bertheads.cli"} and graph["bertheads.cli"] == {"bertheads.encoder"}
+
+
+# -- no module outside tasks/ names a task kind ----------------------------------------------
+KIND_NAMES = {"classify", "tag", "qa"}
+
+
+def kind_literals(path: Path) -> list[int]:
+    """Lines of `path` where a kind name is a string literal (docstrings and comments aside, as
+    tokens), or, in HTML and JavaScript, a quoted kind name."""
+    import io
+    import re
+    import tokenize
+
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".py":
+        return [tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+                if tok.type == tokenize.STRING and re.sub(r"^[rbuRBUfF]*", "", tok.string).strip("'\"") in KIND_NAMES]
+    if path.suffix in (".html", ".js"):
+        return [n for n, line in enumerate(text.splitlines(), 1) if re.search(r"""['"](classify|tag|qa)['"]""", line)]
+    return []
+
+
+def test_no_kind_named_outside_tasks():
+    hits = [f"{p.relative_to(PACKAGE)}:{n}" for p in sorted(PACKAGE.rglob("*"))
+            if p.is_file() and "tasks" not in p.relative_to(PACKAGE).parts for n in kind_literals(p)]
+    assert hits == []
