@@ -153,15 +153,17 @@ TEXTS = ["Short one. This second sentence is clearly the longest of them all. En
          "One. Two. Three. And the fourth sentence is the longest one here."]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def longest_kind():
     register(LongestTask)
     yield LongestTask
     unregister(LongestTask.kind)
+    assert "longest" not in TASKS and "min_words" not in bertheads.tasks.inference_options("predict")
 
 
-@pytest.fixture
-def longest_model(longest_kind, tiny_bert, tmp_path):
+@pytest.fixture(scope="module")
+def longest_model(longest_kind, tiny_bert, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("longest")
     data = tmp_path / "texts.txt"
     data.write_text("\n".join(TEXTS * 3) + "\n", encoding="utf-8")
     out = tmp_path / "model"
@@ -240,13 +242,30 @@ def test_serve(longest_model):
 def test_serve_options_are_fixed_per_head(longest_model):
     model = longest_model[0]
     model.set_options(min_words=100)
-    assert model.predict(TEXTS[:1]) == [{"longest": None, "sentence": None}]
-    assert model.predict(TEXTS[:1], min_words=0)[0]["longest"] is not None  # a call's own option wins
-    with pytest.raises(UserError, match="--null-threshold is for qa heads"):
-        model.set_options(null_threshold=1.0)
+    try:
+        assert model.predict(TEXTS[:1]) == [{"longest": None, "sentence": None}]
+        assert model.predict(TEXTS[:1], min_words=0)[0]["longest"] is not None  # a call's own option wins
+        with pytest.raises(UserError, match="--null-threshold is for qa heads"):
+            model.set_options(null_threshold=1.0)
+    finally:
+        model.task().fixed_options.clear()
 
 
-def test_registry_is_clean_after(longest_kind):
+def test_register_refuses_a_second_class_of_a_kind(longest_kind):
     assert TASKS["longest"] is LongestTask
     with pytest.raises(ValueError, match="registered already"):
         register(type("Other", (LongestTask,), {}))
+
+
+def test_cli_flags_come_from_the_kinds(longest_kind):
+    from bertheads.cli.commands import given_options
+    from bertheads.cli.parser import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["serve", "m", "--min-words", "3", "--threshold", "0.3", "--no-paragraph-windows"])
+    assert given_options(args, "serve") == {"min_words": 3, "threshold": 0.3, "paragraph_windows": False}
+    args = parser.parse_args(["predict", "m", "--question", "q", "--context", "c"])
+    assert given_options(args, "predict") == {"question": "q", "context": "c"}
+    assert given_options(parser.parse_args(["evaluate", "m", "--data", "d"]), "evaluate") == {}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["evaluate", "m", "--data", "d", "--question", "q"])  # predict's only

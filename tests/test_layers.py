@@ -113,16 +113,19 @@ KIND_NAMES = {"classify", "tag", "qa"}
 
 
 def kind_literals(path: Path) -> list[int]:
-    """Lines of `path` where a kind name is a string literal (docstrings and comments aside, as
-    tokens), or, in HTML and JavaScript, a quoted kind name."""
-    import io
+    """Lines of `path` where a kind name is a string literal of the code (docstrings and
+    comments aside), or, in HTML and JavaScript, a quoted kind name."""
     import re
-    import tokenize
 
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".py":
-        return [tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(text).readline)
-                if tok.type == tokenize.STRING and re.sub(r"^[rbuRBUfF]*", "", tok.string).strip("'\"") in KIND_NAMES]
+        tree = ast.parse(text)
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        return sorted(node.lineno for node in ast.walk(tree)
+                      if isinstance(node, ast.Constant) and node.value in KIND_NAMES and id(node) not in docstrings)
     if path.suffix in (".html", ".js"):
         return [n for n, line in enumerate(text.splitlines(), 1) if re.search(r"""['"](classify|tag|qa)['"]""", line)]
     return []

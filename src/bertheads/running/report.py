@@ -3,10 +3,9 @@
 The page (`PAGE_DIR/index.html`, its PNG figures embedded, and written beside it too) shows
 the training curves from the model's training log (`log.jsonl`, else the per-epoch history in
 `metrics.json`), the trials of a `bertheads tune` search, and, for a labelled data file, per
-head: classify, the confusion matrix, per-class precision, recall and F1 and a reliability
-diagram; tag, per-type scores, the type confusion and the span errors; qa, EM and F1 by answer
-length and by question word, and for SQuAD v2.0 the has-answer / no-answer trade-off against
-the null threshold. Each head lists its 10 worst-scored examples with their text.
+head: its metrics and its kind's own figures and tables (`Task.report_section`: classify, the
+confusion matrix, per-class scores and a reliability diagram; tag, per-type scores and span
+errors; qa, EM and F1 by answer length and question word, ...), with its worst-scored examples.
 """
 
 from __future__ import annotations
