@@ -14,11 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from bertheads.serve.app import Batcher, ServeSettings, create_app, running_server
 from fastapi.testclient import TestClient
 from helpers_multi import EncoderCalls, save_heads
 
 import bertheads
+from bertheads.serve.app import Batcher, ServeSettings, create_app, running_server
 
 TEXTS = ["Angela Merkel visited Paris last week.", "A warm, funny and wonderfully acted film."]
 PASSAGE = "The Eiffel Tower was finished in 1889 and stands in Paris."

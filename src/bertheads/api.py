@@ -106,12 +106,6 @@ class Model:
             for task in takers:
                 task.set_options(**{key: value})
 
-    def read_long_inputs(self, head: str | None = None, long_input: str | None = None,
-                         pool: str | None = None) -> None:
-        """Override how a head reads texts longer than its max_length and pools the windows
-        (`set_options`)."""
-        self.set_options(head, long_input=long_input, pool=pool)
-
     def choose_windows(self, head: str | None = None, window_choice: str | None = None,
                        paragraph_windows: bool | None = None, paragraph_match: float | None = None) -> None:
         """Override how a head compares spans of a long passage's windows, whether each paragraph
