@@ -269,3 +269,23 @@ def test_cli_flags_come_from_the_kinds(longest_kind):
     assert given_options(parser.parse_args(["evaluate", "m", "--data", "d"]), "evaluate") == {}
     with pytest.raises(SystemExit):
         parser.parse_args(["evaluate", "m", "--data", "d", "--question", "q"])  # predict's only
+
+
+def test_set_options_on_several_heads_goes_to_the_heads_that_take_each():
+    from types import SimpleNamespace
+
+    from bertheads.tasks.classify.task import ClassifySpec, ClassifyTask
+    from bertheads.tasks.qa.task import QASpec, QATask
+
+    sentiment, qa = ClassifyTask(ClassifySpec(), None), QATask(QASpec(window_choice="relative"), None)
+    model = bertheads.Model(SimpleNamespace(tasks={"sentiment": sentiment, "qa": qa}))
+    model.set_options(threshold=0.3, window_choice="raw", long_input="windows")
+    assert sentiment.fixed_options == {"threshold": 0.3} and sentiment.spec.long_input == "windows"
+    assert qa.fixed_options == {} and qa.spec.window_choice == "raw"
+    with qa.using_options({"window_choice": "context"}) as call:
+        assert call == {} and qa.spec.window_choice == "context"
+    assert qa.spec.window_choice == "raw"  # a call's override lasts for the call
+    with pytest.raises(UserError, match="unknown option 'treshold'"):
+        model.set_options(treshold=0.3)
+    model.set_options(head="qa", null_threshold=2.0)
+    assert qa.fixed_options == {"null_threshold": 2.0}

@@ -100,7 +100,7 @@ class Model:
             self.task(head).set_options(**options)
             return
         for key, value in options.items():
-            takers = [t for t in self.net.tasks.values() if key in type(t).option_fields()]
+            takers = [t for t in self.net.tasks.values() if key in t.declared_options()]
             if not takers:
                 self.task(next(iter(self.net.tasks))).check_options({key: value})  # says why
             for task in takers:

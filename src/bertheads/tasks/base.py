@@ -99,8 +99,8 @@ class Task:
     spec_type: ClassVar[type]
     reads_pairs: ClassVar[bool] = False
     text_formats: ClassVar[tuple[str, ...]] = ()  # formats `read_texts` reads for `extract`
-    generic_reader: ClassVar[bool] = False
-    metric_scale: ClassVar[float] = 1.0  # 100 when the metrics are percentages (SQuAD EM/F1)  # reads tables no other kind claims (classify)
+    generic_reader: ClassVar[bool] = False  # reads tables no other kind claims (classify)
+    metric_scale: ClassVar[float] = 1.0  # 100 when the metrics are percentages (SQuAD EM/F1)
     prepare_options: ClassVar[tuple[str, ...]] = ()  # extra keyword options `prepare` takes
     options_type: ClassVar[type] = NoOptions  # inference options (predict/evaluate/serve flags)
     shows: ClassVar[str] = "json"  # the web page's drawing: "scores", "entities", "answer" or "json"
@@ -116,13 +116,18 @@ class Task:
     # -- inference options --------------------------------------------------------------
     @classmethod
     def option_fields(cls) -> dict[str, dataclasses.Field]:
+        """name -> field of the kind's inference options."""
         return {f.name: f for f in dataclasses.fields(cls.options_type)}
+
+    def declared_options(self) -> dict[str, dataclasses.Field]:
+        """The inference options of this head's kind (as registered)."""
+        return TASKS.get(self.kind, type(self)).option_fields()
 
     def check_options(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """`given` (None values dropped) checked and converted like their flags; a name another
         kind declares is refused as "FLAG is for KIND heads", any other unknown name with the
         closest known one suggested."""
-        own = TASKS.get(self.kind, type(self)).option_fields()
+        own = self.declared_options()
         out = {}
         for name, value in given.items():
             if value is None:
@@ -137,6 +142,7 @@ class Task:
         return out
 
     def unknown_option(self, name: str, own: Mapping[str, Any]) -> str:
+        """Why `name` is no option of this head: another kind's, or a misspelling."""
         others = {kind: cls.option_fields() for kind, cls in TASKS.items() if kind != self.kind}
         takers = [kind for kind, fs in others.items() if name in fs]
         if takers:
@@ -150,7 +156,7 @@ class Task:
         """Options for every later prediction of this head: spec overrides replace the saved
         values, the others are passed to each call (a call's own keywords win)."""
         options = self.check_options(given)
-        fields_ = self.option_fields()
+        fields_ = self.declared_options()
         for name, value in options.items():
             if fields_[name].metadata.get("spec"):
                 setattr(self.spec, name, value)
@@ -162,7 +168,7 @@ class Task:
         """For one call: the spec overrides among `given` applied (the saved values come back
         after), the keyword options to pass on (the fixed ones, then `given`'s) yielded."""
         options = self.check_options(given)
-        fields_ = self.option_fields()
+        fields_ = self.declared_options()
         overrides = {n: v for n, v in options.items() if fields_[n].metadata.get("spec")}
         saved = {n: getattr(self.spec, n) for n in overrides}
         for name, value in overrides.items():
