@@ -106,3 +106,32 @@ def test_the_walk_sees_imports_inside_functions(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
     graph = package_imports()
     assert graph["bertheads.encoder"] == {"bertheads.cli"} and graph["bertheads.cli"] == {"bertheads.encoder"}
+
+
+# -- no module outside tasks/ names a task kind ----------------------------------------------
+KIND_NAMES = {"classify", "tag", "qa"}
+
+
+def kind_literals(path: Path) -> list[int]:
+    """Lines of `path` where a kind name is a string literal of the code (docstrings and
+    comments aside), or, in HTML and JavaScript, a quoted kind name."""
+    import re
+
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".py":
+        tree = ast.parse(text)
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        return sorted(node.lineno for node in ast.walk(tree)
+                      if isinstance(node, ast.Constant) and node.value in KIND_NAMES and id(node) not in docstrings)
+    if path.suffix in (".html", ".js"):
+        return [n for n, line in enumerate(text.splitlines(), 1) if re.search(r"""['"](classify|tag|qa)['"]""", line)]
+    return []
+
+
+def test_no_kind_named_outside_tasks():
+    hits = [f"{p.relative_to(PACKAGE)}:{n}" for p in sorted(PACKAGE.rglob("*"))
+            if p.is_file() and "tasks" not in p.relative_to(PACKAGE).parts for n in kind_literals(p)]
+    assert hits == []

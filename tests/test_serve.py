@@ -52,8 +52,9 @@ def test_health_heads_docs_and_page(client):
     assert client.get("/health").json()["status"] == "ok"
     heads = {h["name"]: h for h in client.get("/heads").json()["heads"]}
     assert heads["sentiment"] == {"name": "sentiment", "kind": "classify", "inputs": "text",
-                                  "labels": ["negative", "positive"], "problem": "single_label"}
+                                  "labels": ["negative", "positive"], "problem": "single_label", "shows": "scores"}
     assert heads["nli"]["inputs"] == "pair" and heads["qa"]["inputs"] == "question"
+    assert heads["ner"]["shows"] == "entities" and heads["qa"]["shows"] == "answer"  # how the page draws them
     assert heads["ner"]["inputs"] == "text" and heads["ner"]["entity_types"] == ["LOC", "PER"]
     schema = client.get("/openapi.json").json()
     assert {"/analyze", "/predict/{head}", "/heads", "/health"} <= set(schema["paths"])

@@ -22,7 +22,6 @@ from bertheads.running.stream import (
 )
 from bertheads.saved import bundle
 from bertheads.saved.combine import combine as combine_models
-from bertheads.tasks.qa.spans import window_choice_parts
 from bertheads.text.batching import INFERENCE_BATCH
 from bertheads.training.joint import MultiConfig, multi_task_manifest, read_config, single_task, train_tasks
 from bertheads.training.loop import TrainSettings
@@ -54,28 +53,32 @@ class Model:
         return head
 
     def predict(self, inputs: list, head: str | None = None, batch_size: int = INFERENCE_BATCH, **options) -> list[dict]:
-        """Predictions for Python inputs (texts, (text, text) pairs, or a task's own records)."""
+        """Predictions for Python inputs (texts, (text, text) pairs, or a task's own records);
+        `options` are the head's kind's inference options (`Task.options_type`)."""
         name = self.head_name(head)
         task = self.net.tasks[name]
-        examples = task.from_inputs(list(inputs), **options)
-        return task.decode(head_outputs(self.net, name, examples, batch_size), examples, **options)
+        with task.using_options(options) as options:
+            examples = task.from_inputs(list(inputs), **options)
+            return task.decode(head_outputs(self.net, name, examples, batch_size), examples, **options)
 
     def predict_file(self, path: str | None, head: str | None = None, fmt: str | None = None,
                      batch_size: int = INFERENCE_BATCH, progress: bool = False, **options) -> tuple[list, list[dict]]:
         """Read a file in the task's formats (labels optional); the records and their predictions."""
         name = self.head_name(head)
         task = self.net.tasks[name]
-        examples = task.read(path, need_labels=False, fmt=fmt, **options)
-        outputs = head_outputs(self.net, name, examples, batch_size, progress="predict" if progress else None)
-        return examples, task.decode(outputs, examples, **options)
+        with task.using_options(options) as options:
+            examples = task.read(path, need_labels=False, fmt=fmt, **options)
+            outputs = head_outputs(self.net, name, examples, batch_size, progress="predict" if progress else None)
+            return examples, task.decode(outputs, examples, **options)
 
     def predict_iter(self, path, head: str | None = None, fmt: str | None = None,
                      settings: StreamSettings | None = None, **options) -> Iterator[dict]:
         """Predictions for a file (or an open text stream) of any size, one at a time in input
         order; the input is read and predicted a chunk at a time (`StreamSettings.chunk_size`)."""
         name = self.head_name(head)
-        for _, _, preds in predict_chunks(self.net, name, path, settings, fmt, **options):
-            yield from preds
+        with self.net.tasks[name].using_options(options) as options:
+            for _, _, preds in predict_chunks(self.net, name, path, settings, fmt, **options):
+                yield from preds
 
     def predict_stream(self, path, output: str | Path | None = None, head: str | None = None,
                        fmt: str | None = None, settings: StreamSettings | None = None, write=None,
@@ -84,45 +87,32 @@ class Model:
         (atomically) or, without one, to `write` (default: stdout) a chunk at a time; under
         torchrun the processes share the chunks (see `bertheads.running.stream`)."""
         name = self.head_name(head)
-        return predict_stream(self.net, name, path, None if output is None else str(output), settings, fmt,
-                              write, **options)
+        with self.net.tasks[name].using_options(options) as options:
+            return predict_stream(self.net, name, path, None if output is None else str(output), settings, fmt,
+                                  write, **options)
 
-    def read_long_inputs(self, head: str | None = None, long_input: str | None = None,
-                         pool: str | None = None) -> None:
-        """Override how a classify head reads texts longer than its max_length ("truncate" or
-        "windows") and pools the windows ("mean" or "max")."""
-        if long_input is None and pool is None:
+    def set_options(self, head: str | None = None, **options) -> None:
+        """Inference options for every later prediction (what the server's flags set): on
+        `head`, or, when a model of several heads is given none, on each head whose kind takes
+        the option (one that no head takes is a UserError)."""
+        options = {k: v for k, v in options.items() if v is not None}
+        if head is not None or len(self.net.tasks) == 1:
+            self.task(head).set_options(**options)
             return
-        task = self.task(head)
-        if task.kind != "classify":
-            raise UserError(f"--long-input and --pool are for classify heads, not {task.kind}")
-        if long_input is not None:
-            task.spec.long_input = long_input
-        if pool is not None:
-            task.spec.pool = pool
+        for key, value in options.items():
+            takers = [t for t in self.net.tasks.values() if key in t.declared_options()]
+            if not takers:
+                self.task(next(iter(self.net.tasks))).check_options({key: value})  # says why
+            for task in takers:
+                task.set_options(**{key: value})
 
     def choose_windows(self, head: str | None = None, window_choice: str | None = None,
                        paragraph_windows: bool | None = None, paragraph_match: float | None = None) -> None:
-        """Override how a qa head compares spans of a long passage's windows (see
-        `tasks.qa.WINDOW_CHOICES`), whether each paragraph gets windows of its own, and how much
-        a paragraph's match with the question's words counts."""
-        given = {"--window-choice": window_choice, "--paragraph-windows": paragraph_windows,
-                 "--paragraph-match": paragraph_match}
-        given = {flag: value for flag, value in given.items() if value is not None}
-        if not given:
-            return
-        task = self.task(head)
-        if task.kind != "qa":
-            raise UserError(f"{next(iter(given))} is for qa heads, not {task.kind}")
-        if paragraph_match is not None:
-            if paragraph_match < 0:
-                raise UserError(f"--paragraph-match {paragraph_match}: expected a number >= 0")
-            task.spec.paragraph_match = float(paragraph_match)
-        if window_choice is not None:
-            window_choice_parts(window_choice)
-            task.spec.window_choice = window_choice
-        if paragraph_windows is not None:
-            task.spec.paragraph_windows = bool(paragraph_windows)
+        """Override how a head compares spans of a long passage's windows, whether each paragraph
+        gets windows of its own, and how much a paragraph's match with the question's words
+        counts (`set_options`)."""
+        self.set_options(head, window_choice=window_choice, paragraph_windows=paragraph_windows,
+                         paragraph_match=paragraph_match)
 
     def render(self, predictions: list[dict], examples: list, fmt: str | None = None, head: str | None = None) -> str:
         """Predictions as the text `bertheads predict` writes (JSON lines unless the task has a format)."""
@@ -134,7 +124,8 @@ class Model:
         at a time (see `stream.evaluate_stream` for what is held)."""
         name = self.head_name(head)
         settings = settings or StreamSettings(batch_size=batch_size)
-        return evaluate_stream(self.net, name, path, settings, **options)
+        with self.net.tasks[name].using_options(options) as options:
+            return evaluate_stream(self.net, name, path, settings, **options)
 
     def report(self, data: str | None = None, out: str | Path | None = None, head: str | None = None) -> Path:
         """Write the HTML report page of this saved model (see `bertheads.running.report`); its path."""

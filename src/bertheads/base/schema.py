@@ -32,12 +32,13 @@ MISSING = dataclasses.MISSING
 
 def setting(default: Any = MISSING, help: str = "", *, type: Callable | None = None,
             choices: Iterable | None = None, flag: str | None = None, metavar: str | None = None,
-            cli: bool = True, factory: Callable | None = None, negate: bool = False) -> Any:
+            cli: bool = True, factory: Callable | None = None, negate: bool = False,
+            extra: Mapping[str, Any] | None = None) -> Any:
     """A dataclass field with what its flag needs: `help`, a value `type` (an argparse type
     that raises `ArgumentTypeError`), `choices`, the `flag` (default `--name-with-dashes`),
     `cli=False` for settings only Python and config files give, `negate` for a True-by-default
-    bool shown as `--no-NAME`."""
-    meta = {"help": help, "type": type, "choices": tuple(choices) if choices is not None else None,
+    bool shown as `--no-NAME`; `extra`: more metadata for the group's own use."""
+    meta = {**(extra or {}), "help": help, "type": type, "choices": tuple(choices) if choices is not None else None,
             "flag": flag, "metavar": metavar, "cli": cli, "negate": negate}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
@@ -67,6 +68,11 @@ def is_bool(f: dataclasses.Field) -> bool:
     return f.type in (bool, "bool")
 
 
+def is_optional_bool(f: dataclasses.Field) -> bool:
+    """A `bool | None` field: true, false, or not given (an override of a saved value)."""
+    return f.type in ("bool | None", "Optional[bool]", bool | None)
+
+
 def add_flags(parser, cls, defaults: Mapping[str, Any] | None = None, skip: Iterable[str] = (),
               only: Iterable[str] | None = None) -> None:
     """One flag for each command-line field of `cls` (`defaults` override the dataclass's)."""
@@ -89,6 +95,21 @@ def add_flags(parser, cls, defaults: Mapping[str, Any] | None = None, skip: Iter
                 kwargs["choices"] = meta["choices"]
             if meta.get("metavar"):
                 kwargs["metavar"] = meta["metavar"]
+        parser.add_argument(flag_of(f), **kwargs)
+
+
+def add_override_flags(parser, fields: Iterable[dataclasses.Field]) -> None:
+    """One flag per field, each defaulting to None (not given: the saved value stands); a
+    `bool | None` field gets `--NAME` and `--no-NAME`."""
+    for f in fields:
+        meta = f.metadata
+        kwargs: dict[str, Any] = {"dest": f.name, "help": meta.get("help", ""), "default": None}
+        if is_bool(f) or is_optional_bool(f):
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            for key in ("type", "choices", "metavar"):
+                if meta.get(key) is not None:
+                    kwargs[key] = meta[key]
         parser.add_argument(flag_of(f), **kwargs)
 
 
@@ -117,7 +138,7 @@ def convert(f: dataclasses.Field, value: Any, fail: Callable[[str], None]) -> An
     if value is None:
         return None
     meta = f.metadata
-    if is_bool(f):
+    if is_bool(f) or is_optional_bool(f):
         if not isinstance(value, bool):
             fail(f"expected true or false, got {value!r}")
         return value

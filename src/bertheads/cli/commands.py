@@ -14,6 +14,7 @@ from bertheads.export.onnx import export_onnx
 from bertheads.running.extract import ExtractSettings, extract
 from bertheads.running.stream import StreamSettings
 from bertheads.saved.bundle import MANIFEST, encoder_location
+from bertheads.tasks import inference_options
 from bertheads.training.flags import (
     HEAD_FLAGS,
     settings_from,
@@ -63,11 +64,9 @@ def cmd_train_multi(args) -> int:
 
 def cmd_evaluate(args) -> int:
     model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
-    model.choose_windows(args.head, args.window_choice, args.paragraph_windows, args.paragraph_match)
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size,
                               skip_bad_lines=args.skip_bad_lines)
-    metrics = model.evaluate(args.data, head=args.head, settings=settings,
-                             **present(args, "predictions_out", "null_threshold", "threshold"))
+    metrics = model.evaluate(args.data, head=args.head, settings=settings, **given_options(args, "evaluate"))
     if metrics.get("skipped"):
         log.warning(f"skipped {metrics['skipped']} bad record(s) of {args.data}")
     if args.json:
@@ -87,9 +86,7 @@ def cmd_predict(args) -> int:
     if args.output:
         check_output_file(args.output)
     model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
-    options = present(args, "question", "context", "null_threshold", "threshold", "min_score")
-    model.read_long_inputs(args.head, **present(args, "long_input", "pool"))
-    model.choose_windows(args.head, args.window_choice, args.paragraph_windows, args.paragraph_match)
+    options = given_options(args, "predict")
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
                               skip_bad_lines=args.skip_bad_lines, progress=bool(args.output) and not args.no_progress)
     report = model.predict_stream(args.input, args.output, head=args.head, fmt=args.format, settings=settings,
@@ -170,7 +167,7 @@ def cmd_serve(args) -> int:
     from bertheads.serve.app import serve, settings_from_args  # the web stack loads only for this command
 
     serve(args.model_dir, args.host, args.port, settings_from_args(args), verify=not args.no_verify,
-          runtime=args.runtime, precision=args.precision)
+          runtime=args.runtime, precision=args.precision, options=given_options(args, "serve"))
     return 0
 
 
@@ -187,5 +184,10 @@ def check_output_file(path: str) -> None:
 def present(args, *names: str) -> dict:
     """The named options that were given on the command line."""
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+def given_options(args, command: str) -> dict:
+    """The kinds' inference options given as flags of `command` (see `Task.options_type`)."""
+    return present(args, *inference_options(command))
 
 

@@ -7,6 +7,7 @@ import argparse
 import os
 
 from bertheads import __version__
+from bertheads.base.schema import add_override_flags
 from bertheads.cli.commands import (
     cmd_combine,
     cmd_evaluate,
@@ -21,16 +22,14 @@ from bertheads.cli.commands import (
 )
 from bertheads.running.extract import INPUT_FORMATS, POOLS
 from bertheads.running.stream import CHUNK_SIZE
-from bertheads.tasks import TASKS
-from bertheads.tasks.qa.spans import WINDOW_CHOICES
+from bertheads.tasks import COMMANDS as INFERENCE_COMMANDS
+from bertheads.tasks import TASKS, inference_options
 from bertheads.text.batching import INFERENCE_BATCH
 from bertheads.training.flags import (
     HEAD_FLAGS,
     Parser,
     accept_layer_lists,
     add_training_flags,
-    fraction,
-    non_negative_float,
     positive_float,
     positive_int,
 )
@@ -72,16 +71,6 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--head", help="which head, for a model with several")
     ev.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ev.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
-    ev.add_argument("--predictions-out", help="qa: write {id: answer} JSON here (and an n-best file beside it)")
-    ev.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
-    ev.add_argument("--threshold", type=fraction, help="multi-label classify: one threshold for every label "
-                                                       "instead of the saved ones")
-    ev.add_argument("--window-choice", choices=WINDOW_CHOICES,
-                    help="qa: override the saved way spans of a long passage's windows compare")
-    ev.add_argument("--paragraph-windows", action=argparse.BooleanOptionalAction,
-                    help="qa: override whether each paragraph of a passage is read in windows of its own")
-    ev.add_argument("--paragraph-match", type=non_negative_float, metavar="W",
-                    help="qa: override the saved weight of how well each paragraph matches the question")
     ev.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
     add_stream_flags(ev, keep=False)
     ev.set_defaults(handler=cmd_evaluate)
@@ -93,25 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--head", help="which head, for a model with several")
     pr.add_argument("--format", choices=PREDICT_FORMATS, default="auto",
                     help="input format (tag: --format conll also writes CoNLL columns)")
-    pr.add_argument("--question", help="qa: one question (with --context)")
-    pr.add_argument("--context", help="qa: the passage for --question")
-    pr.add_argument("--null-threshold", type=float, help="qa (SQuAD v2): override the saved no-answer threshold")
-    pr.add_argument("--threshold", type=fraction, help="multi-label classify: one threshold for every label "
-                                                       "instead of the saved ones")
-    pr.add_argument("--min-score", type=fraction,
-                    help="single-label classify: no label (null) when the best score is below this")
     pr.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
     pr.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
     add_stream_flags(pr)
-    pr.add_argument("--long-input", choices=("truncate", "windows"),
-                    help="classify: override the saved way of reading texts longer than --max-length")
-    pr.add_argument("--pool", choices=("mean", "max"), help="classify, --long-input windows: override the saved pooling")
-    pr.add_argument("--window-choice", choices=WINDOW_CHOICES,
-                    help="qa: override the saved way spans of a long passage's windows compare")
-    pr.add_argument("--paragraph-windows", action=argparse.BooleanOptionalAction,
-                    help="qa: override whether each paragraph of a passage is read in windows of its own")
-    pr.add_argument("--paragraph-match", type=non_negative_float, metavar="W",
-                    help="qa: override the saved weight of how well each paragraph matches the question")
     pr.add_argument("--no-progress", action="store_true", help="no progress bar (shown with --output)")
     pr.set_defaults(handler=cmd_predict)
 
@@ -121,9 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_extract(sub, common)
     add_combine(sub, common)
     add_serve(sub, common)
-    for name in ("predict", "evaluate", "serve"):
+    for name in INFERENCE_COMMANDS:
+        add_option_flags(sub.choices[name], name)
         add_runtime_flags(sub.choices[name])
     return parser
+
+
+def add_option_flags(p: argparse.ArgumentParser, command: str) -> None:
+    """The flags of the kinds' inference options that `command` takes (`Task.options_type`)."""
+    add_override_flags(p, inference_options(command).values())
 
 
 def add_stream_flags(p, keep: bool = True) -> None:

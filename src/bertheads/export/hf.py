@@ -1,9 +1,8 @@
 """`bertheads export DIR --to hf --out OUT [--head NAME]`: one head as a transformers model.
 
-classify -> `AutoModelForSequenceClassification` (the head's pooler into the model's pooler,
-its linear layer into the classifier; `id2label`/`label2id`, and `problem_type` for
-regression and multi-label), tag -> `AutoModelForTokenClassification`, qa ->
-`AutoModelForQuestionAnswering`; the tokenizer beside it. `from_pretrained(OUT)` and
+Each kind says how (its `Task.hf_*` members): the `AutoModelFor...` class, the pipeline task,
+the config's labels (`id2label`/`label2id`, ...), how its head's weights go into the class's
+head and how the class's outputs compare with the head's; the tokenizer goes beside it. `from_pretrained(OUT)` and
 `pipeline(task, model=OUT)` load it. Before it is written, the transformers model's outputs
 are compared with the head's on a check batch; a head with no transformers equivalent
 (several layers or a layer mix, a BiLSTM, a classifier layout the architecture does not have)
@@ -24,11 +23,6 @@ from bertheads.saved import bundle
 from bertheads.store.atomic import atomic_directory, check_replaceable
 
 MARKER = "bertheads-export.json"
-AUTO_CLASSES = {"classify": "AutoModelForSequenceClassification", "tag": "AutoModelForTokenClassification",
-                "qa": "AutoModelForQuestionAnswering"}
-PIPELINE_TASKS = {"classify": "text-classification", "tag": "token-classification", "qa": "question-answering"}
-PROBLEM_TYPES = {"single_label": "single_label_classification", "regression": "regression",
-                 "multi_label": "multi_label_classification"}
 CHECK_TOLERANCE = 1e-4
 
 
@@ -49,33 +43,14 @@ def check_equivalent(name: str, task, num_layers: int) -> None:
     if layers not in ([-1], [num_layers]):
         raise UserError(f"head {name!r} reads layers {','.join(map(str, layers))} ({spec.combine}); "
                         f"a transformers model reads only the last layer, so it has no equivalent")
-    if getattr(spec, "head_type", "linear") != "linear":
-        raise UserError(f"head {name!r}: a BiLSTM tag head has no transformers equivalent")
-
-
-def copy_linear(target: nn.Module, source: nn.Linear, what: str) -> None:
-    if not isinstance(target, nn.Linear) or target.weight.shape != source.weight.shape:
-        raise UserError(f"{what}: the transformers model has no layer of this shape, so the head has no equivalent")
-    with torch.no_grad():
-        target.weight.copy_(source.weight)
-        target.bias.copy_(source.bias)
+    task.hf_check(name)
 
 
 def build_config(encoder_dir: Path, task):
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(str(encoder_dir))
-    spec = task.spec
-    if task.kind == "classify":
-        labels = ["value"] if spec.problem == "regression" else [str(label) for label in spec.labels]
-        config.problem_type = PROBLEM_TYPES[spec.problem]
-    elif task.kind == "tag":
-        labels = list(spec.tags)
-    else:
-        labels = ["start", "end"]
-    config.num_labels = len(labels)
-    config.id2label = dict(enumerate(labels))
-    config.label2id = {label: i for i, label in enumerate(labels)}
+    task.hf_configure(config)
     return config
 
 
@@ -84,35 +59,19 @@ def to_transformers(net, name: str, encoder_dir: Path) -> nn.Module:
     import transformers
 
     task = net.tasks[name]
-    head = net.heads[name]
     config = build_config(encoder_dir, task)
-    auto = getattr(transformers, AUTO_CLASSES[task.kind])
+    auto = getattr(transformers, task.hf_auto_class)
     try:
         model = auto.from_config(config)
     except ValueError as exc:
-        raise UserError(f"{config.model_type}: transformers has no {AUTO_CLASSES[task.kind]} for it "
+        raise UserError(f"{config.model_type}: transformers has no {task.hf_auto_class} for it "
                         f"({str(exc).splitlines()[0]})") from None
     model.eval()
     base = getattr(model, model.base_model_prefix)
     missing, unexpected = base.load_state_dict(net.encoder.model.state_dict(), strict=False)
     if unexpected or [k for k in missing if not k.startswith("pooler.")]:
         raise UserError(f"{config.model_type}: the encoder's weights do not fit {type(model).__name__}")
-    if task.kind == "classify":
-        pooler = getattr(getattr(base, "pooler", None), "dense", None)
-        classifier = getattr(model, "classifier", None)
-        if isinstance(pooler, nn.Linear) and isinstance(classifier, nn.Linear):  # BERT layout
-            copy_linear(pooler, head.pooler, f"head {name!r}")
-            copy_linear(classifier, head.out, f"head {name!r}")
-        elif hasattr(classifier, "dense") and hasattr(classifier, "out_proj"):  # RoBERTa layout
-            copy_linear(classifier.dense, head.pooler, f"head {name!r}")
-            copy_linear(classifier.out_proj, head.out, f"head {name!r}")
-        else:
-            raise UserError(f"head {name!r}: {type(model).__name__} has no pooler + linear classifier "
-                            f"(dense, tanh, linear), so the head has no equivalent")
-    elif task.kind == "tag":
-        copy_linear(getattr(model, "classifier", None), head.out, f"head {name!r}")
-    else:
-        copy_linear(getattr(model, "qa_outputs", None), head.out, f"head {name!r}")
+    task.hf_copy_head(model, name)
     return model
 
 
@@ -126,10 +85,7 @@ def max_difference(net, name: str, model: nn.Module) -> float:
     with torch.no_grad():
         ours = net(feed, [name])[name]
         out = model(**feed)
-    if net.tasks[name].kind == "qa":
-        theirs = torch.stack([out.start_logits, out.end_logits], dim=-1)
-    else:
-        theirs = out.logits
+    theirs = net.tasks[name].hf_outputs(out)
     if ours.dim() == 3:
         mask = feed["attention_mask"].bool()
         ours, theirs = ours[mask], theirs[mask]
@@ -154,13 +110,9 @@ def export_hf(directory: str | Path, out: str | Path, head: str | None = None) -
         raise UserError(f"head {name!r}: {type(model).__name__} does not compute this head (outputs differ by "
                         f"{diff:.2e}), so it has no transformers equivalent")
     info = {"source": str(directory), "head": name, "kind": task.kind, "class": type(model).__name__,
-            "pipeline": PIPELINE_TASKS[task.kind], "max_abs_diff": diff}
-    if task.kind == "qa":
-        info["pipeline_options"] = {"max_answer_len": task.spec.max_answer_length, "doc_stride": task.spec.stride,
-                                    "max_seq_len": task.spec.max_length,
-                                    "max_question_len": task.spec.max_question_length}
-    elif task.kind == "tag":
-        info["pipeline_options"] = {"aggregation_strategy": "first"}
+            "pipeline": task.hf_pipeline, "max_abs_diff": diff}
+    if task.hf_pipeline_options():
+        info["pipeline_options"] = task.hf_pipeline_options()
     with atomic_directory(out) as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True)
         net.encoder.tokenizer.save_pretrained(str(tmp))

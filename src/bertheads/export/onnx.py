@@ -70,9 +70,7 @@ def manifest_digest(directory: Path) -> str:
 def check_exportable(net) -> None:
     """Heads the graph cannot hold, refused with one line."""
     for name, task in net.tasks.items():
-        if getattr(task.spec, "head_type", "linear") == "bilstm":
-            raise UserError(f"head {name!r}: a BiLSTM tag head cannot be exported to ONNX "
-                            f"(its packed sequences have no ONNX form); use the torch runtime")
+        task.onnx_check(name)
 
 
 class GraphModule(nn.Module):

@@ -37,7 +37,7 @@ def analyze(net: BertHeads, texts: list[str], second_texts: list[str] | None = N
             inputs = [{"question": q, "context": t} for t, q in zip(texts, questions)]
         else:
             inputs = texts
-        examples = task.from_inputs(inputs, **options)
+        examples = task.from_inputs(inputs, **{**task.fixed_options, **options})
         features, owner = task.encode_for_inference(examples, tokenizer)
         key = (tuple(owner), tuple(tuple(f["input_ids"]) for f in features),
                tuple(tuple(f.get("token_type_ids") or ()) for f in features))
@@ -53,6 +53,6 @@ def analyze(net: BertHeads, texts: list[str], second_texts: list[str] | None = N
                        {job[0]: [] for job in group})
     for name, task, examples, features, owner, _ in jobs:
         collected = task.collect(outputs[name], owner, examples, features)
-        for i, prediction in enumerate(task.decode(collected, examples, **options)):
+        for i, prediction in enumerate(task.decode(collected, examples, **{**task.fixed_options, **options})):
             results[i][name] = prediction
     return results

@@ -82,7 +82,7 @@ def read_chunks(task, path, settings: StreamSettings, report: StreamReport, need
     examples = task.iter_read(path, need_labels=need_labels, fmt=fmt, keep=tuple(settings.keep_fields), bad=bad,
                               **options)
     show = settings.progress and loud
-    by_line = task.kind != "qa"  # qa records are questions (many to a SQuAD line): counted as such
+    by_line = task.counts_lines  # else records (e.g. questions, many to a line) are counted
     bar = tqdm(total=count_lines(path) if show and by_line else None, unit="line", desc="predict", disable=not show,
                leave=False, dynamic_ncols=True)
     try:

@@ -217,9 +217,6 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
     metrics = Metrics(batcher)
     batcher.observe = metrics.observe_batch
     control = Control()
-    count = token_counter(model.net.encoder.tokenizer)
-    heads = describe_heads(model)
-    forms = {h["name"]: h["inputs"] for h in heads}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -232,6 +229,17 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
                               "in one encoder pass; `POST /predict/{head}` runs one head.")
     app.state.model, app.state.batcher, app.state.settings = model, batcher, settings
     app.state.metrics, app.state.control = metrics, control
+    add_middleware(app, settings, bind_host, control, metrics)
+    add_error_handlers(app, metrics)
+    heads = describe_heads(model)
+    add_info_routes(app, heads, settings, batcher, metrics, control)
+    add_model_routes(app, model, heads, settings, batcher, metrics)
+    return app
+
+
+def add_middleware(app: FastAPI, settings: ServeSettings, bind_host: str | None, control: Control,
+                   metrics: Metrics) -> None:
+    """CORS (when origins are allowed), then the guard: Host check, token, body limit, counters."""
     if settings.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
 
@@ -240,6 +248,10 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
     app.add_middleware(Guard, hosts=allowed_hosts(settings.allowed_hosts, bind_host), token=settings.token,
                        body_limit=settings.body_limit(), body_timeout=settings.timeout, control=control,
                        metrics=metrics)
+
+
+def add_error_handlers(app: FastAPI, metrics: Metrics) -> None:
+    """Bad input answered 422, a full queue 503 (with Retry-After), a late answer 504: one-line `detail`s."""
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):
@@ -259,22 +271,10 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
         metrics.refused.labels("timeout").inc()
         return JSONResponse({"detail": str(exc)}, status_code=504)
 
-    async def run(request: Request, key: tuple, payload: dict, size: int, cost) -> list | Response:
-        """Queue the request; drop it if the client goes away before its answer."""
-        tokens = await asyncio.get_running_loop().run_in_executor(None, cost)
-        task = asyncio.ensure_future(batcher.submit(key, payload, size, tokens, settings.timeout))
-        try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=0.1)
-                if done:
-                    return task.result()
-                if await request.is_disconnected():
-                    task.cancel()
-                    metrics.refused.labels("client_gone").inc()
-                    return Response(status_code=499)
-        finally:
-            if not task.done():
-                task.cancel()
+
+def add_info_routes(app: FastAPI, heads: list[dict], settings: ServeSettings, batcher: Batcher, metrics: Metrics,
+                    control: Control) -> None:
+    """`/` (the page), `/health`, `/metrics` and `/heads`."""
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
@@ -299,6 +299,56 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
                                            "max_text_chars": settings.max_text_chars,
                                            "timeout_s": settings.timeout}}
 
+
+async def queued(request: Request, batcher: Batcher, settings: ServeSettings, metrics: Metrics, key: tuple,
+                 payload: dict, size: int, cost) -> list | Response:
+    """Queue the request; drop it if the client goes away before its answer."""
+    tokens = await asyncio.get_running_loop().run_in_executor(None, cost)
+    task = asyncio.ensure_future(batcher.submit(key, payload, size, tokens, settings.timeout))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=0.1)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                metrics.refused.labels("client_gone").inc()
+                return Response(status_code=499)
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+FORM_FIELDS = {"text": "texts", "pair": "pairs", "question": "questions"}  # a head's input form -> request field
+WANTED = {"texts": '{"texts": ["..."]}', "pairs": '{"pairs": [["first", "second"]]}',
+          "questions": '{"questions": ["..."], "contexts": ["..."]}'}
+
+
+def predict_payload(model, head: str, form: str, body: PredictRequest, settings: ServeSettings) -> dict:
+    """The batcher's payload of a `/predict/{head}` body whose fields fit the head's input form."""
+    given = [n for n in ("texts", "pairs", "questions", "contexts") if getattr(body, n) is not None]
+    expected = ["questions", "contexts"] if form == "questions" else [form]
+    if sorted(given) != sorted(expected):
+        missing = [n for n in expected if n not in given]
+        extra = [n for n in given if n not in expected]
+        reason = f"missing field {missing[0]!r}" if missing else f"unexpected field {extra[0]!r}"
+        raise HTTPException(422, f"{reason}: head {head!r} ({model.heads[head]}) reads {WANTED[form]}")
+    values = getattr(body, form)
+    check_texts(form, values, settings, "question" if form == "questions" else "text")
+    payload = {form: values, "size": len(values)}
+    if form == "questions":
+        same_length("contexts", body.contexts, values, "question")
+        check_texts("contexts", body.contexts, settings, "passage")
+        payload["contexts"] = body.contexts
+    return payload
+
+
+def add_model_routes(app: FastAPI, model, heads: list[dict], settings: ServeSettings, batcher: Batcher,
+                     metrics: Metrics) -> None:
+    """`POST /analyze` (every head, one encoder pass) and `POST /predict/{head}`."""
+    count = token_counter(model.net.encoder.tokenizer)
+    forms = {h["name"]: h["inputs"] for h in heads}
+
     @app.post("/analyze", response_model=Results, responses=ERRORS,
               summary="every single-text head on each text, one encoder pass")
     async def analyze(body: AnalyzeRequest, request: Request) -> Any:
@@ -314,7 +364,7 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
         def cost() -> int:
             return request_tokens(model.net, body.texts, body.second_texts, body.questions, lengths=count)
 
-        results = await run(request, key, payload, len(body.texts), cost)
+        results = await queued(request, batcher, settings, metrics, key, payload, len(body.texts), cost)
         return results if isinstance(results, Response) else {"results": results}
 
     @app.post("/predict/{head}", response_model=Results, responses=ERRORS,
@@ -322,23 +372,9 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
     async def predict(head: str, body: PredictRequest, request: Request) -> Any:
         if head not in forms:
             raise HTTPException(404, f"no head named {head!r} (heads: {', '.join(forms)})")
-        form = {"text": "texts", "pair": "pairs", "question": "questions"}[forms[head]]
-        given = [n for n in ("texts", "pairs", "questions", "contexts") if getattr(body, n) is not None]
-        wanted = {"texts": '{"texts": ["..."]}', "pairs": '{"pairs": [["first", "second"]]}',
-                  "questions": '{"questions": ["..."], "contexts": ["..."]}'}[form]
-        expected = ["questions", "contexts"] if form == "questions" else [form]
-        if sorted(given) != sorted(expected):
-            missing = [n for n in expected if n not in given]
-            extra = [n for n in given if n not in expected]
-            reason = f"missing field {missing[0]!r}" if missing else f"unexpected field {extra[0]!r}"
-            raise HTTPException(422, f"{reason}: head {head!r} ({model.heads[head]}) reads {wanted}")
-        values = getattr(body, form)
-        check_texts(form, values, settings, "question" if form == "questions" else "text")
-        payload = {form: values, "size": len(values)}
-        if form == "questions":
-            same_length("contexts", body.contexts, values, "question")
-            check_texts("contexts", body.contexts, settings, "passage")
-            payload["contexts"] = body.contexts
+        form = FORM_FIELDS[forms[head]]
+        payload = predict_payload(model, head, form, body, settings)
+        values = payload[form]
 
         def cost() -> int:
             if form == "questions":
@@ -348,20 +384,21 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
                                       lengths=count)
             return request_tokens(model.net, values, heads=[head], lengths=count)
 
-        results = await run(request, ("predict", head, form), payload, len(values), cost)
+        results = await queued(request, batcher, settings, metrics, ("predict", head, form), payload, len(values),
+                               cost)
         return results if isinstance(results, Response) else {"results": results}
-
-    return app
 
 
 # -- running ------------------------------------------------------------------------------
 def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None,
-          verify: bool = True, runtime: str = "torch", precision: str = "fp32") -> None:
+          verify: bool = True, runtime: str = "torch", precision: str = "fp32", options: dict | None = None) -> None:
     """Load the model in `directory` and serve it until interrupted; SIGTERM (or Ctrl-C) stops
-    taking new work, lets the requests in flight finish (up to `--timeout`), then exits."""
+    taking new work, lets the requests in flight finish (up to `--timeout`), then exits.
+    `options`: inference options for the heads whose kinds take them (`Model.set_options`)."""
     settings = settings or ServeSettings()
     settings.check(host)
     model = load(directory, verify=verify, runtime=runtime, precision=precision)
+    model.set_options(**(options or {}))
     check_port(host, port)
     app = create_app(model, settings, bind_host=host)
     control = app.state.control

@@ -22,13 +22,14 @@ from torch.nn import functional as F
 from bertheads.base.errors import UserError, where
 from bertheads.base.values import fraction, non_negative_int
 from bertheads.encoder.layers import LayerCombine
-from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
+from bertheads.tasks.base import HeadSettings, Task, TextInput, copy_linear, init_linear, option, softmax
 from bertheads.tasks.classify.metrics import (  # noqa: F401  (label_metrics: bench and tests import it from here)
     label_metrics,
     multi_label_metrics,
     regression_metrics,
     tune_thresholds,
 )
+from bertheads.tasks.classify.report import classify_section
 from bertheads.text.encoding import encode_texts, encode_windows
 from bertheads.text.readers import (
     BadLine,
@@ -46,6 +47,8 @@ TEXT_COLUMNS = ["sentence", "text", "sentence1", "#1 string", "premise", "questi
 PAIR_COLUMNS = ["sentence2", "#2 string", "hypothesis", "question2", "text_b", "sentence_b"]
 LABEL_COLUMNS = ["label", "labels", "quality", "score", "gold_label", "target", "class"]
 PROBLEMS = ("single_label", "regression", "multi_label")
+HF_PROBLEM_TYPES = {"single_label": "single_label_classification", "regression": "regression",
+                    "multi_label": "multi_label_classification"}
 LONG_INPUTS = ("truncate", "windows")
 POOLS = ("mean", "max")
 _INT = re.compile(r"^[+-]?\d+$")
@@ -71,6 +74,20 @@ class ClassifySpec(HeadSettings):
     long_input: str = "truncate"  # or "windows": a longer input is cut into overlapping windows
     pool: str = "mean"  # windows: how a document's window outputs are pooled ("mean" or "max")
     stride: int = 32  # windows: tokens shared by neighbouring windows
+
+
+@dataclass
+class ClassifyOptions:
+    """What `predict`, `evaluate` and the server may change of a classify head."""
+
+    threshold: float | None = option(None, "multi-label classify: one threshold for every label instead of the "
+                                           "saved ones", type=fraction)
+    min_score: float | None = option(None, "single-label classify: no label (null) when the best score is below "
+                                           "this", type=fraction, commands=("predict", "serve"))
+    long_input: str | None = option(None, "classify: override the saved way of reading texts longer than "
+                                          "--max-length", choices=LONG_INPUTS, commands=("predict", "serve"), spec=True)
+    pool: str | None = option(None, "classify, --long-input windows: override the saved pooling", choices=POOLS,
+                              commands=("predict", "serve"), spec=True)
 
 
 @dataclass
@@ -111,6 +128,10 @@ class ClassifyTask(Task):
     spec_type = ClassifySpec
     prepare_options = ("problem", "limit")
     help = "labels or scores for a text or a text pair, read from [CLS]"
+    options_type = ClassifyOptions
+    shows = "scores"
+    hf_auto_class = "AutoModelForSequenceClassification"
+    hf_pipeline = "text-classification"
 
     @classmethod
     def add_arguments(cls, parser) -> None:
@@ -334,6 +355,32 @@ class ClassifyTask(Task):
     def describe(self) -> dict:
         return {**super().describe(), "labels": [str(x) if not isinstance(x, (int, str)) else x
                                                  for x in self.spec.shown_labels()], "problem": self.spec.problem}
+
+    def report_section(self, outputs: list, examples: list, metrics: dict, section) -> None:
+        classify_section(self, outputs, examples, metrics, section)
+
+    # -- export --to hf: the pooler into the model's pooler, the linear layer into the classifier --
+    def hf_labels(self) -> list[str]:
+        return ["value"] if self.spec.problem == "regression" else [str(label) for label in self.spec.labels]
+
+    def hf_configure(self, config) -> None:
+        super().hf_configure(config)
+        config.problem_type = HF_PROBLEM_TYPES[self.spec.problem]
+
+    def hf_copy_head(self, model: nn.Module, name: str) -> None:
+        base = getattr(model, model.base_model_prefix)
+        pooler = getattr(getattr(base, "pooler", None), "dense", None)
+        classifier = getattr(model, "classifier", None)
+        what = f"head {name!r}"
+        if isinstance(pooler, nn.Linear) and isinstance(classifier, nn.Linear):  # BERT layout
+            copy_linear(pooler, self.head.pooler, what)
+            copy_linear(classifier, self.head.out, what)
+        elif hasattr(classifier, "dense") and hasattr(classifier, "out_proj"):  # RoBERTa layout
+            copy_linear(classifier.dense, self.head.pooler, what)
+            copy_linear(classifier.out_proj, self.head.out, what)
+        else:
+            raise UserError(f"head {name!r}: {type(model).__name__} has no pooler + linear classifier "
+                            f"(dense, tanh, linear), so the head has no equivalent")
 
     # -- plain inputs for `extract`: classify's tables are the generic reader -----------------
     text_formats = ("tsv", "csv", "jsonl")
@@ -576,12 +623,6 @@ def infer_labels(examples: list[ClassifyExample], path, problem: str | None) -> 
 
 def sort_key(label):
     return (0, label, "") if isinstance(label, int) else (1, 0, str(label))
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    z = x - x.max(-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(-1, keepdims=True)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

@@ -32,7 +32,7 @@ from bertheads.base.errors import UserError
 from bertheads.base.values import non_negative_float, non_negative_int, positive_int
 from bertheads.encoder.layers import LayerCombine
 from bertheads.store.atomic import atomic_write_text
-from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
+from bertheads.tasks.base import HeadSettings, Task, TextInput, copy_linear, init_linear, option
 from bertheads.tasks.qa.formats import QAExample, check_text, iter_examples, read_examples
 from bertheads.tasks.qa.metrics import (
     best_threshold,
@@ -45,6 +45,7 @@ from bertheads.tasks.qa.metrics import (
     squad_v1_scores,
     squad_v2_scores,
 )
+from bertheads.tasks.qa.report import qa_section
 from bertheads.tasks.qa.spans import (
     WINDOW_CHOICES,
     QAOutput,
@@ -78,6 +79,24 @@ class QASpec(HeadSettings):
     paragraph_match: float = 6.0  # a span loses this x how much worse its paragraph matches the question
 
 
+@dataclass
+class QAOptions:
+    """What `predict`, `evaluate` and the server may change of a qa head."""
+
+    question: str | None = option(None, "qa: one question (with --context)", commands=("predict",))
+    context: str | None = option(None, "qa: the passage for --question", commands=("predict",))
+    null_threshold: float | None = option(None, "qa (SQuAD v2): override the saved no-answer threshold", type=float)
+    predictions_out: str | None = option(None, "qa: write {id: answer} JSON here (and an n-best file beside it)",
+                                         commands=("evaluate",))
+    window_choice: str | None = option(None, "qa: override the saved way spans of a long passage's windows "
+                                             "compare", choices=WINDOW_CHOICES, spec=True)
+    paragraph_windows: bool | None = option(None, "qa: override whether each paragraph of a passage is read in "
+                                                  "windows of its own", spec=True)
+    paragraph_match: float | None = option(None, "qa: override the saved weight of how well each paragraph "
+                                                 "matches the question", type=non_negative_float, metavar="W",
+                                           spec=True)
+
+
 class QAHead(nn.Module):
     """A linear layer from each token state to its start and end logits, as in BERT."""
 
@@ -105,6 +124,11 @@ class QATask(Task):
     input_form = "question"
     metric_scale = 100.0  # SQuAD's EM and F1 are percentages
     text_formats = ("squad", "jsonl")
+    options_type = QAOptions
+    shows = "answer"
+    counts_lines = False  # records are questions, many to a SQuAD line
+    hf_auto_class = "AutoModelForQuestionAnswering"
+    hf_pipeline = "question-answering"
 
     @classmethod
     def add_arguments(cls, parser) -> None:
@@ -268,6 +292,24 @@ class QATask(Task):
         spec = self.spec
         room = max(1, int(spec.max_length) - min(question, int(spec.max_question_length)) - 3)
         return ("qa", id(self)), window_count(tokens, room, int(spec.stride)) * int(spec.max_length)
+
+    def report_section(self, outputs: list, examples: list, metrics: dict, section) -> None:
+        qa_section(self, outputs, examples, metrics, section)
+
+    # -- export --to hf: the linear layer into qa_outputs ----------------------------------------
+    def hf_labels(self) -> list[str]:
+        return ["start", "end"]
+
+    def hf_copy_head(self, model: nn.Module, name: str) -> None:
+        copy_linear(getattr(model, "qa_outputs", None), self.head.out, f"head {name!r}")
+
+    def hf_outputs(self, out) -> torch.Tensor:
+        return torch.stack([out.start_logits, out.end_logits], dim=-1)
+
+    def hf_pipeline_options(self) -> dict:
+        spec = self.spec
+        return {"max_answer_len": spec.max_answer_length, "doc_stride": spec.stride, "max_seq_len": spec.max_length,
+                "max_question_len": spec.max_question_length}
 
     # -- plain inputs for `extract` ---------------------------------------------------------
     @classmethod

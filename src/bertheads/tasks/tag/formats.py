@@ -148,14 +148,6 @@ def iter_conll(path, spec, need_labels: bool, bad: BadLine | None = None) -> Ite
         raise UserError(f"{where(name)}: file is empty")
 
 
-def read_tag_jsonl(path: str | None, need_labels: bool) -> list[TagExample]:
-    """`{"tokens": [...], "tags": [...]}` records (`"text"` records for prediction)."""
-    examples = list(iter_tag_jsonl(path, need_labels))
-    if not examples:
-        raise UserError(f"{where(source_name(path))}: no records")
-    return examples
-
-
 def iter_tag_jsonl(path, need_labels: bool, keep: tuple[str, ...] = (),
                    bad: BadLine | None = None) -> Iterator[TagExample]:
     name = source_name(path)

@@ -26,7 +26,7 @@ from torch.nn import functional as F
 from bertheads.base.errors import UserError, where
 from bertheads.base.values import non_negative_int, positive_int
 from bertheads.encoder.layers import LayerCombine
-from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear
+from bertheads.tasks.base import HeadSettings, Task, TextInput, copy_linear, init_linear, softmax
 from bertheads.tasks.tag.formats import (
     CONLL_SUFFIXES,
     TagExample,
@@ -34,6 +34,7 @@ from bertheads.tasks.tag.formats import (
     read_tagged,
     separator,
 )
+from bertheads.tasks.tag.report import tag_section
 from bertheads.tasks.tag.scheme import (
     detect_scheme,
     entity_errors,
@@ -110,6 +111,9 @@ class TagTask(Task):
     spec_type = TagSpec
     main_metric = "f1"
     help = "one tag per word (NER, chunking) from the token states; entities with offsets"
+    shows = "entities"
+    hf_auto_class = "AutoModelForTokenClassification"
+    hf_pipeline = "token-classification"
 
     @classmethod
     def add_arguments(cls, parser) -> None:
@@ -213,6 +217,28 @@ class TagTask(Task):
     def describe(self) -> dict:
         return {**super().describe(), "labels": list(self.spec.tags),
                 "entity_types": sorted({t.split("-", 1)[1] for t in self.spec.tags if "-" in t})}
+
+    def report_section(self, outputs: list, examples: list, metrics: dict, section) -> None:
+        tag_section(self, outputs, examples, metrics, section)
+
+    # -- export --to hf: the linear layer into the token classifier ----------------------------
+    def hf_check(self, name: str) -> None:
+        if self.spec.head_type != "linear":
+            raise UserError(f"head {name!r}: a BiLSTM tag head has no transformers equivalent")
+
+    def hf_labels(self) -> list[str]:
+        return list(self.spec.tags)
+
+    def onnx_check(self, name: str) -> None:
+        if self.spec.head_type == "bilstm":
+            raise UserError(f"head {name!r}: a BiLSTM tag head cannot be exported to ONNX "
+                            f"(its packed sequences have no ONNX form); use the torch runtime")
+
+    def hf_copy_head(self, model: nn.Module, name: str) -> None:
+        copy_linear(getattr(model, "classifier", None), self.head.out, f"head {name!r}")
+
+    def hf_pipeline_options(self) -> dict:
+        return {"aggregation_strategy": "first"}
 
     # -- plain inputs for `extract` ---------------------------------------------------------
     text_formats = ("conll", "jsonl")
@@ -509,7 +535,3 @@ def compact_words(word: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, in
     spans = np.stack([offsets[positions[new], 0], offsets[positions[last], 1]], axis=1)
     return out, int(numbered[-1]) + 1, spans
 
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    z = np.exp(x - x.max(-1, keepdims=True)) if len(x) else x
-    return z / z.sum(-1, keepdims=True) if len(x) else x
