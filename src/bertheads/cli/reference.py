@@ -86,7 +86,7 @@ def _default(action: argparse.Action) -> str:
 
 def _flag(action: argparse.Action) -> str:
     if not action.option_strings:
-        return f"`{action.metavar or action.dest.upper()}`"
+        return f"`{action.metavar or action.dest}`"
     if action.nargs == 0:
         names = action.option_strings
     else:
@@ -109,7 +109,7 @@ def _help(action: argparse.Action) -> str:
     parts = [text]
     if action.choices and action.option_strings and action.metavar is not None:
         parts.append("(one of: " + ", ".join(map(str, action.choices)) + ")")
-    if action.required:
+    if action.required and action.option_strings:
         parts.append("(required)")
     return _cell(" ".join(p for p in parts if p))
 
