@@ -31,18 +31,22 @@ status, messages, atomic outputs) are in [conventions](conventions.md).
 
 @contextmanager
 def _stable_environment():
-    """Hide what could make the page differ between machines while the parser is built."""
-    saved = dict(os.environ)
+    """Hide what could make the page differ between machines while the parser is built; put
+    back exactly what was changed afterwards."""
+    hidden = [n for n in os.environ if n.startswith("BERTHEADS_") or n in ("FORCE_COLOR", "PYTHON_COLORS")]
+    changed = {n: os.environ.get(n) for n in [*hidden, "COLUMNS", "NO_COLOR"]}
     try:
-        for name in list(os.environ):
-            if name.startswith("BERTHEADS_") or name in ("FORCE_COLOR", "PYTHON_COLORS"):
-                del os.environ[name]
+        for name in hidden:
+            del os.environ[name]
         os.environ["COLUMNS"] = str(WIDTH)
         os.environ["NO_COLOR"] = "1"
         yield
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
+        for name, value in changed.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _fix_width(parser: argparse.ArgumentParser) -> None:
