@@ -215,3 +215,21 @@ def test_a_line_over_the_limit_is_refused_with_its_number(tiny_bert, write, tmp_
     assert main(["predict", str(model), "--input", data, "--skip-bad-lines"]) == 0
     captured = capsys.readouterr()
     assert len(captured.out.splitlines()) == 2 and f"{data}:2:" in captured.err
+
+
+@pytest.mark.parametrize("fault", [MemoryError(), RuntimeError("[enforce fail at alloc_cpu.cpp:121] "
+                                                               "DefaultCPUAllocator: can't allocate memory")])
+def test_out_of_memory_while_loading_is_one_line(tiny_bert, write, tmp_path, capsys, monkeypatch, fault):
+    from bertheads.encoder.pretrained import Encoder
+
+    model = tmp_path / "m"
+    assert main(train_argv(tiny_bert, write("t.tsv", ROWS), model)) == 0
+    capsys.readouterr()
+
+    def no_memory(*args, **kwargs):
+        raise fault
+
+    monkeypatch.setattr(Encoder, "load", classmethod(no_memory))
+    assert main(["predict", str(model), "--input", write("x.txt", "a great movie\n")]) == 1
+    line = one_error_line(capsys)
+    assert line.startswith("bertheads: error: out of memory (") and "available" in line, line

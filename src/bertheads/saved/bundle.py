@@ -120,9 +120,11 @@ def load(directory: str | Path, device: str | torch.device | None = None, verify
     else:
         try:
             encoder = Encoder.load(str(directory / "encoder"), strict=True)
-        except UserError:
+        except (UserError, MemoryError):
             raise
         except Exception as exc:  # a corrupt tokenizer or config file
+            if "can't allocate memory" in str(exc):  # torch's allocator: the machine, not the file
+                raise
             raise UserError(f"{directory / 'encoder'}: cannot load ({type(exc).__name__}: {first_line(exc)})") from None
         expected_hash = manifest.get("encoder_hash")
         if verify and expected_hash:
