@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bertheads.serve.app import create_app
 from fastapi.testclient import TestClient
 from helpers_multi import save_heads
 
@@ -19,6 +18,7 @@ from bertheads.cli.main import main
 from bertheads.export import onnx as export_onnx
 from bertheads.export.hf import export_hf
 from bertheads.model import run_heads
+from bertheads.serve.app import create_app
 
 TEXTS = ["Angela Merkel visited Paris last week.", "A warm, funny and wonderfully acted film.",
          "Fiat is based in Turin , Italy .", "word " * 150 + "Berlin is large."]  # the last one needs windows
