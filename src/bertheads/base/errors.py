@@ -1,4 +1,5 @@
-"""The one exception type whose message is shown to the user as it is."""
+"""The one exception type whose message is shown to the user as it is, and the helpers that
+word its messages."""
 
 from __future__ import annotations
 
@@ -15,3 +16,9 @@ def where(path: str | None, line: int | None = None, field: str | None = None) -
     if field:
         text += f": {field}"
     return text
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line of text (its type's name when it has none), for one-line messages."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
