@@ -127,7 +127,11 @@ def test_cli_predict_evaluate_onnx(model_dir, write, capsys):
                      "--precision", precision]) == 0
         outputs[runtime, precision] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert outputs["onnx", "fp32"] == outputs["torch", "fp32"]
-    assert [len(x["entities"]) >= 0 for x in outputs["onnx", "int8"]] == [True] * 3
+    int8 = outputs["onnx", "int8"]  # quantized: near-tied tags may differ from fp32, the form may not
+    assert [sorted(x) for x in int8] == [["entities"]] * 3 and any(x["entities"] for x in int8)
+    for line, x in zip(TEXTS[:3], int8):
+        assert all(line[e["start"] : e["end"]] == e["text"] and e["type"] in ("LOC", "PER") and 0 < e["score"] <= 1
+                   for e in x["entities"]), x
     dev = write("dev.tsv", "sentence\tlabel\n" + "".join(f"{t}\tpositive\n" for t in TEXTS))
     assert main(["evaluate", str(model_dir), "--head", "sentiment", "--data", dev, "--json", "--runtime", "onnx"]) == 0
     onnx_metrics = json.loads(capsys.readouterr().out)

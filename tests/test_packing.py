@@ -1,5 +1,6 @@
 """Packing: the BERT layouts, truncation, dynamic padding, length grouping, order restoring."""
 
+import numpy as np
 import pytest
 
 from bertheads.text.batching import length_grouped_batches, shard, sorted_batches
@@ -152,5 +153,57 @@ def test_worker_threads_do_not_leak_and_are_capped():
         torch.set_num_threads(4 * MAX_CPU_WORKERS)
         assert cpu_workers(torch.device("cpu"), 1000) == (MAX_CPU_WORKERS, 4)
         assert cpu_workers(torch.device("cpu"), 3) == (3, 4 * MAX_CPU_WORKERS // 3)
+    finally:
+        torch.set_num_threads(before)
+
+
+class CountingRunner:
+    """A `Runner` whose outputs are the features' ids: one row per token for "tok", their sum
+    for "sum"; it reports the threads it ran on and, when `loss` is set, a loss per batch."""
+
+    def __init__(self, workers: int | None = None, loss: bool = True) -> None:
+        import torch
+
+        self.pad_id, self.device, self.workers, self.loss, self.threads = 0, torch.device("cpu"), workers, loss, []
+
+    def token_level(self, head: str) -> bool:
+        return head == "tok"
+
+    def run(self, features, rows, heads, with_loss=False):
+        import torch
+
+        self.threads.append(torch.get_num_threads())
+        width = max(len(f["input_ids"]) for f in features)
+        tok = np.array([f["input_ids"] + [-1] * (width - len(f["input_ids"])) for f in features])
+        outputs = {"tok": tok[:, :, None], "sum": np.array([sum(f["input_ids"]) for f in features])}
+        return {h: outputs[h] for h in heads}, ({h: float(len(rows)) for h in heads} if with_loss and self.loss else {})
+
+
+def test_run_features_restores_order_trims_tokens_and_sums_losses():
+    """The one loop of head outputs: input order back, token rows trimmed to each feature, batch
+    losses weighted by batch size; a runner that gives no loss reports [nan, 0]; a runner with
+    threads of its own (`workers`) runs side by side and leaves torch's thread count alone."""
+    import math
+
+    import torch
+
+    from bertheads.text.runner import run_features
+
+    features = [{"input_ids": list(range(1, 2 + (i * 7) % 11))} for i in range(30)]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        for runner in (CountingRunner(), CountingRunner(workers=3, loss=False)):
+            losses: dict = {}
+            got = run_features(runner, features, ["tok", "sum"], batch_size=4, losses=losses)
+            assert [a[:, 0].tolist() for a in got["tok"]] == [f["input_ids"] for f in features]
+            assert [int(a) for a in got["sum"]] == [sum(f["input_ids"]) for f in features]
+            if runner.loss:  # batches of 4, 4, ... 2: each reports its own size as its loss
+                assert losses == {"tok": [7 * 4 * 4 + 2 * 2, 30], "sum": [7 * 4 * 4 + 2 * 2, 30]}
+                assert runner.threads == [1] * 8  # two single-threaded torch workers
+            else:
+                assert all(math.isnan(losses[h][0]) and losses[h][1] == 0 for h in ("tok", "sum"))
+                assert runner.threads == [2] * 8  # torch's threads left alone
+            assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)

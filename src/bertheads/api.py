@@ -10,7 +10,7 @@ import torch
 
 from bertheads.base.errors import UserError
 from bertheads.export.onnx_runtime import check_runtime, load_onnx
-from bertheads.model import BertHeads, head_outputs
+from bertheads.model import BertHeads, head_outputs, pick_head
 from bertheads.running.analyze import analyze
 from bertheads.running.report import report
 from bertheads.running.stream import (
@@ -44,13 +44,7 @@ class Model:
         return self.net.tasks[self.head_name(head)]
 
     def head_name(self, head: str | None) -> str:
-        if head is None:
-            if len(self.net.tasks) == 1:
-                return next(iter(self.net.tasks))
-            raise UserError(f"this model has several heads ({', '.join(self.net.tasks)}); choose one with --head")
-        if head not in self.net.tasks:
-            raise UserError(f"no head named {head!r} (heads: {', '.join(self.net.tasks)})")
-        return head
+        return pick_head(self.net, head)
 
     def predict(self, inputs: list, head: str | None = None, batch_size: int = INFERENCE_BATCH, **options) -> list[dict]:
         """Predictions for Python inputs (texts, (text, text) pairs, or a task's own records);

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import math
-import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 from torch import nn
 
+from bertheads.base.errors import UserError
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.encoder.pretrained import Encoder
-from bertheads.text.batching import INFERENCE_BATCH, INFERENCE_TOKENS, run_in_length_order
+from bertheads.text.batching import INFERENCE_BATCH, INFERENCE_TOKENS
 from bertheads.text.encoding import Feature, collate
+from bertheads.text.runner import Runner, run_features
 
 
 class BertHeads(nn.Module):
@@ -48,9 +49,28 @@ class BertHeads(nn.Module):
             out[name] = head(picked if len(picked) > 1 else picked[0], batch)
         return out
 
+    # the `text.runner.Runner` members: a batch of features through `forward`
+    workers = None  # batches side by side as torch's threads allow (`cpu_workers`)
+
+    @property
+    def pad_id(self) -> int:
+        return self.encoder.tokenizer.pad_token_id or 0
+
+    def token_level(self, name: str) -> bool:
+        return bool(self.heads[name].token_level)
+
+    def run(self, features: Sequence[Feature], rows: Sequence[int], heads: Sequence[str],
+            with_loss: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """Each head's outputs for a batch (and its loss on it, with `with_loss`)."""
+        device = self.device
+        batch = {k: v.to(device) for k, v in collate(features, self.pad_id).items()}
+        out = self(batch, heads)
+        losses = {name: float(self.tasks[name].loss(out[name], batch)) for name in heads} if with_loss else {}
+        return {name: out[name].float().cpu().numpy() for name in heads}, losses
+
 
 def run_heads(
-    model: BertHeads,
+    model: Runner,
     features: Sequence[Feature],
     names: Sequence[str],
     batch_size: int = INFERENCE_BATCH,
@@ -58,49 +78,29 @@ def run_heads(
     progress: str | None = None,
     losses: dict[str, list[float]] | None = None,
 ) -> dict[str, list[np.ndarray]]:
-    """Head outputs per feature, in input order.
-
-    Features run sorted by length (each batch padded only to its own longest member);
-    token-level heads get their rows trimmed to the feature's length. On a CPU with several
-    torch threads, batches run side by side on that many worker threads, each using one
-    core (`packing.run_batches`). With `losses` (features carrying their labels), each named
-    head's loss is computed on every batch too: `losses[name]` collects `[sum, examples]`.
+    """Head outputs per feature, in input order, from the torch model or another runtime
+    (`export.onnx_runtime.OnnxNet`): `text.runner.run_features` over batches sorted by length,
+    side by side on a CPU. With `losses` (features carrying their labels), `losses[name]`
+    collects each head's `[sum, examples]` (`[nan, 0]` from a runtime that gives outputs only).
+    A torch model runs in eval mode and gets its mode back afterwards.
     """
-    if not isinstance(model, BertHeads):  # another runtime (`runtime_onnx.OnnxNet`) runs its own batches
-        if losses is not None:  # it gives the heads' outputs only: no loss to report
-            losses.update({name: [math.nan, 0] for name in names})
-        return model.run_heads(features, names, batch_size, max_tokens, progress)
+    with eval_mode(model):
+        return run_features(model, features, names, batch_size, max_tokens, progress, losses)
+
+
+@contextmanager
+def eval_mode(model) -> Iterator[None]:
+    """A torch module in eval mode for the duration (its own mode back afterwards); any other
+    runtime as it is."""
+    if not isinstance(model, nn.Module):
+        yield
+        return
     was_training = model.training
     model.eval()
-    device = model.device
-    pad_id = model.encoder.tokenizer.pad_token_id or 0
-    lengths = [len(f["input_ids"]) for f in features]
-    results: dict[str, list] = {n: [None] * len(features) for n in names}
-    lock = threading.Lock()
-    if losses is not None:
-        for name in names:
-            losses[name] = [0.0, 0]
-
-    def run(idx: list[int]) -> None:
-        batch = collate([features[i] for i in idx], pad_id)
-        batch = {k: v.to(device) for k, v in batch.items()}
-        out = model(batch, names)
-        for name in names:
-            if losses is not None:
-                value = float(model.tasks[name].loss(out[name], batch))
-                with lock:  # batches may run on several threads
-                    losses[name][0] += value * len(idx)
-                    losses[name][1] += len(idx)
-            arr = out[name].float().cpu().numpy()
-            token_level = model.heads[name].token_level
-            for j, i in enumerate(idx):
-                results[name][i] = arr[j, : lengths[i]] if token_level else arr[j]
-
     try:
-        run_in_length_order(features, run, device, batch_size, max_tokens, progress)
+        yield
     finally:
         model.train(was_training)
-    return results
 
 
 def head_outputs(model: BertHeads, name: str, examples: list, batch_size: int = INFERENCE_BATCH,
@@ -121,6 +121,17 @@ def evaluate_head(model: BertHeads, name: str, examples: list, path: str | None 
     outputs = run_heads(model, features, [name], batch_size, losses=losses)[name]
     metrics = task.metrics(task.collect(outputs, owner, examples, features), examples, path, **options)
     total, count = losses[name]
-    if count:  # the ONNX runtime gives outputs only: no loss then
+    if count:  # a runtime that gives outputs only (ONNX): no loss then
         metrics["loss"] = total / count
     return metrics
+
+
+def pick_head(net, head: str | None) -> str:
+    """The head `head` names, or the only one when it is None."""
+    if head is None:
+        if len(net.tasks) == 1:
+            return next(iter(net.tasks))
+        raise UserError(f"this model has several heads ({', '.join(net.tasks)}); choose one with --head")
+    if head not in net.tasks:
+        raise UserError(f"no head named {head!r} (heads: {', '.join(net.tasks)})")
+    return head

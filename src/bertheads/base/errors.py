@@ -1,6 +1,6 @@
 """The two exception types whose message is shown to the user as it is: `UserError` (the input or
 settings are wrong, exit 2) and `SystemFault` (the machine failed the run: disk full, permission
-denied, out of memory; exit 1)."""
+denied, out of memory; exit 1), and the helpers that word their messages."""
 
 from __future__ import annotations
 
@@ -22,3 +22,9 @@ def where(path: str | None, line: int | None = None, field: str | None = None) -
     if field:
         text += f": {field}"
     return text
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line of text (its type's name when it has none), for one-line messages."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

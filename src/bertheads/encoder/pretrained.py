@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertheads.base.errors import UserError
+from bertheads.base.errors import UserError, first_line
 
 DEFAULT_MODEL = "default"
 LAZY_LOAD = threading.Lock()  # a lazy encoder's weights load once, whichever thread asks first
@@ -151,11 +151,6 @@ def lazy_parts(name_or_path: str) -> tuple | None:
         return None
     config.dtype = torch.float32  # as `load_encoder_model` loads it (the config is part of cache keys)
     return config, pooler
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 @dataclass

@@ -19,21 +19,12 @@ import torch
 from torch import nn
 
 from bertheads.base.errors import UserError
+from bertheads.model import pick_head
 from bertheads.saved import bundle
 from bertheads.store.atomic import atomic_directory, check_replaceable
 
 MARKER = "bertheads-export.json"
 CHECK_TOLERANCE = 1e-4
-
-
-def pick_head(net, head: str | None) -> str:
-    if head is None:
-        if len(net.tasks) == 1:
-            return next(iter(net.tasks))
-        raise UserError(f"this model has several heads ({', '.join(net.tasks)}); choose one with --head")
-    if head not in net.tasks:
-        raise UserError(f"no head named {head!r} (heads: {', '.join(net.tasks)})")
-    return head
 
 
 def check_equivalent(name: str, task, num_layers: int) -> None:

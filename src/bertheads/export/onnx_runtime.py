@@ -1,12 +1,10 @@
 """The ONNX Runtime path: a saved model's heads run from `DIR/onnx/` (written by
 `bertheads export DIR --to onnx`) instead of torch.
 
-`OnnxNet` stands where the torch model (`model.BertHeads`) stands: it has the tasks (for
-reading, encoding and decoding, which stay the same) and the tokenizer, and its
-`run_heads` is the batched prediction: inputs sorted by length, batches of at most 64 inputs
-and 2,048 tokens padded to their own longest member, run side by side on single-threaded
-workers (one per CPU thread), outputs trimmed and returned in input order. The encoder's torch
-weights are never loaded.
+`OnnxNet` holds the tasks (for reading, encoding and decoding, which stay the same) and the
+tokenizer, and is a `text.runner.Runner`: `model.run_heads` batches, orders and threads its
+session calls as it does the torch model's, on single-threaded workers (one per CPU thread).
+The encoder's torch weights are never loaded.
 """
 
 from __future__ import annotations
@@ -14,20 +12,19 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from bertheads.base.errors import UserError
 from bertheads.encoder.pretrained import EncoderInfo, load_tokenizer
 from bertheads.export.onnx import GRAPHS, INPUTS, META, ONNX_DIR, PRECISIONS, manifest_digest, session
 from bertheads.saved import bundle
-from bertheads.text.batching import INFERENCE_BATCH, INFERENCE_TOKENS, MAX_CPU_WORKERS, sorted_batches
-from bertheads.text.encoding import Feature, collate
+from bertheads.text.batching import MAX_CPU_WORKERS
+from bertheads.text.encoding import Feature, encoder_batch
 
 RUNTIMES = ("torch", "onnx")
 
@@ -102,7 +99,7 @@ class OnnxNet:
         self.meta = meta
         self.path = path
         self.precision = self.settings.precision
-        workers, threads = self.parallelism()
+        _, threads = self.parallelism()
         self.session = session(path, threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
         outputs = {o.name for o in self.session.get_outputs()}
@@ -110,8 +107,7 @@ class OnnxNet:
         if missing or set(self.input_names) - set(INPUTS):
             raise UserError(f"{path}: the graph does not match the model (heads {', '.join(self.tasks)}; graph "
                             f"outputs {', '.join(sorted(outputs))}); run `bertheads export {directory} --to onnx`")
-        self.heads = {name: SimpleNamespace(token_level=bool(meta["heads"][name]["token_level"]))
-                      for name in self.tasks}
+        self.token_levels = {name: bool(meta["heads"][name]["token_level"]) for name in self.tasks}
 
     def parallelism(self) -> tuple[int, int]:
         """(workers, intra-op threads per session call)."""
@@ -120,54 +116,28 @@ class OnnxNet:
         threads = self.settings.threads or max(1, cpus // workers)
         return workers, threads
 
-    # the torch model's interface that callers use
-    def eval(self) -> OnnxNet:
-        return self
-
-    def train(self, mode: bool = True) -> OnnxNet:
-        return self
-
+    # the `text.runner.Runner` members: a batch of features through the session
     @property
-    def training(self) -> bool:
-        return False
+    def pad_id(self) -> int:
+        return self.encoder.tokenizer.pad_token_id or 0
 
     @property
     def device(self) -> torch.device:
         return torch.device("cpu")
 
-    def run_heads(self, features: Sequence[Feature], names: Sequence[str], batch_size: int = INFERENCE_BATCH,
-                  max_tokens: int | None = INFERENCE_TOKENS, progress: str | None = None) -> dict[str, list]:
-        """Head outputs per feature, in input order (what `model.run_heads` returns)."""
-        names = list(names)
-        pad_id = self.encoder.tokenizer.pad_token_id or 0
-        lengths = [len(f["input_ids"]) for f in features]
-        results: dict[str, list] = {n: [None] * len(features) for n in names}
-        batches = sorted_batches(lengths, batch_size, max_tokens)
-        token_level = {n: self.heads[n].token_level for n in names}
+    @property
+    def workers(self) -> int:
+        return self.parallelism()[0]
 
-        def run(idx: list[int]) -> int:
-            batch = collate([{"input_ids": features[i]["input_ids"],
-                              "token_type_ids": features[i].get("token_type_ids")} for i in idx], pad_id)
-            feed = {k: batch[k].numpy() for k in self.input_names}
-            outs = self.session.run(names, feed)
-            for name, arr in zip(names, outs):
-                for j, i in enumerate(idx):
-                    results[name][i] = arr[j, : lengths[i]] if token_level[name] else arr[j]
-            return len(idx)
+    def token_level(self, name: str) -> bool:
+        return self.token_levels[name]
 
-        bar = tqdm(total=len(features), desc=progress, unit="ex", disable=None if progress else True, leave=False)
-        workers, _ = self.parallelism()
-        try:
-            if workers > 1 and len(batches) > 1:
-                with ThreadPoolExecutor(min(workers, len(batches))) as pool:
-                    for done in pool.map(run, batches):
-                        bar.update(done)
-            else:
-                for idx in batches:
-                    bar.update(run(idx))
-        finally:
-            bar.close()
-        return results
+    def run(self, features: Sequence[Feature], rows: Sequence[int], heads: Sequence[str],
+            with_loss: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """Each head's outputs for a batch; the graph gives no loss."""
+        batch = encoder_batch(features, self.pad_id, self.device)
+        outputs = self.session.run(list(heads), {k: batch[k].numpy() for k in self.input_names})
+        return dict(zip(heads, outputs)), {}
 
 
 def load_onnx(directory: str | Path, precision: str = "fp32", settings: OnnxSettings | None = None) -> OnnxNet:

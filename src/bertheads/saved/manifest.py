@@ -16,7 +16,7 @@ import typing
 from dataclasses import fields
 from pathlib import Path
 
-from bertheads.base.errors import UserError
+from bertheads.base.errors import UserError, first_line
 from bertheads.tasks import TASKS
 
 MANIFEST = "bertheads.json"
@@ -164,8 +164,3 @@ def check_head_weights(state: dict, expected: dict, path: Path, hint: str = "") 
         if tuple(state[key].shape) != tuple(tensor.shape):
             raise UserError(f"{path}: {key} has shape {list(state[key].shape)} but the manifest's spec{hint} "
                             f"makes {list(tensor.shape)}")
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

@@ -38,6 +38,7 @@ from bertheads.store.encoder_refs import CACHE_ENV, cache_root  # noqa: F401 (wh
 from bertheads.store.rowfiles import create_npy
 from bertheads.text.batching import INFERENCE_BATCH, INFERENCE_TOKENS, run_in_length_order
 from bertheads.text.encoding import collate, encoder_batch
+from bertheads.text.runner import run_features
 
 log = logging.getLogger(__name__)
 
@@ -282,33 +283,46 @@ def say(settings: CacheSettings, message: str) -> None:
         log.info(message)
 
 
+class CachedHead:
+    """A head over a dev set's cached encoder states, without the encoder: the
+    `text.runner.Runner` of `evaluate_cached` (`rows` index `dev.features`)."""
+
+    workers = None  # batches side by side as torch's threads allow (`cpu_workers`)
+
+    def __init__(self, name: str, task, head, dev: CachedDev, device: torch.device) -> None:
+        self.name, self.task, self.head, self.dev, self.device = name, task, head, dev, device
+        self.pad_id = dev.cached.pad_id
+
+    def token_level(self, name: str) -> bool:
+        return bool(self.head.token_level)
+
+    def run(self, features: Sequence[dict], rows: Sequence[int], heads: Sequence[str],
+            with_loss: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """The head's outputs for a batch of dev features (and its loss, with `with_loss`)."""
+        batch = self.dev.cached.batch(rows, self.dev.features)
+        states = batch.pop("states")
+        states = [s.to(self.device) for s in states] if isinstance(states, list) else states.to(self.device)
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        logits = self.head(states, batch)
+        losses = {self.name: float(self.task.loss(logits, batch))} if with_loss else {}
+        return {self.name: logits.float().cpu().numpy()}, losses
+
+
 def evaluate_cached(task, head, dev: CachedDev, examples: list, path=None, batch_size: int = INFERENCE_BATCH,
                     device=None) -> dict:
     """A head's dev metrics and mean `loss` from the dev set's cached states (what evaluating
-    with the live frozen encoder gives, up to the cache's precision), without the encoder."""
+    with the live frozen encoder gives, up to the cache's precision, in the same batches),
+    without the encoder."""
     was_training = head.training
     head.eval()
-    device = device or next(head.parameters()).device
-    lengths = dev.cached.lengths
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    outputs: list = [None] * len(lengths)
-    total = 0.0
+    runner = CachedHead(task.kind, task, head, dev, device or next(head.parameters()).device)
+    losses: dict[str, list[float]] = {}
     try:
-        with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
-                batch = dev.cached.batch(idx, dev.features)
-                states = batch.pop("states")
-                states = [s.to(device) for s in states] if isinstance(states, list) else states.to(device)
-                batch = {k: v.to(device) for k, v in batch.items()}
-                logits = head(states, batch)
-                total += float(task.loss(logits, batch)) * len(idx)
-                arr = logits.float().cpu().numpy()
-                for j, i in enumerate(idx):
-                    outputs[i] = arr[j, : lengths[i]] if head.token_level else arr[j]
+        outputs = run_features(runner, dev.features, [runner.name], batch_size, losses=losses)[runner.name]
     finally:
         head.train(was_training)
     collected = task.collect(outputs, dev.owner, examples, dev.features)
     metrics = task.metrics(collected, examples, path, during_training=True)
-    metrics["loss"] = total / len(order) if order else float("nan")
+    total, count = losses[runner.name]
+    metrics["loss"] = total / count if count else float("nan")
     return metrics

@@ -1,3 +1,4 @@
 """Text in and batches out, below the task kinds: `readers` (TSV/CSV/JSONL/lines with file and line
-kept for errors), `encoding` (BERT packing, windows, padding) and `batching` (length-grouped
-training batches, sorted inference batches, CPU worker threads)."""
+kept for errors), `encoding` (BERT packing, windows, padding), `batching` (length-grouped
+training batches, sorted inference batches, CPU worker threads) and `runner` (the `Runner`
+protocol each runtime implements, and the one loop of head outputs over it)."""
