@@ -233,3 +233,26 @@ def test_out_of_memory_while_loading_is_one_line(tiny_bert, write, tmp_path, cap
     assert main(["predict", str(model), "--input", write("x.txt", "a great movie\n")]) == 1
     line = one_error_line(capsys)
     assert line.startswith("bertheads: error: out of memory (") and "available" in line, line
+
+
+def test_a_feature_cache_being_built_is_not_built_twice(tiny_bert, write, tmp_path, capsys):
+    data, cache = write("t.tsv", ROWS), tmp_path / "cache"
+    features = ["--mode", "features", "--cache-dir", str(cache)]
+    assert main(train_argv(tiny_bert, data, tmp_path / "a", *features)) == 0
+    entry = next(p for p in (cache / "features").iterdir() if p.is_dir())
+    shutil.rmtree(entry)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; from bertheads.store import lock; "
+                               f"lock.hold({str(entry)!r}, 'feature-cache build'); print('held', flush=True); "
+                               "time.sleep(60)"], env={**os.environ, "PYTHONPATH": SRC}, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        capsys.readouterr()
+        assert main(train_argv(tiny_bert, data, tmp_path / "b", *features)) == 2
+        line = one_error_line(capsys)
+        assert "another bertheads feature-cache build is writing here" in line and str(holder.pid) in line, line
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(train_argv(tiny_bert, data, tmp_path / "b", *features)) == 0
+    assert (entry / "meta.json").is_file() and not list((cache / "features").glob(".*.lock"))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import struct
 import time
@@ -33,6 +34,7 @@ import torch
 from bertheads.base.errors import UserError
 from bertheads.encoder.layers import normalise_layers, reads_first_position_only
 from bertheads.encoder.pretrained import weights_hash
+from bertheads.store import lock
 from bertheads.store.atomic import atomic_directory
 from bertheads.store.encoder_refs import CACHE_ENV, cache_root  # noqa: F401 (where they were defined before)
 from bertheads.store.rowfiles import create_npy
@@ -188,18 +190,23 @@ def ensure_cache(encoder, features: Sequence[dict], key: str, layers: tuple[int,
     nbytes = rows * len(layers) * hidden * np.dtype(settings.dtype).itemsize
     check_space(settings, entries, nbytes, rows, len(layers), hidden)
     started = time.perf_counter()
-    # built beside its final name; a process that finished the same entry first wins
-    with atomic_directory(final, replace=False) as tmp:
-        offsets = np.zeros(len(features) + 1, dtype=np.int64)
-        offsets[1:] = np.cumsum([1] * len(features) if positions == "cls" else lengths)
-        np.save(tmp / "offsets.npy", offsets)
-        with create_npy(tmp / "states.npy", (rows, len(layers), hidden), settings.dtype) as out:
-            write_states(encoder, features, layers, positions, offsets, out["array"], settings, device)
-        meta = {"format": CACHE_FORMAT, "key": key, "layers": list(layers), "positions": positions,
-                "dtype": settings.dtype, "features": len(features), "rows": rows, "hidden_size": hidden,
-                "bytes": nbytes, "build_seconds": round(time.perf_counter() - started, 3),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **info}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if os.environ.get("RANK", "0") == "0":  # one build of an entry at a time (torchrun's ranks share it)
+        lock.hold(final, "feature-cache build")
+    try:
+        # built beside its final name; a process that finished the same entry first wins
+        with atomic_directory(final, replace=False) as tmp:
+            offsets = np.zeros(len(features) + 1, dtype=np.int64)
+            offsets[1:] = np.cumsum([1] * len(features) if positions == "cls" else lengths)
+            np.save(tmp / "offsets.npy", offsets)
+            with create_npy(tmp / "states.npy", (rows, len(layers), hidden), settings.dtype) as out:
+                write_states(encoder, features, layers, positions, offsets, out["array"], settings, device)
+            meta = {"format": CACHE_FORMAT, "key": key, "layers": list(layers), "positions": positions,
+                    "dtype": settings.dtype, "features": len(features), "rows": rows, "hidden_size": hidden,
+                    "bytes": nbytes, "build_seconds": round(time.perf_counter() - started, 3),
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%S"), **info}
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    finally:
+        lock.release(final)
     say(settings, f"feature cache: built {final} ({nbytes / 1e9:.3f} GB, {time.perf_counter() - started:.1f} s)")
     return final
 
