@@ -25,9 +25,9 @@ from bertheads.tasks import TASKS
 from bertheads.tasks.qa.spans import WINDOW_CHOICES
 from bertheads.text.batching import INFERENCE_BATCH
 from bertheads.training.flags import (
-    HEAD_FLAGS,
     Parser,
     accept_layer_lists,
+    add_kind_flags,
     add_training_flags,
     fraction,
     non_negative_float,
@@ -52,17 +52,26 @@ def build_parser() -> argparse.ArgumentParser:
     verbosity.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    train_p = sub.add_parser("train", help="fine-tune a head (or train it on frozen features)",
-                             description="Train a head of one task kind, or several heads at once (multi).")
-    kinds = train_p.add_subparsers(dest="kind", required=True, metavar="KIND")
+    train_p = sub.add_parser("train", help="fine-tune a head (or train it on frozen features)", parents=[common],
+                             description="Train a head of one task kind, or several heads at once (multi), or "
+                                         "what a config file says (train --config FILE, e.g. a saved model's "
+                                         "DIR/config.yaml; flags given override the file).")
+    train_p.add_argument("--config", default=argparse.SUPPRESS,
+                         help="YAML (or TOML) holding the run's task(s) and settings; see the README")
+    train_p.add_argument("--out", default=argparse.SUPPRESS, help="model directory to write (replaced atomically)")
+    add_training_flags(train_p, suppress=True)
+    train_p.set_defaults(handler=cmd_train)
+    kinds = train_p.add_subparsers(dest="kind", required=False, metavar="KIND")
     for kind, cls in TASKS.items():
         p = kinds.add_parser(kind, help=cls.help, description=cls.help, parents=[common])
-        p.add_argument("--train", required=True, help="training file (formats: see the README)")
+        p.add_argument("--train", help="training file (formats: see the README)")
         p.add_argument("--dev", help="labelled file evaluated after every epoch; the best epoch is kept")
         p.add_argument("--out", required=True, help="model directory to write (replaced atomically; one of "
                                                     "another run only with --overwrite)")
-        cls.add_arguments(p)
-        add_training_flags(p, **cls.training_defaults)
+        p.add_argument("--config", default=argparse.SUPPRESS,
+                       help=f"YAML (or TOML) holding this {kind} run's settings (and --train, --dev); flags given "
+                            f"override it")
+        add_kind_flags(p, kind, suppress=True)
         p.set_defaults(handler=cmd_train)
     add_train_multi(kinds, common)
 
@@ -150,9 +159,9 @@ def add_train_multi(kinds, common) -> None:
     p.add_argument("--out", required=True, help="model directory to write (replaced atomically)")
     p.add_argument("--sampling", choices=SAMPLINGS, help="override the config's rule for mixing the tasks' batches")
     p.add_argument("--temperature", type=positive_float, help="override the config's sampling temperature")
-    add_training_flags(p)
-    # head flags given on the command line apply to every task; unset ones leave each kind's default
-    p.set_defaults(**{flag: None for flag in HEAD_FLAGS}, handler=cmd_train_multi)
+    # flags given override the file; head flags apply to every task (a task's own entry wins)
+    add_training_flags(p, suppress=True)
+    p.set_defaults(handler=cmd_train_multi)
 
 
 
@@ -174,8 +183,7 @@ def add_tune(sub, common) -> None:
         g.add_argument("--space", help="YAML search space: flag: [values] or flag: {low, high, log}")
         g.add_argument("--restarts", type=int, default=0, help="train the best setting again with K other seeds")
         g.add_argument("--no-pruning", action="store_true", help="train every trial to its last epoch")
-        cls.add_arguments(p)
-        add_training_flags(p, **cls.training_defaults)
+        add_kind_flags(p, kind)
         p.set_defaults(handler=cmd_tune, epochs=4)
 
 
