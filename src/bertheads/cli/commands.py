@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bertheads.api import combine, load, train_multi
 from bertheads.base.errors import UserError
+from bertheads.base.schema import vars_for
 from bertheads.export.hf import export_hf
 from bertheads.export.onnx import export_onnx
 from bertheads.running.extract import ExtractSettings, extract
@@ -163,9 +164,7 @@ def cmd_extract(args) -> int:
     model = args.model
     if model not in (None, "", "default") and (Path(model) / MANIFEST).is_file():
         model = encoder_location(model)  # a saved bertheads model: its (fine-tuned) encoder
-    settings = ExtractSettings(layers=args.layers, combine=args.combine, pool=args.pool, format=args.format,
-                               max_length=args.max_length, dtype=args.dtype, tokens=not args.no_tokens,
-                               batch_size=args.batch_size, progress=not args.no_progress)
+    settings = ExtractSettings(**vars_for(ExtractSettings, args))
     meta = extract(model, args.input, args.out, settings, args.input_format)
     cut = f", {meta['truncated']} cut at --max-length {meta['max_length']}" if meta["truncated"] else ""
     log.info(f"wrote {args.out}: {meta['texts']} texts, {meta['tokens']} pieces, dim {meta['dim']}{cut}")

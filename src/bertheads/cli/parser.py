@@ -7,6 +7,7 @@ import argparse
 import os
 
 from bertheads import __version__
+from bertheads.base.schema import add_flags
 from bertheads.cli.commands import (
     cmd_combine,
     cmd_evaluate,
@@ -19,8 +20,9 @@ from bertheads.cli.commands import (
     cmd_train_multi,
     cmd_tune,
 )
-from bertheads.running.extract import INPUT_FORMATS, POOLS
+from bertheads.running.extract import INPUT_FORMATS, ExtractSettings
 from bertheads.running.stream import CHUNK_SIZE
+from bertheads.serve.settings import ServeSettings
 from bertheads.tasks import TASKS
 from bertheads.tasks.qa.spans import WINDOW_CHOICES
 from bertheads.text.batching import INFERENCE_BATCH
@@ -205,18 +207,7 @@ def add_extract(sub, common) -> None:
                                    "default stdin")
     p.add_argument("--input-format", choices=INPUT_FORMATS, default="auto", help="format of --input")
     p.add_argument("--out", required=True, help="output directory (replaced atomically)")
-    p.add_argument("--layers", default=None, help="hidden layers: -1 (the last; default), -1,-2,-3,-4, all; "
-                                                  "0 is the embeddings")
-    p.add_argument("--combine", choices=("concat", "sum", "mean"), default="concat", help="how several layers merge")
-    p.add_argument("--pool", choices=POOLS, default="mean",
-                   help="per-text vector: mean of the pieces, the [CLS] piece, or none")
-    p.add_argument("--format", choices=("safetensors", "npy"), default="safetensors", help="array file format")
-    p.add_argument("--max-length", type=positive_int, default=512,
-                   help="pieces per input; longer inputs are cut (index: truncated)")
-    p.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="precision of the vectors")
-    p.add_argument("--no-tokens", action="store_true", help="write only the pooled vectors")
-    p.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_flags(p, ExtractSettings)
     accept_layer_lists(p)
     p.set_defaults(handler=cmd_extract)
 
@@ -252,24 +243,8 @@ def add_serve(sub, common) -> None:
     p.add_argument("model_dir", help="a model directory written by `bertheads train`")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8000, help="port to listen on")
-    p.add_argument("--max-batch", type=positive_int, default=64, help="most texts run together in one model call")
-    p.add_argument("--batch-window-ms", type=float, default=5.0, help="how long to gather concurrent requests")
-    p.add_argument("--max-texts", type=positive_int, default=64, help="most texts in one request")
-    p.add_argument("--max-text-chars", type=positive_int, default=10000, help="longest text accepted, in characters")
-    # limits, access and checks (serve.settings_from_args reads these)
-    p.add_argument("--max-batch-tokens", type=positive_int, default=4096, help="encoder tokens in one model call")
-    p.add_argument("--max-queue", type=positive_int, default=64,
-                   help="requests waiting; more get 503 with Retry-After")
-    p.add_argument("--timeout", type=positive_float, default=30.0,
-                   help="seconds a request may take: 503 if not started by then, 504 if not finished")
-    p.add_argument("--max-connections", type=positive_int, default=128, help="concurrent connections; more get 503")
-    p.add_argument("--allowed-host", action="append", metavar="NAME",
-                   help="a Host header name to accept besides loopback names (repeatable; '*': any)")
-    p.add_argument("--token", default=os.environ.get("BERTHEADS_TOKEN") or None,
-                   help="require 'Authorization: Bearer TOKEN' (default: $BERTHEADS_TOKEN)")
-    p.add_argument("--insecure", action="store_true", help="serve a non-loopback --host without a token")
-    p.add_argument("--cors-origin", action="append", metavar="ORIGIN",
-                   help="a browser origin allowed to call the API (repeatable; default: none)")
+    # limits, access and checks: the fields of serve.settings.ServeSettings
+    add_flags(p, ServeSettings, defaults={"token": os.environ.get("BERTHEADS_TOKEN") or None})
     p.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
     p.set_defaults(handler=cmd_serve)
 
