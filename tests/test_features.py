@@ -266,7 +266,7 @@ def test_extract_rows_point_back_at_their_text(tiny_bert, write, tmp_path):
     src = write("in.txt", "\n".join(lines) + "\n")
     out = tmp_path / "ext"
     assert cli.main(["extract", "--model", tiny_bert, "--input", src, "--out", str(out), "--layers", "-1,-2",
-                     "--pool", "mean", "--no-progress"]) == 0
+                     "--vector-pool", "mean", "--no-progress"]) == 0
     meta = json.loads((out / "meta.json").read_text())
     arrays = load_file(str(out / "features.safetensors"))
     index = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]

@@ -4,6 +4,7 @@ a saved model, then `predict`, `evaluate` and, with several heads, `analyze`."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -34,7 +35,7 @@ from bertheads.training.joint import (
     single_task,
     train_tasks,
 )
-from bertheads.training.settings import HeadOptions, TrainSettings
+from bertheads.training.settings import SPEC_FIELD, HeadOptions, TrainSettings
 
 
 class Model:
@@ -198,10 +199,11 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
 
 
 def check_names_for(kind: str, options: dict) -> dict:
-    """Keyword options of one task kind: its options and the training settings (old names
-    replaced with a warning; unknown ones refused with a suggestion)."""
+    """Keyword options of one task kind: its options, its spec's fields (dropout, ...) and the
+    training settings (old names replaced with a warning; unknown ones refused with a suggestion)."""
     options = new_names(options, HeadOptions)
-    check_names(options, [*kind_options(kind), *names(TrainSettings)])
+    spec_fields = [f.name for f in fields(task_class(kind).spec_type) if f.name not in SPEC_FIELD.values()]
+    check_names(options, [*kind_options(kind), *spec_fields, *names(TrainSettings)])
     return options
 
 
