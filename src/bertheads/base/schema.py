@@ -35,7 +35,7 @@ def setting(default: Any = MISSING, help: str = "", *, type: Callable | None = N
             choices: Iterable | None = None, flag: str | None = None, metavar: str | None = None,
             cli: bool = True, factory: Callable | None = None, negate: bool = False,
             aliases: Iterable[str] = (), group: str | None = None, tags: Iterable[str] = (),
-            append: bool = False, coerce: Callable | None = None) -> Any:
+            append: bool = False, coerce: Callable | None = None, after: str | None = None) -> Any:
     """A dataclass field with what its flag needs: `help`, a value `type` (an argparse type
     that raises `ArgumentTypeError`), `choices`, the `flag` (default `--name-with-dashes`),
     `cli=False` for settings only Python and config files give, `negate` for a True-by-default
@@ -43,10 +43,12 @@ def setting(default: Any = MISSING, help: str = "", *, type: Callable | None = N
     read with a warning, as are their names in config files and keyword arguments; `group`:
     the `--help` section; `tags`: what the setting is to its users (see `tagged`); `append`: a
     repeatable flag collecting a list; `coerce`: turns a config value (a list, a number) into
-    the text the flag's `type` reads."""
+    the text the flag's `type` reads; `after`: the flag is listed after that field's (of any
+    of the classes `add_flags` is given)."""
     meta = {"help": help, "type": type, "choices": tuple(choices) if choices is not None else None,
             "flag": flag, "metavar": metavar, "cli": cli, "negate": negate, "aliases": tuple(aliases),
-            "group": group, "tags": frozenset(tags), "append": append, "coerce": coerce}
+            "group": group, "tags": frozenset(tags), "append": append, "coerce": coerce,
+            "after": after}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -97,15 +99,27 @@ class DeprecatedFlag(argparse.Action):
         setattr(namespace, self.dest, self.flag_value if self.nargs == 0 else values)
 
 
+def ordered_fields(classes: Iterable) -> list[dataclasses.Field]:
+    """The fields of several classes in the order their flags are listed (see `after`)."""
+    fields = [f for c in classes for f in dataclasses.fields(c)]
+    out = [f for f in fields if not f.metadata.get("after")]
+    for f in fields:
+        if f.metadata.get("after"):
+            at = next((i for i, g in enumerate(out) if g.name == f.metadata["after"]), len(out) - 1)
+            out.insert(at + 1, f)
+    return out
+
+
 def add_flags(parser, cls, defaults: Mapping[str, Any] | None = None, skip: Iterable[str] = (),
               only: Iterable[str] | None = None, suppress: bool = False) -> None:
-    """One flag for each command-line field of `cls` (`defaults` override the dataclass's),
-    in the argument group its `group` names. With `suppress`, a flag not given leaves no
-    value (so what was given can be told from the defaults); `--help` still shows the default."""
+    """One flag for each command-line field of `cls` (a class, or a tuple of classes whose
+    flags are listed together; `defaults` override the dataclass's), in the argument group its
+    `group` names. With `suppress`, a flag not given leaves no value (so what was given can be
+    told from the defaults); `--help` still shows the default."""
     defaults = dict(defaults or {})
     skip, only = set(skip), set(only) if only is not None else None
     groups = {g.title: g for g in getattr(parser, "_action_groups", [])}
-    for f in dataclasses.fields(cls):
+    for f in ordered_fields(cls if isinstance(cls, tuple) else (cls,)):
         meta = f.metadata
         if not meta.get("cli", True) or f.name in skip or (only is not None and f.name not in only):
             continue

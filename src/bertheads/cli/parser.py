@@ -27,6 +27,7 @@ from bertheads.tasks import TASKS
 from bertheads.tasks.qa.spans import WINDOW_CHOICES
 from bertheads.text.batching import INFERENCE_BATCH
 from bertheads.training.flags import (
+    HEAD_FLAGS,
     Parser,
     accept_layer_lists,
     add_kind_flags,
@@ -161,8 +162,9 @@ def add_train_multi(kinds, common) -> None:
     p.add_argument("--out", required=True, help="model directory to write (replaced atomically)")
     p.add_argument("--sampling", choices=SAMPLINGS, help="override the config's rule for mixing the tasks' batches")
     p.add_argument("--temperature", type=positive_float, help="override the config's sampling temperature")
-    # flags given override the file; head flags apply to every task (a task's own entry wins)
-    add_training_flags(p, suppress=True)
+    # flags given override the file; head flags apply to every task (a task's own entry wins), and
+    # those not given leave each kind's default (so --help shows none)
+    add_training_flags(p, dict.fromkeys(HEAD_FLAGS), suppress=True)
     p.set_defaults(handler=cmd_train_multi)
 
 

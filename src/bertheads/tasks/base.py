@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from bertheads.text.encoding import MAX_LENGTH
+
 
 @dataclass
 class TextInput:
@@ -26,7 +28,7 @@ class TextInput:
 class HeadSettings:
     """Settings shared by every head; each kind's spec extends these."""
 
-    max_length: int = 128
+    max_length: int = MAX_LENGTH
     mode: str = "finetune"  # or "features": frozen encoder, only the head learns
     layers: list[int] = field(default_factory=lambda: [-1])
     combine: str = "concat"

@@ -27,8 +27,10 @@ class ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
     """`(default: X)` after each flag's help, except where there is no default to show."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        default = getattr(action, "shown_default", action.default)
-        if default in (None, False, argparse.SUPPRESS) or "default" in (action.help or ""):
+        default = action.default
+        if default is argparse.SUPPRESS:  # a flag whose value is left unset unless given (see add_flags)
+            default = getattr(action, "shown_default", None)
+        if default in (None, False) or action.nargs == 0 or "default" in (action.help or ""):
             return action.help or ""
         if default is action.default:
             return super()._get_help_string(action)
@@ -55,9 +57,7 @@ def add_training_flags(p: argparse.ArgumentParser, defaults: Mapping[str, Any] |
                        suppress: bool = False, **more) -> None:
     """The flags every `bertheads train` command takes, from `SETTING_GROUPS` (`defaults`: a
     kind's `training_defaults`). With `suppress`, flags not given leave no value."""
-    defaults = {**(defaults or {}), **more}
-    for cls in SETTING_GROUPS:
-        add_flags(p, cls, defaults, suppress=suppress)
+    add_flags(p, SETTING_GROUPS, {**(defaults or {}), **more}, suppress=suppress)
     accept_layer_lists(p)
 
 

@@ -38,7 +38,7 @@ class RunSettings:
                                     "a bertheads model (its head of the same kind and labels trains further; "
                                     "other heads are new)", group="training")
     limit: int | None = setting(None, "use only the first N training examples", type=positive_int,
-                                group="training")
+                                group="training", after="seed")
 
 
 @dataclass
@@ -105,7 +105,7 @@ class HeadOptions:
     they apply to every task, a task's own entry wins."""
 
     max_length: int = setting(HeadSettings.max_length, "tokens per input (pairs are cut longest-first)",
-                              type=positive_int, group="training")
+                              type=positive_int, group="training", after="lr")
     mode: str = setting(HeadSettings.mode, "fine-tune the encoder with the head, or train the head alone on frozen, "
                                            "cached features", choices=MODES, group="feature extraction")
     layers: str | None = setting(None, "hidden layers the head reads: -1 (the last; default), -1,-2,-3,-4, all; 0 is "
