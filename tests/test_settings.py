@@ -157,3 +157,14 @@ def test_what_is_derived_stays_what_it_was():
     assert not set(tune.searchable("classify")) & {"seed", "cache_dir", "cache_dtype", "model", "limit"}
     assert flags.task_class is bundle.task_class
     assert flags.kind_defaults("qa")["max_length"] == 384 and flags.kind_defaults("tag")["max_length"] == 128
+
+
+def test_train_kind_with_a_settings_file_and_its_data_on_the_command_line(tiny_bert, data, write, tmp_path):
+    config = write("s.yaml", "epochs: 1\nmax_length: 16\nbatch_size: 8\nlayer_combine: mean\n")
+    out = tmp_path / "m"
+    assert main(["train", "classify", "--config", config, "--train", data, "--out", str(out), "--model", tiny_bert,
+                 "--no-progress", "-q"]) == 0
+    settings = bundle.read_manifest(out)["settings"]
+    assert (settings["epochs"], settings["max_length"], settings["batch_size"]) == (1, 16, 8)
+    assert settings["train"] == data and settings["layer_combine"] == "mean" and settings["lr"] == 5e-5
+    assert bertheads.load(out).task().spec.max_length == 16

@@ -46,14 +46,11 @@ def cmd_train(args) -> int:
     if out is None:
         raise UserError("train --config: --out DIR is required (the model directory to write)")
     if path is not None:
-        config = read_config(path, kind)
+        config = read_config(path, kind, {"train": getattr(args, "train", None), "dev": getattr(args, "dev", None)})
         if kind is not None and not (config.single and config.tasks[0].kind == kind):
             found = config.tasks[0].kind if config.single else "several tasks"
             raise UserError(f"{path}: holds {found}, not a {kind} task; run it with `bertheads train --config "
                             f"{path}`")
-        for name in ("train", "dev"):
-            if getattr(args, name, None):
-                setattr(config.tasks[0], name, str(Path(getattr(args, name)).resolve()))
     else:
         if not args.train:
             raise UserError("the following arguments are required: --train (or --config)")

@@ -58,7 +58,7 @@ from bertheads.training.flags import (
     own_options,
     task_class,
 )
-from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit
+from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit, resolved_settings
 from bertheads.training.settings import SPEC_FIELD, HeadOptions, RunSettings
 
 log = logging.getLogger("bertheads")
@@ -121,9 +121,10 @@ def load_mapping(path: str) -> tuple[object, dict[tuple, int]]:
         raise UserError(f"{where(path, mark.line + 1 if mark else None)}: malformed YAML ({problem})") from None
 
 
-def read_config(path: str | Path, kind: str | None = None) -> MultiConfig:
+def read_config(path: str | Path, kind: str | None = None, files: dict | None = None) -> MultiConfig:
     """Parse and check a config file; errors name the file, line and field. `kind`: the task
-    kind of a file that names neither `tasks` nor `kind` (`bertheads train KIND --config F`)."""
+    kind of a file that names neither `tasks` nor `kind` (`bertheads train KIND --config F`);
+    `files`: `train` and `dev` paths given on the command line, which replace a one-task file's."""
     path = str(path)
     data, lines = load_mapping(path)
 
@@ -166,6 +167,7 @@ def read_config(path: str | Path, kind: str | None = None) -> MultiConfig:
     options = {k: value(k) for k in names(HeadOptions) if k in data}
     if single:
         entry = {k: v for k, v in data.items() if k in own}
+        entry.update({k: str(Path(v).resolve()) for k, v in (files or {}).items() if v})
         task = read_task(kind, {**entry, "kind": kind}, base, lambda keys, msg: fail(keys[2:], msg))
         options.update(task.options)
         task.options = {}
@@ -323,7 +325,7 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
         for d, t in zip(data, config.tasks):
             attach_cache(net, [d], options[t.name], model, t.train, progress=settings.progress)
     extra = {"source_model": model, **(extra_manifest or {}), "made_with": made_with(),
-             "settings": made_from(config, model, settings, limit, options)}
+             "settings": made_from(config, model, resolved_settings(settings, modes == {"features"}), limit, options)}
     result = fit(net, data, settings, out, evaluate_task, extra, on_epoch)
     return net, result
 
