@@ -168,7 +168,7 @@ def read_config(path: str | Path, kind: str | None = None, files: dict | None = 
     if single:
         entry = {k: v for k, v in data.items() if k in own}
         entry.update({k: str(Path(v).resolve()) for k, v in (files or {}).items() if v})
-        task = read_task(kind, {**entry, "kind": kind}, base, lambda keys, msg: fail(keys[2:], msg))
+        task = read_task(kind, {**entry, "kind": kind}, base, lambda keys, msg: fail(keys[2:] or ("train",), msg))
         options.update(task.options)
         task.options = {}
         tasks = [task]
