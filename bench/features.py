@@ -205,7 +205,7 @@ def extract_compare(texts: list[str], tmp: Path, repeats: int) -> dict:
     ours_times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        extract("default", str(src), tmp / "ext", ExtractSettings(pool="none", max_length=128, progress=False),
+        extract("default", str(src), tmp / "ext", ExtractSettings(vector_pool="none", max_length=128, progress=False),
                 encoder=encoder)
         ours_times.append(time.perf_counter() - start)
     pipe = pipeline("feature-extraction", model=default_model_path(), device=-1)

@@ -101,7 +101,7 @@ def main() -> None:
     if args.space_layers:
         space.append("layers: [" + ", ".join(f"'{x}'" for x in args.space_layers.split(":")) + "]")
     if args.combine:
-        space.append(f"combine: [{args.combine}]")
+        space.append(f"layer_combine: [{args.combine}]")
     if args.head:
         space.append(f"head: [{args.head}]")
     space_file = work / "space.yaml"

@@ -97,7 +97,8 @@ def test_read_config_toml(tmp_path):
 
 BAD = [
     ("tasks: [1, 2]\n", "tasks: expected a mapping"),
-    ("tasks:\n  s: {kind: classify, train: data/sent.tsv}\nepochs: 3\n", "3: epochs: unknown field"),
+    ("tasks:\n  s: {kind: classify, train: data/sent.tsv}\nepoch: 3\n",
+     "3: epoch: unknown setting 'epoch' (did you mean 'epochs'?)"),
     ("tasks:\n  s: {train: data/sent.tsv}\n", "tasks.s: missing field 'kind'"),
     ("tasks:\n  s: {kind: regress, train: data/sent.tsv}\n", "tasks.s.kind: unknown task kind 'regress'"),
     ("tasks:\n  s: {kind: classify}\n", "tasks.s: missing field 'train'"),
@@ -105,7 +106,10 @@ BAD = [
     ("tasks:\n  s:\n    kind: classify\n    train: data/sent.tsv\n    limit: -3\n", "5: tasks.s.limit: expected a positive"),
     ("tasks:\n  s: {kind: classify, train: data/sent.tsv, max_length: long}\n",
      "tasks.s.max_length: expected a positive integer, got 'long'"),
-    ("tasks:\n  s: {kind: classify, train: data/sent.tsv, colour: red}\n", "tasks.s.colour: unknown field for a classify"),
+    ("tasks:\n  s: {kind: classify, train: data/sent.tsv, colour: red}\n", "tasks.s.colour: unknown setting 'colour' for a classify"),
+    ("tasks:\n  s: {kind: classify, train: data/sent.tsv, max_lenght: 8}\n",
+     "tasks.s.max_lenght: unknown setting 'max_lenght' for a classify task (did you mean 'max_length'?)"),
+    ("tasks:\n  s: {kind: tag, train: data/sent.tsv, text_column: x}\n", "tasks.s.text_column: unknown setting"),
     ("tasks:\n  s: {kind: classify, train: data/sent.tsv}\nsampling: random\n", "sampling: expected one of"),
     ("tasks:\n  s: {kind: classify, train: data/sent.tsv}\ntemperature: 0\n", "temperature: expected a positive"),
     ("tasks:\n  s/x: {kind: classify, train: data/sent.tsv}\n", "tasks.s/x: a head name may hold only"),

@@ -44,3 +44,31 @@ def test_config_values_are_converted_like_their_flags():
         from_mapping(Example, {"mode": "fine"})
     with pytest.raises(UserError, match="progress: expected true or false"):
         from_mapping(Example, {"progress": "yes"})
+
+
+@dataclass
+class Grouped:
+    first: int = setting(1, "the first", type=positive_int, group="main", tags=("searched",))
+    combine: str = setting("concat", "how", choices=("concat", "mean"), flag="--layer-combine",
+                           aliases=("--combine",), group="main")
+    hosts: list = setting(help="repeatable", factory=list, flag="--host", append=True)
+    later: int = setting(2, "listed after first", type=int, after="first", group="main")
+
+
+def test_aliases_groups_tags_append_and_order(capsys):
+    from bertheads.base.schema import renamed, tagged
+
+    parser = argparse.ArgumentParser()
+    add_flags(parser, Grouped)
+    assert [a.dest for a in parser._action_groups[-1]._group_actions] == ["first", "later", "combine", "combine"]
+    args = parser.parse_args(["--combine", "mean", "--host", "a", "--host", "b"])
+    assert vars_for(Grouped, args) == {"first": 1, "combine": "mean", "hosts": ["a", "b"], "later": 2}
+    assert capsys.readouterr().err == "bertheads: warning: --combine is deprecated; use --layer-combine\n"
+    assert vars_for(Grouped, parser.parse_args([]))["hosts"] == []
+    assert "--combine" not in parser.format_help() and tagged(Grouped, "searched") == ("first",)
+    assert renamed(Grouped) == {"combine": "combine"}
+    # suppress: only the flags given have a value
+    quiet = argparse.ArgumentParser()
+    add_flags(quiet, Grouped, suppress=True)
+    assert vars(quiet.parse_args(["--first", "3"])) == {"first": 3}
+    assert from_mapping(Grouped, {"hosts": "x"}).hosts == ["x"]

@@ -112,8 +112,9 @@ def test_sampler_draws_of_a_trained_setting_are_not_trained_again(tiny_bert, dat
 @pytest.mark.parametrize("space, message", [
     ("lr: [1e-5]\nwarmup: [0.1]\n", "space.yaml:2: warmup: not a flag"),
     ("lr: [-1.0e-5]\n", "space.yaml:1: lr: expected a positive number"),
-    ("combine: [concat, max]\n", "space.yaml:1: combine: expected one of"),
-    ("combine: {low: 1, high: 2}\n", "space.yaml:1: combine: a range needs a numeric flag"),
+    ("layer_combine: [concat, max]\n", "space.yaml:1: layer_combine: expected one of"),
+    ("layer-combine: {low: 1, high: 2}\n", "space.yaml:1: layer-combine: a range needs a numeric flag"),
+    ("warmup_ration: [0.1]\n", "warmup_ration: not a flag a classify search can vary (did you mean 'warmup_ratio'?)"),
     ("lr: {low: 1.0e-3, high: 1.0e-5}\n", "space.yaml:1: lr: low (0.001) must be below high"),
     ("lr: {low: 1.0e-5, high: 1.0e-3}\n", "needs --trials"),
     ("seed: [1, 2]\n", "space.yaml:1: seed: not a flag"),
@@ -124,6 +125,17 @@ def test_bad_space_is_one_line_exit_2(tiny_bert, data, tmp_path, write, capsys, 
                  "--model", tiny_bert, "--space", path, "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_space_reads_the_old_combine_spelling_with_a_warning(write, capsys):
+    search = tune.read_space(write("s.yaml", "combine: [concat, mean]\n"), "classify")
+    assert [(d.name, d.choices) for d in search.dimensions] == [("layer_combine", ["concat", "mean"])]
+    assert "'combine' is deprecated; use 'layer_combine'" in capsys.readouterr().err
+
+
+def test_unknown_keyword_options_are_refused(tiny_bert, data, tmp_path):
+    with pytest.raises(UserError, match=r"unknown setting 'max_lenght' \(did you mean 'max_length'\?\)"):
+        tune.tune("classify", data, data, tmp_path / "o", model=tiny_bert, max_lenght=8)
 
 
 def test_space_reads_flag_spellings_and_ranges(tmp_path, write):

@@ -4,11 +4,13 @@ a saved model, then `predict`, `evaluate` and, with several heads, `analyze`."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 
 import torch
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import check_names, names, new_names
 from bertheads.export.onnx_runtime import check_runtime, load_onnx
 from bertheads.model import BertHeads, head_outputs, pick_head
 from bertheads.running.analyze import analyze
@@ -23,8 +25,16 @@ from bertheads.running.stream import (
 from bertheads.saved import bundle
 from bertheads.saved.combine import combine as combine_models
 from bertheads.text.batching import INFERENCE_BATCH
-from bertheads.training.joint import MultiConfig, multi_task_manifest, read_config, single_task, train_tasks
-from bertheads.training.loop import TrainSettings
+from bertheads.training.flags import kind_options, task_class
+from bertheads.training.joint import (
+    MultiConfig,
+    multi_task_manifest,
+    read_config,
+    run_settings,
+    single_task,
+    train_tasks,
+)
+from bertheads.training.settings import SPEC_FIELD, HeadOptions, TrainSettings
 
 
 class Model:
@@ -159,21 +169,43 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
           settings: TrainSettings | None = None, limit: int | None = None, **options) -> Model:
     """Fine-tune (or, with mode="features", train a head on a frozen encoder) and save to `out`.
 
-    `options` are the task's settings (max_length, text_column, problem, layers, ...); this is
-    joint training with a single task, the head named after its kind.
+    `options` are the task's settings (max_length, text_column, problem, layers, ...) and any
+    training setting (epochs, lr, ...: over `settings`); an unknown name is refused with the
+    closest known one suggested. This is joint training with a single task, the head named
+    after its kind.
     """
-    config = single_task(kind, train, dev, options, limit)
+    task_class(kind)
+    given = check_names_for(kind, options)
+    config = single_task(kind, train, dev, {k: v for k, v in given.items() if k not in names(TrainSettings)}, limit)
+    settings, _, _ = run_settings(config, settings or TrainSettings(),
+                                  {k: v for k, v in given.items() if k in names(TrainSettings)})
     net, result = train_tasks(config, out, model, settings)
     return trained(net, out, result)
 
 
-def train_multi(config: MultiConfig | str | Path, out: str | Path | None, model: str = "default",
-                settings: TrainSettings | None = None, limit: int | None = None, **cli_options) -> Model:
-    """Train every task of a multi-task config on one shared encoder; save the kept epoch to `out`.
-    `cli_options` (max_length, mode, layers, ...) apply to every task unless a task sets its own."""
+def check_names_for(kind: str, options: dict) -> dict:
+    """Keyword options of one task kind: its options, its spec's fields (dropout, ...) and the
+    training settings (old names replaced with a warning; unknown ones refused with a suggestion)."""
+    options = new_names(options, HeadOptions)
+    spec_fields = [f.name for f in fields(task_class(kind).spec_type) if f.name not in SPEC_FIELD.values()]
+    check_names(options, [*kind_options(kind), *spec_fields, *names(TrainSettings)])
+    return options
+
+
+def train_multi(config: MultiConfig | str | Path, out: str | Path | None, model: str | None = None,
+                settings: TrainSettings | None = None, limit: int | None = None, **options) -> Model:
+    """Train every task of a config (a file or a `MultiConfig`) on one shared encoder; save the
+    kept epoch to `out`. The file's settings apply over `settings`; `options` (any training
+    setting, or head options such as max_length, mode, layers, which apply to every task unless
+    a task sets its own) over the file's. Unknown names are refused with a suggestion."""
     if not isinstance(config, MultiConfig):
         config = read_config(config)
-    net, result = train_tasks(config, out, model, settings, limit, cli_options, multi_task_manifest(config))
+    given = {k: v for k, v in {"model": model, "limit": limit, **options}.items()
+             if v is not None or k not in ("model", "limit")}
+    settings, run, cli_options = run_settings(config, settings, given)
+    manifest = multi_task_manifest(config) if not config.single else None
+    net, result = train_tasks(config, out, run.get("model") or "default", settings, run.get("limit"), cli_options,
+                              manifest)
     return trained(net, out, result)
 
 

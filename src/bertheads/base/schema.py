@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -33,13 +34,22 @@ MISSING = dataclasses.MISSING
 def setting(default: Any = MISSING, help: str = "", *, type: Callable | None = None,
             choices: Iterable | None = None, flag: str | None = None, metavar: str | None = None,
             cli: bool = True, factory: Callable | None = None, negate: bool = False,
+            aliases: Iterable[str] = (), group: str | None = None, tags: Iterable[str] = (),
+            append: bool = False, coerce: Callable | None = None, after: str | None = None,
             extra: Mapping[str, Any] | None = None) -> Any:
     """A dataclass field with what its flag needs: `help`, a value `type` (an argparse type
     that raises `ArgumentTypeError`), `choices`, the `flag` (default `--name-with-dashes`),
     `cli=False` for settings only Python and config files give, `negate` for a True-by-default
-    bool shown as `--no-NAME`; `extra`: more metadata for the group's own use."""
+    bool shown as `--no-NAME`. `aliases`: deprecated flag spellings (`--old-name`), still
+    read with a warning, as are their names in config files and keyword arguments; `group`:
+    the `--help` section; `tags`: what the setting is to its users (see `tagged`); `append`: a
+    repeatable flag collecting a list; `coerce`: turns a config value (a list, a number) into
+    the text the flag's `type` reads; `after`: the flag is listed after that field's (of any
+    of the classes `add_flags` is given); `extra`: more metadata for the group's own use."""
     meta = {**(extra or {}), "help": help, "type": type, "choices": tuple(choices) if choices is not None else None,
-            "flag": flag, "metavar": metavar, "cli": cli, "negate": negate}
+            "flag": flag, "metavar": metavar, "cli": cli, "negate": negate, "aliases": tuple(aliases),
+            "group": group, "tags": frozenset(tags), "append": append, "coerce": coerce,
+            "after": after}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -73,29 +83,81 @@ def is_optional_bool(f: dataclasses.Field) -> bool:
     return f.type in ("bool | None", "Optional[bool]", bool | None)
 
 
+def tagged(cls, tag: str) -> tuple[str, ...]:
+    """The names of the fields of `cls` that carry `tag`."""
+    return tuple(f.name for f in dataclasses.fields(cls) if tag in f.metadata.get("tags", ()))
+
+
+def warn(message: str) -> None:
+    """One line on stderr: `bertheads: warning: MESSAGE`."""
+    print(f"bertheads: warning: {message}", file=sys.stderr)
+
+
+class DeprecatedFlag(argparse.Action):
+    """An old spelling of a flag: stores into the new flag's dest after a warning."""
+
+    def __init__(self, option_strings, dest, new: str = "", flag_value: Any = None, **kwargs) -> None:
+        self.new, self.flag_value = new, flag_value
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        warn(f"{option_string} is deprecated; use {self.new}")
+        setattr(namespace, self.dest, self.flag_value if self.nargs == 0 else values)
+
+
+def ordered_fields(classes: Iterable) -> list[dataclasses.Field]:
+    """The fields of several classes in the order their flags are listed (see `after`)."""
+    fields = [f for c in classes for f in dataclasses.fields(c)]
+    out = [f for f in fields if not f.metadata.get("after")]
+    for f in fields:
+        if f.metadata.get("after"):
+            at = next((i for i, g in enumerate(out) if g.name == f.metadata["after"]), len(out) - 1)
+            out.insert(at + 1, f)
+    return out
+
+
 def add_flags(parser, cls, defaults: Mapping[str, Any] | None = None, skip: Iterable[str] = (),
-              only: Iterable[str] | None = None) -> None:
-    """One flag for each command-line field of `cls` (`defaults` override the dataclass's)."""
+              only: Iterable[str] | None = None, suppress: bool = False) -> None:
+    """One flag for each command-line field of `cls` (a class, or a tuple of classes whose
+    flags are listed together; `defaults` override the dataclass's), in the argument group its
+    `group` names. With `suppress`, a flag not given leaves no value (so what was given can be
+    told from the defaults); `--help` still shows the default."""
     defaults = dict(defaults or {})
     skip, only = set(skip), set(only) if only is not None else None
-    for f in dataclasses.fields(cls):
+    groups = {g.title: g for g in getattr(parser, "_action_groups", [])}
+    for f in ordered_fields(cls if isinstance(cls, tuple) else (cls,)):
         meta = f.metadata
         if not meta.get("cli", True) or f.name in skip or (only is not None and f.name not in only):
             continue
         default = defaults.get(f.name, default_of(f))
+        target = parser
+        if meta.get("group") and hasattr(parser, "add_argument_group"):
+            target = groups.get(meta["group"]) or parser.add_argument_group(meta["group"])
+            groups[meta["group"]] = target
         kwargs: dict[str, Any] = {"dest": f.name, "help": meta.get("help", "")}
+        shown = default
         if is_bool(f):
             kwargs["action"] = "store_false" if meta.get("negate") else "store_true"
-            kwargs["default"] = default
-        else:
-            kwargs["default"] = default
+            shown = False  # a switch has no default to show
+        elif meta.get("append"):
+            kwargs["action"] = "append"
+            shown = None
+        if not is_bool(f):
             if meta.get("type") is not None:
                 kwargs["type"] = meta["type"]
             if meta.get("choices") is not None:
                 kwargs["choices"] = meta["choices"]
             if meta.get("metavar"):
                 kwargs["metavar"] = meta["metavar"]
-        parser.add_argument(flag_of(f), **kwargs)
+        kwargs["default"] = argparse.SUPPRESS if suppress else (None if meta.get("append") else default)
+        action = target.add_argument(flag_of(f), **kwargs)
+        action.shown_default = shown
+        for old in meta.get("aliases", ()):
+            extra = {k: kwargs[k] for k in ("type", "choices", "metavar") if k in kwargs}
+            if is_bool(f):
+                extra.update(nargs=0, flag_value=not meta.get("negate"))
+            target.add_argument(old, action=DeprecatedFlag, new=flag_of(f), dest=f.name, default=argparse.SUPPRESS,
+                                help=argparse.SUPPRESS, **extra)
 
 
 def add_override_flags(parser, fields: Iterable[dataclasses.Field]) -> None:
@@ -116,7 +178,32 @@ def add_override_flags(parser, fields: Iterable[dataclasses.Field]) -> None:
 def vars_for(cls, args: argparse.Namespace) -> dict[str, Any]:
     """The fields of `cls` found in parsed flags."""
     given = vars(args)
-    return {n: given[n] for n in names(cls) if n in given}
+    out = {n: given[n] for n in names(cls) if n in given}
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("append") and f.name in out and out[f.name] is None:
+            out[f.name] = default_of(f)  # a repeatable flag not given: the field's (empty) default
+    return out
+
+
+def renamed(cls) -> dict[str, str]:
+    """Old name -> new name of the fields whose flag was renamed (from their `aliases`)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        for old in f.metadata.get("aliases", ()):
+            out[old.lstrip("-").replace("-", "_")] = f.name
+    return out
+
+
+def new_names(data: Mapping[str, Any], cls, at: str = "") -> dict[str, Any]:
+    """`data` with the old names of renamed fields replaced by the new ones (with a warning)."""
+    old = renamed(cls)
+    out = {}
+    for key, value in data.items():
+        if key in old and old[key] not in data:
+            warn(f"{at + ': ' if at else ''}{key!r} is deprecated; use {old[key]!r}")
+            key = old[key]
+        out[key] = value
+    return out
 
 
 def suggest(name: str, known: Iterable[str]) -> str:
@@ -138,7 +225,16 @@ def convert(f: dataclasses.Field, value: Any, fail: Callable[[str], None]) -> An
     if value is None:
         return None
     meta = f.metadata
-    if is_bool(f) or is_optional_bool(f):
+    if meta.get("coerce") is not None:
+        value = meta["coerce"](value)
+    if meta.get("append"):
+        values = value if isinstance(value, (list, tuple)) else [value]
+        return [convert_value(meta, False, v, fail) for v in values]
+    return convert_value(meta, is_bool(f) or is_optional_bool(f), value, fail)
+
+
+def convert_value(meta: Mapping[str, Any], boolean: bool, value: Any, fail: Callable[[str], None]) -> Any:
+    if boolean:
         if not isinstance(value, bool):
             fail(f"expected true or false, got {value!r}")
         return value

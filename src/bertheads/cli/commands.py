@@ -7,8 +7,9 @@ import logging
 import os
 from pathlib import Path
 
-from bertheads.api import combine, load, train, train_multi
+from bertheads.api import combine, load, train_multi
 from bertheads.base.errors import UserError
+from bertheads.base.schema import vars_for
 from bertheads.export.hf import export_hf
 from bertheads.export.onnx import export_onnx
 from bertheads.running.extract import ExtractSettings, extract
@@ -16,14 +17,13 @@ from bertheads.running.stream import StreamSettings
 from bertheads.saved.bundle import MANIFEST, encoder_location
 from bertheads.tasks import inference_options
 from bertheads.training.flags import (
-    HEAD_FLAGS,
+    given_settings,
     settings_from,
     task_options,
 )
-from bertheads.training.joint import read_config
+from bertheads.training.joint import read_config, single_task
 
 log = logging.getLogger("bertheads")
-TUNE_FLAGS = ("trials", "restarts", "space", "resume", "no_pruning")
 
 
 
@@ -43,9 +43,25 @@ def report_saved(model, out: str, heads: bool = False) -> None:
 
 
 def cmd_train(args) -> int:
-    model = train(args.kind, args.train, args.dev, args.out, model=args.model, settings=settings_from(args),
-                  limit=args.limit, **task_options(args))
-    report_saved(model, args.out)
+    """`train KIND` (flags alone, or a config file with flags over it) and `train --config F`."""
+    path, kind = getattr(args, "config", None), args.kind
+    if kind is None and path is None:
+        raise UserError("train: give a task kind (classify, tag, qa, multi --config F) or --config FILE")
+    out = getattr(args, "out", None)
+    if out is None:
+        raise UserError("train --config: --out DIR is required (the model directory to write)")
+    if path is not None:
+        config = read_config(path, kind, {"train": getattr(args, "train", None), "dev": getattr(args, "dev", None)})
+        if kind is not None and not (config.single and config.tasks[0].kind == kind):
+            found = config.tasks[0].kind if config.single else "several tasks"
+            raise UserError(f"{path}: holds {found}, not a {kind} task; run it with `bertheads train --config "
+                            f"{path}`")
+    else:
+        if not args.train:
+            raise UserError("the following arguments are required: --train (or --config)")
+        config = single_task(kind, args.train, args.dev, {})
+    model = train_multi(config, out, **given_settings(args, config.tasks[0].kind if config.single else None))
+    report_saved(model, out, heads=not config.single)
     return 0
 
 
@@ -55,9 +71,7 @@ def cmd_train_multi(args) -> int:
         config.sampling = args.sampling
     if args.temperature is not None:
         config.temperature = args.temperature
-    cli_options = {flag: getattr(args, flag) for flag in HEAD_FLAGS}
-    model = train_multi(config, args.out, model=args.model, settings=settings_from(args), limit=args.limit,
-                        **cli_options)
+    model = train_multi(config, args.out, **given_settings(args))
     report_saved(model, args.out, heads=True)
     return 0
 
@@ -128,7 +142,7 @@ def cmd_tune(args) -> int:
     settings.resume = False  # tune's --resume continues the search (its trials start afresh)
     search = TuneSettings(trials=args.trials, restarts=args.restarts, space=args.space, resume=args.resume,
                           pruning=not args.no_pruning)
-    options = {k: v for k, v in task_options(args).items() if k not in TUNE_FLAGS}
+    options = task_options(args, args.kind)
     rows = tune(args.kind, args.train, args.dev, args.out, model=args.model, settings=settings,
                 search=search, limit=args.limit, **options)
     print(table(rows))
@@ -148,9 +162,7 @@ def cmd_extract(args) -> int:
     model = args.model
     if model not in (None, "", "default") and (Path(model) / MANIFEST).is_file():
         model = encoder_location(model)  # a saved bertheads model: its (fine-tuned) encoder
-    settings = ExtractSettings(layers=args.layers, combine=args.combine, pool=args.pool, format=args.format,
-                               max_length=args.max_length, dtype=args.dtype, tokens=not args.no_tokens,
-                               batch_size=args.batch_size, progress=not args.no_progress)
+    settings = ExtractSettings(**vars_for(ExtractSettings, args))
     meta = extract(model, args.input, args.out, settings, args.input_format)
     cut = f", {meta['truncated']} cut at --max-length {meta['max_length']}" if meta["truncated"] else ""
     log.info(f"wrote {args.out}: {meta['texts']} texts, {meta['tokens']} pieces, dim {meta['dim']}{cut}")

@@ -7,7 +7,7 @@ import argparse
 import os
 
 from bertheads import __version__
-from bertheads.base.schema import add_override_flags
+from bertheads.base.schema import add_flags, add_override_flags
 from bertheads.cli.commands import (
     cmd_combine,
     cmd_evaluate,
@@ -20,8 +20,9 @@ from bertheads.cli.commands import (
     cmd_train_multi,
     cmd_tune,
 )
-from bertheads.running.extract import INPUT_FORMATS, POOLS
+from bertheads.running.extract import INPUT_FORMATS, ExtractSettings
 from bertheads.running.stream import CHUNK_SIZE
+from bertheads.serve.settings import ServeSettings
 from bertheads.tasks import COMMANDS as INFERENCE_COMMANDS
 from bertheads.tasks import TASKS, inference_options
 from bertheads.text.batching import INFERENCE_BATCH
@@ -29,6 +30,7 @@ from bertheads.training.flags import (
     HEAD_FLAGS,
     Parser,
     accept_layer_lists,
+    add_kind_flags,
     add_training_flags,
     positive_float,
     positive_int,
@@ -51,17 +53,26 @@ def build_parser() -> argparse.ArgumentParser:
     verbosity.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    train_p = sub.add_parser("train", help="fine-tune a head (or train it on frozen features)",
-                             description="Train a head of one task kind, or several heads at once (multi).")
-    kinds = train_p.add_subparsers(dest="kind", required=True, metavar="KIND")
+    train_p = sub.add_parser("train", help="fine-tune a head (or train it on frozen features)", parents=[common],
+                             description="Train a head of one task kind, or several heads at once (multi), or "
+                                         "what a config file says (train --config FILE, e.g. a saved model's "
+                                         "DIR/config.yaml; flags given override the file).")
+    train_p.add_argument("--config", default=argparse.SUPPRESS,
+                         help="YAML (or TOML) holding the run's task(s) and settings; see the README")
+    train_p.add_argument("--out", default=argparse.SUPPRESS, help="model directory to write (replaced atomically)")
+    add_training_flags(train_p, suppress=True)
+    train_p.set_defaults(handler=cmd_train)
+    kinds = train_p.add_subparsers(dest="kind", required=False, metavar="KIND")
     for kind, cls in TASKS.items():
         p = kinds.add_parser(kind, help=cls.help, description=cls.help, parents=[common])
-        p.add_argument("--train", required=True, help="training file (formats: see the README)")
+        p.add_argument("--train", help="training file (formats: see the README)")
         p.add_argument("--dev", help="labelled file evaluated after every epoch; the best epoch is kept")
         p.add_argument("--out", required=True, help="model directory to write (replaced atomically; one of "
                                                     "another run only with --overwrite)")
-        cls.add_arguments(p)
-        add_training_flags(p, **cls.training_defaults)
+        p.add_argument("--config", default=argparse.SUPPRESS,
+                       help=f"YAML (or TOML) holding this {kind} run's settings (and --train, --dev); flags given "
+                            f"override it")
+        add_kind_flags(p, kind, suppress=True)
         p.set_defaults(handler=cmd_train)
     add_train_multi(kinds, common)
 
@@ -129,9 +140,10 @@ def add_train_multi(kinds, common) -> None:
     p.add_argument("--out", required=True, help="model directory to write (replaced atomically)")
     p.add_argument("--sampling", choices=SAMPLINGS, help="override the config's rule for mixing the tasks' batches")
     p.add_argument("--temperature", type=positive_float, help="override the config's sampling temperature")
-    add_training_flags(p)
-    # head flags given on the command line apply to every task; unset ones leave each kind's default
-    p.set_defaults(**{flag: None for flag in HEAD_FLAGS}, handler=cmd_train_multi)
+    # flags given override the file; head flags apply to every task (a task's own entry wins), and
+    # those not given leave each kind's default (so --help shows none)
+    add_training_flags(p, dict.fromkeys(HEAD_FLAGS), suppress=True)
+    p.set_defaults(handler=cmd_train_multi)
 
 
 
@@ -153,8 +165,7 @@ def add_tune(sub, common) -> None:
         g.add_argument("--space", help="YAML search space: flag: [values] or flag: {low, high, log}")
         g.add_argument("--restarts", type=int, default=0, help="train the best setting again with K other seeds")
         g.add_argument("--no-pruning", action="store_true", help="train every trial to its last epoch")
-        cls.add_arguments(p)
-        add_training_flags(p, **cls.training_defaults)
+        add_kind_flags(p, kind)
         p.set_defaults(handler=cmd_tune, epochs=4)
 
 
@@ -176,18 +187,7 @@ def add_extract(sub, common) -> None:
                                    "default stdin")
     p.add_argument("--input-format", choices=INPUT_FORMATS, default="auto", help="format of --input")
     p.add_argument("--out", required=True, help="output directory (replaced atomically)")
-    p.add_argument("--layers", default=None, help="hidden layers: -1 (the last; default), -1,-2,-3,-4, all; "
-                                                  "0 is the embeddings")
-    p.add_argument("--combine", choices=("concat", "sum", "mean"), default="concat", help="how several layers merge")
-    p.add_argument("--pool", choices=POOLS, default="mean",
-                   help="per-text vector: mean of the pieces, the [CLS] piece, or none")
-    p.add_argument("--format", choices=("safetensors", "npy"), default="safetensors", help="array file format")
-    p.add_argument("--max-length", type=positive_int, default=512,
-                   help="pieces per input; longer inputs are cut (index: truncated)")
-    p.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="precision of the vectors")
-    p.add_argument("--no-tokens", action="store_true", help="write only the pooled vectors")
-    p.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_flags(p, ExtractSettings)
     accept_layer_lists(p)
     p.set_defaults(handler=cmd_extract)
 
@@ -223,24 +223,8 @@ def add_serve(sub, common) -> None:
     p.add_argument("model_dir", help="a model directory written by `bertheads train`")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8000, help="port to listen on")
-    p.add_argument("--max-batch", type=positive_int, default=64, help="most texts run together in one model call")
-    p.add_argument("--batch-window-ms", type=float, default=5.0, help="how long to gather concurrent requests")
-    p.add_argument("--max-texts", type=positive_int, default=64, help="most texts in one request")
-    p.add_argument("--max-text-chars", type=positive_int, default=10000, help="longest text accepted, in characters")
-    # limits, access and checks (serve.settings_from_args reads these)
-    p.add_argument("--max-batch-tokens", type=positive_int, default=4096, help="encoder tokens in one model call")
-    p.add_argument("--max-queue", type=positive_int, default=64,
-                   help="requests waiting; more get 503 with Retry-After")
-    p.add_argument("--timeout", type=positive_float, default=30.0,
-                   help="seconds a request may take: 503 if not started by then, 504 if not finished")
-    p.add_argument("--max-connections", type=positive_int, default=128, help="concurrent connections; more get 503")
-    p.add_argument("--allowed-host", action="append", metavar="NAME",
-                   help="a Host header name to accept besides loopback names (repeatable; '*': any)")
-    p.add_argument("--token", default=os.environ.get("BERTHEADS_TOKEN") or None,
-                   help="require 'Authorization: Bearer TOKEN' (default: $BERTHEADS_TOKEN)")
-    p.add_argument("--insecure", action="store_true", help="serve a non-loopback --host without a token")
-    p.add_argument("--cors-origin", action="append", metavar="ORIGIN",
-                   help="a browser origin allowed to call the API (repeatable; default: none)")
+    # limits, access and checks: the fields of serve.settings.ServeSettings
+    add_flags(p, ServeSettings, defaults={"token": os.environ.get("BERTHEADS_TOKEN") or None})
     p.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
     p.set_defaults(handler=cmd_serve)
 

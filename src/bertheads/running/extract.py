@@ -1,14 +1,14 @@
 """`bertheads extract`: frozen-encoder vectors for other tools.
 
 Every input text (or text pair) runs through the encoder once; the chosen layers are merged
-(`--combine`) into one vector per word piece, and `--pool` makes one vector per text.
+(`--layer-combine`) into one vector per word piece, and `--vector-pool` makes one vector per text.
 
 ```
-DIR/features.safetensors     (--format safetensors) tensors named as the .npy files below
+DIR/features.safetensors     (--output-format safetensors) tensors named as the .npy files below
 DIR/tokens.npy               [total pieces, dim]  one row per word piece, texts one after another
 DIR/token_offsets.npy        [total pieces, 2]    int32 character start, end of each piece
 DIR/token_segments.npy       [total pieces]       int8: 0 first text, 1 second text, -1 special token
-DIR/pooled.npy               [texts, dim]         one row per text (--pool cls|mean; absent for none)
+DIR/pooled.npy               [texts, dim]         one row per text (--vector-pool cls|mean; absent for none)
 DIR/index.jsonl              one line per input, in input order: {"row", "line", "text", "pair",
                              "tokens": [start, end), "pieces", "offsets", "segments", "truncated",
                              and "id" / "words" when the input format has them}
@@ -21,13 +21,15 @@ The output directory is written whole into a temporary sibling and renamed into 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from bertheads.base.errors import UserError, where
+from bertheads.base.schema import renamed, setting, warn
+from bertheads.base.values import positive_int
 from bertheads.encoder.layers import LayerCombine, parse_layers
 from bertheads.encoder.pretrained import Encoder
 from bertheads.store.atomic import atomic_directory
@@ -43,17 +45,36 @@ INPUT_FORMATS = ("auto", "lines", "tsv", "csv", "jsonl", "conll", "squad")
 POOLS = ("cls", "mean", "none")
 
 
+EXTRACT_COMBINES = ("concat", "sum", "mean")  # scalar-mix is learned, so not for extract
+OUTPUT_FORMATS = ("safetensors", "npy")
+
+
 @dataclass
 class ExtractSettings:
-    layers: str | None = None  # "-1" (default), "-1,-2,-3,-4", "all"
-    combine: str = "concat"  # concat, sum or mean
-    pool: str = "mean"  # cls, mean (over all the text's pieces, specials included) or none
-    format: str = "safetensors"  # or npy
-    max_length: int = 512
-    dtype: str = "float32"
-    tokens: bool = True  # write the per-piece vectors
-    batch_size: int = INFERENCE_BATCH
-    progress: bool = True
+    """`bertheads extract` settings (its flags are derived from these). The old keyword names
+    `combine`, `pool` and `format` are still read, with a warning."""
+
+    layers: str | None = setting(None, "hidden layers: -1 (the last; default), -1,-2,-3,-4, all; 0 is the embeddings")
+    layer_combine: str = setting("concat", "how several layers merge", choices=EXTRACT_COMBINES,
+                                 aliases=("--combine",))
+    vector_pool: str = setting("mean", "per-text vector: mean of the pieces, the [CLS] piece, or none", choices=POOLS,
+                               aliases=("--pool",))
+    output_format: str = setting("safetensors", "array file format", choices=OUTPUT_FORMATS, aliases=("--format",))
+    max_length: int = setting(512, "pieces per input; longer inputs are cut (index: truncated)", type=positive_int)
+    dtype: str = setting("float32", "precision of the vectors", choices=("float32", "float16"))
+    tokens: bool = setting(True, "write only the pooled vectors", negate=True)
+    batch_size: int = setting(INFERENCE_BATCH, "inputs per batch", type=positive_int)
+    progress: bool = setting(True, "no progress bar", negate=True)
+    combine: InitVar[str | None] = None
+    pool: InitVar[str | None] = None
+    format: InitVar[str | None] = None
+
+    def __post_init__(self, combine: str | None, pool: str | None, format: str | None) -> None:
+        for old, value in (("combine", combine), ("pool", pool), ("format", format)):
+            if value is not None:
+                new = renamed(ExtractSettings)[old]
+                warn(f"ExtractSettings({old}=...) is deprecated; use {new}=")
+                setattr(self, new, value)
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -145,16 +166,17 @@ def extract(model: str, path: str | None, out: str | Path, settings: ExtractSett
     settings = settings or ExtractSettings()
     out = Path(out)
     check_out(out)
-    if settings.pool not in POOLS:
-        raise UserError(f"--pool: expected one of {', '.join(POOLS)}, got {settings.pool!r}")
-    if settings.combine not in ("concat", "sum", "mean"):
-        raise UserError(f"--combine: extract takes concat, sum or mean (scalar-mix is learned), got {settings.combine!r}")
-    if settings.format not in ("safetensors", "npy"):
-        raise UserError(f"--format: expected safetensors or npy, got {settings.format!r}")
+    if settings.vector_pool not in POOLS:
+        raise UserError(f"--vector-pool: expected one of {', '.join(POOLS)}, got {settings.vector_pool!r}")
+    if settings.layer_combine not in EXTRACT_COMBINES:
+        raise UserError(f"--layer-combine: extract takes concat, sum or mean (scalar-mix is learned), "
+                        f"got {settings.layer_combine!r}")
+    if settings.output_format not in OUTPUT_FORMATS:
+        raise UserError(f"--output-format: expected safetensors or npy, got {settings.output_format!r}")
     if settings.dtype not in ("float32", "float16"):
         raise UserError(f"--dtype: expected float32 or float16, got {settings.dtype!r}")
-    if settings.pool == "none" and not settings.tokens:
-        raise UserError("--pool none with --no-tokens leaves nothing to write")
+    if settings.vector_pool == "none" and not settings.tokens:
+        raise UserError("--vector-pool none with --no-tokens leaves nothing to write")
     inputs = read_inputs(path, input_format)
     if not inputs:
         raise UserError(f"{where(path)}: no inputs")
@@ -163,7 +185,7 @@ def extract(model: str, path: str | None, out: str | Path, settings: ExtractSett
     if not 2 < settings.max_length <= limit:
         raise UserError(f"--max-length: expected 3..{limit} (the model's limit), got {settings.max_length}")
     layers = parse_layers(settings.layers, encoder.info.num_layers)
-    combine = LayerCombine(len(layers), settings.combine)
+    combine = LayerCombine(len(layers), settings.layer_combine)
     dim = combine.output_size(encoder.info.hidden_size)
     features = encode_inputs(encoder.tokenizer, inputs, settings.max_length)
     lengths = [len(f["input_ids"]) for f in features]
@@ -175,18 +197,18 @@ def extract(model: str, path: str | None, out: str | Path, settings: ExtractSett
     if settings.tokens:
         shapes.update(tokens=((total, dim), settings.dtype), token_offsets=((total, 2), "int32"),
                       token_segments=((total,), "int8"))
-    if settings.pool != "none":
+    if settings.vector_pool != "none":
         shapes["pooled"] = ((len(features), dim), settings.dtype)
     meta = {MARKER: 1, "model": model, "input": str(path) if path else "<stdin>", "layers": list(layers),
-            "combine": settings.combine, "pool": settings.pool, "dim": dim, "dtype": settings.dtype,
+            "combine": settings.layer_combine, "pool": settings.vector_pool, "dim": dim, "dtype": settings.dtype,
             "max_length": settings.max_length, "texts": len(features), "tokens": total if settings.tokens else 0,
-            "truncated": sum(f["truncated"] for f in features), "format": settings.format,
-            "files": (["features.safetensors"] if settings.format == "safetensors"
+            "truncated": sum(f["truncated"] for f in features), "format": settings.output_format,
+            "files": (["features.safetensors"] if settings.output_format == "safetensors"
                       else [f"{name}.npy" for name in shapes]) + ["index.jsonl", "meta.json"],
             "arrays": {name: {"shape": list(shape), "dtype": dtype} for name, (shape, dtype) in shapes.items()}}
 
     with atomic_directory(out) as tmp:
-        if settings.format == "safetensors":
+        if settings.output_format == "safetensors":
             files = [create_safetensors(tmp / "features.safetensors", shapes, {"format": "pt", MARKER: "1"})]
             arrays = files[0].arrays
         else:
@@ -215,23 +237,23 @@ def run_encoder(encoder, features: list[dict], layers: tuple[int, ...], combine:
     encoder.to(device)
     pad_id = encoder.tokenizer.pad_token_id or 0
     lengths = [len(f["input_ids"]) for f in features]
-    cls_only = settings.pool == "cls" and not settings.tokens
+    cls_only = settings.vector_pool == "cls" and not settings.tokens
 
     def run(idx: list[int]) -> None:
         batch = encoder_batch([features[i] for i in idx], pad_id, device)
         states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers,
                          first_token_only=cls_only)  # T = 1 when only [CLS] of the last layer is kept
         vectors = combine(states).float()  # [B, T, dim]
-        if settings.pool == "cls":
+        if settings.vector_pool == "cls":
             pooled = vectors[:, 0]
-        elif settings.pool == "mean":
+        elif settings.vector_pool == "mean":
             mask = batch["attention_mask"].unsqueeze(-1).to(vectors.dtype)
             pooled = (vectors * mask).sum(1) / mask.sum(1)
         vectors = vectors.cpu().numpy()
         for j, i in enumerate(idx):
             if settings.tokens:
                 arrays["tokens"].write(int(starts[i]), vectors[j, : lengths[i]])
-            if settings.pool != "none":
+            if settings.vector_pool != "none":
                 arrays["pooled"].write(i, pooled[j : j + 1].cpu().numpy())
 
     run_in_length_order(features, run, device, settings.batch_size, INFERENCE_TOKENS,

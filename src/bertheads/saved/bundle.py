@@ -7,6 +7,9 @@ DIR/encoder/                 config, safetensors weights and tokenizer files: a 
 DIR/heads/NAME.safetensors   the weights of each head
 DIR/bertheads.json           manifest: heads (kind, label map, packing and head settings), source
 DIR/metrics.json             {"dev": {...}} for one head, {"dev": {NAME: {...}}} for several
+DIR/config.yaml              how a trained model was made: its full settings (a config file that
+                             `bertheads train --config` runs again) and the versions used; the
+                             manifest holds the same as `settings` and `made_with`
 DIR/checkpoint/, log.jsonl   while (or after) training: the resumable state and the log
 ```
 A model whose encoder is the unchanged checkpoint it was loaded from (features mode, and
@@ -25,6 +28,7 @@ import json
 from pathlib import Path
 
 import torch
+import yaml
 from safetensors.torch import save_file
 
 from bertheads.base.errors import UserError
@@ -44,6 +48,7 @@ from bertheads.store.encoder_refs import load_reference
 from bertheads.tasks import TASKS
 
 RUN_FILES = ("checkpoint", "log.jsonl", "tensorboard")  # a training run's own files in its --out
+CONFIG = "config.yaml"
 
 
 def task_class(kind: str):
@@ -83,9 +88,20 @@ def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: 
             **(extra or {}),
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+        if manifest.get("settings"):
+            (tmp / CONFIG).write_text(config_text(manifest["settings"], manifest.get("made_with")))
         if metrics is not None:
             (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     return out
+
+
+def config_text(settings: dict, made_with: dict | None = None) -> str:
+    """A saved model's config.yaml: its settings, then the versions that made it."""
+    text = "# how this model was made; `bertheads train --config THIS_FILE --out DIR` trains it again\n"
+    text += yaml.safe_dump(settings, sort_keys=False, allow_unicode=True)
+    if made_with:
+        text += yaml.safe_dump({"made_with": made_with}, sort_keys=False)
+    return text
 
 
 def is_model(path: str | Path | None) -> bool:

@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -36,56 +35,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bertheads.api import load
 from bertheads.base.errors import UserError
-from bertheads.serve.guard import Control, Guard, Metrics, allowed_hosts, is_loopback
+from bertheads.serve.guard import Control, Guard, Metrics, allowed_hosts
 from bertheads.serve.queue import Batcher, DeadlineExceeded, Overloaded, request_tokens, token_counter
+from bertheads.serve.settings import ServeSettings, settings_from_args  # noqa: F401 (re-exported)
 from bertheads.text.batching import INFERENCE_BATCH
 
 __all__ = ["Batcher", "ServeSettings", "create_app", "running_server", "serve"]
 
 log = logging.getLogger("bertheads.serve.app")
-
-
-@dataclass
-class ServeSettings:
-    max_batch: int = 64  # most texts run together in one model call
-    window_ms: float = 5.0  # how long the first request of a batch waits for company
-    max_texts: int = 64  # most texts in one request
-    max_text_chars: int = 10000  # longest text (or question, or passage) accepted
-    batch_size: int = INFERENCE_BATCH  # encoder batch size inside a model call
-    max_body_bytes: int = 0  # 0: derived from max_texts and max_text_chars
-    max_batch_tokens: int = 4096  # encoder tokens in one model call (a larger request runs alone)
-    max_queue: int = 64  # requests waiting for the model; more are refused with 503 at once
-    timeout: float = 30.0  # seconds a request may take: 503 if not started by then, 504 if not finished
-    max_connections: int = 128  # concurrent connections (uvicorn answers 503 beyond)
-    allowed_hosts: list[str] = field(default_factory=list)  # Host names accepted besides loopback ('*': any)
-    token: str | None = None  # require `Authorization: Bearer TOKEN` (except on / and /health)
-    insecure: bool = False  # allow a non-loopback address without a token
-    cors_origins: list[str] = field(default_factory=list)  # browser origins allowed to call the API
-
-    def body_limit(self) -> int:
-        return self.max_body_bytes or 3 * 4 * self.max_texts * self.max_text_chars + 65536
-
-    def check(self, host: str | None = None) -> None:
-        """Settings that cannot work, and a non-loopback `host` without a token, are UserErrors."""
-        for name in ("max_batch", "max_texts", "max_text_chars", "max_batch_tokens", "max_queue", "max_connections"):
-            if getattr(self, name) < 1:
-                raise UserError(f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(self, name)}")
-        if not self.timeout > 0:
-            raise UserError(f"--timeout: expected a positive number of seconds, got {self.timeout}")
-        if self.token is not None and not self.token.strip():
-            raise UserError("--token: empty")
-        if host is not None and not is_loopback(host) and not self.token and not self.insecure:
-            raise UserError(f"--host {host} is not a loopback address: give --token (or set BERTHEADS_TOKEN) so "
-                            f"that clients must authenticate, or --insecure to serve without one")
-
-
-def settings_from_args(args) -> ServeSettings:
-    """`bertheads serve` flags as settings."""
-    return ServeSettings(max_batch=args.max_batch, window_ms=args.batch_window_ms, max_texts=args.max_texts,
-                         max_text_chars=args.max_text_chars, max_batch_tokens=args.max_batch_tokens,
-                         max_queue=args.max_queue, timeout=args.timeout, max_connections=args.max_connections,
-                         allowed_hosts=list(args.allowed_host or []), token=args.token, insecure=args.insecure,
-                         cors_origins=list(args.cors_origin or []))
 
 
 # -- batching (the queue itself is serve_queue.Batcher) ------------------------------------

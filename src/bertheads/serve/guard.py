@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import time
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+from bertheads.serve.settings import LOOPBACK_NAMES, is_loopback  # noqa: F401 (is_loopback: re-exported)
+
 OPEN_PATHS = ("/", "/health")  # answered without a token (the page asks for one; liveness probes)
 BODY_METHODS = ("POST", "PUT", "PATCH")
 DRAIN_BYTES = 64 * 2**20  # an oversized body is read on (and discarded) up to this, so the client sees the 413
@@ -28,15 +28,6 @@ class Control:
     """Server state the guard reads: set `draining` when shutting down."""
 
     draining: bool = False
-
-
-def is_loopback(host: str) -> bool:
-    if host.strip("[]").lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def host_name(header: str) -> str:

@@ -16,6 +16,7 @@ from torch import nn
 
 from bertheads.base import schema
 from bertheads.base.errors import UserError
+from bertheads.text.encoding import MAX_LENGTH
 
 TASKS: dict[str, type[Task]] = {}  # kind -> its Task class (`bertheads.tasks.register` adds one)
 COMMANDS = ("predict", "evaluate", "serve")  # the commands whose flags inference options are
@@ -49,7 +50,7 @@ class NoOptions:
 class HeadSettings:
     """Settings shared by every head; each kind's spec extends these."""
 
-    max_length: int = 128
+    max_length: int = MAX_LENGTH
     mode: str = "finetune"  # or "features": frozen encoder, only the head learns
     layers: list[int] = field(default_factory=lambda: [-1])
     combine: str = "concat"

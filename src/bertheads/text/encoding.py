@@ -14,6 +14,7 @@ import torch
 from bertheads.base.errors import UserError
 
 Feature = dict  # one encoded input: input_ids, token_type_ids and task fields (labels, ...)
+MAX_LENGTH = 128  # tokens per input unless a task kind or setting says otherwise
 
 # A truncated text is tokenized only as far as it is read: a prefix of CHARS_PER_TOKEN
 # characters a token (doubled until it holds enough), whose tokens ending CUT_MARGIN characters
@@ -40,7 +41,7 @@ def encode_texts(
     tokenizer,
     texts: Sequence[str],
     pairs: Sequence[str | None] | None = None,
-    max_length: int = 128,
+    max_length: int = MAX_LENGTH,
     offsets: bool = False,
 ) -> list[Feature]:
     """Encode single texts or pairs, truncating pairs longest-first to `max_length` tokens."""
@@ -86,7 +87,7 @@ def encode_windows(
     tokenizer,
     texts: Sequence[str],
     pairs: Sequence[str | None] | None = None,
-    max_length: int = 128,
+    max_length: int = MAX_LENGTH,
     stride: int = 32,
 ) -> tuple[list[Feature], list[int]]:
     """Each input cut into windows of at most `max_length` tokens, neighbours sharing `stride`

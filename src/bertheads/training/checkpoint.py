@@ -31,15 +31,17 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import tagged
 from bertheads.encoder.pretrained import weights_hash
 from bertheads.saved.bundle import MANIFEST, check_writable_out
 from bertheads.store import lock
 from bertheads.store.atomic import atomic_directory, missing_parents, remove_made, remove_stale
+from bertheads.training.settings import TrainSettings
 
 DIRECTORY = "checkpoint"
 FORMAT = 1
 # settings that do not change what a run computes: a resume may give other values
-NOT_COMPARED = ("progress", "resume", "overwrite", "save_every", "log_every", "tensorboard", "eval_batch_size")
+NOT_COMPARED = tagged(TrainSettings, "not-compared")
 
 
 def identity(model, data: list, settings, world: int) -> dict:

@@ -1,34 +1,40 @@
-"""The training flags, defined once: `bertheads train KIND` and `train multi` build their parsers
-from here, and a multi-task config's per-task fields are checked against the same definitions."""
+"""The training flags, derived from the settings dataclasses (`training.settings`) and each
+kind's `add_arguments`: `bertheads train KIND`, `train multi` and `tune KIND` build their
+parsers from here, and config files and keyword arguments are checked against the same
+definitions."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
+from collections.abc import Mapping
+from typing import Any
 
-from bertheads.base.errors import UserError
-from bertheads.base.values import fraction, non_negative_float, positive_float, positive_int
-from bertheads.encoder.layers import COMBINES
+from bertheads.base.schema import DeprecatedFlag, add_flags, check_names, convert, names, new_names, vars_for
+from bertheads.base.values import fraction, non_negative_float, positive_float, positive_int  # noqa: F401 (re-exported)
+from bertheads.saved.bundle import task_class
 from bertheads.tasks import TASKS
-from bertheads.text.batching import INFERENCE_BATCH
-from bertheads.training.loop import FEATURES_LR, FINETUNE_LR, KEEP_CHOICES, TrainSettings
+from bertheads.training.settings import HeadOptions, RunSettings, TrainSettings
 
+# the groups of settings every `bertheads train` command takes, in the order of their flags
+SETTING_GROUPS = (RunSettings, TrainSettings, HeadOptions)
 # training flags that are head settings: on the command line they apply to every task
-HEAD_FLAGS = ("max_length", "mode", "layers", "combine", "cache_dir", "cache_dtype", "cache_max_gb")
-# flags that are training settings (TrainSettings) or the run's own, not a task's
-RUN_FLAGS = ("command", "kind", "train", "dev", "out", "model", "epochs", "batch_size", "lr", "seed", "limit",
-             "warmup_ratio", "weight_decay", "eval_batch_size", "no_progress", "keep", "select_metric",
-             "verbose", "quiet", "grad_accum", "eval_every", "patience", "save_every", "resume", "overwrite",
-             "log_every", "tensorboard")
+HEAD_FLAGS = tuple(names(HeadOptions))
 
 
 class ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
     """`(default: X)` after each flag's help, except where there is no default to show."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default in (None, False) or "default" in (action.help or ""):
+        default = action.default
+        if default is argparse.SUPPRESS:  # a flag whose value is left unset unless given (see add_flags)
+            default = getattr(action, "shown_default", None)
+        if default in (None, False) or action.nargs == 0 or "default" in (action.help or ""):
             return action.help or ""
-        return super()._get_help_string(action)
+        if default is action.default:
+            return super()._get_help_string(action)
+        return f"{action.help} (default: {str(default).replace('%', '%%')})"
 
 
 class Parser(argparse.ArgumentParser):
@@ -47,86 +53,23 @@ def accept_layer_lists(parser: argparse.ArgumentParser) -> None:
     parser._negative_number_matcher = re.compile(r"^-\d+$|^-\d*\.\d+$|^-\d+(,\s*-?\d+)+$")
 
 
-def add_training_flags(p: argparse.ArgumentParser, *, max_length: int = 128, batch_size: int = 32) -> None:
-    """The flags every `bertheads train` command takes (defaults may differ by task kind)."""
-    d = TrainSettings()
-    g = p.add_argument_group("training")
-    g.add_argument("--model", default="default",
-                   help="'default' (the embedded MiniLM-L6), a checkpoint directory, a hub name, or a bertheads "
-                        "model (its head of the same kind and labels trains further; other heads are new)")
-    g.add_argument("--epochs", type=positive_int, default=d.epochs, help="passes over the training data")
-    g.add_argument("--batch-size", type=positive_int, default=batch_size, help="training examples per step")
-    # no default here (so --help shows both): the mode decides it, in train.resolved_settings
-    g.add_argument("--lr", type=positive_float, default=argparse.SUPPRESS,
-                   help=f"peak learning rate (AdamW, linear decay); default {FINETUNE_LR:g} when fine-tuning, "
-                        f"{FEATURES_LR:g} with --mode features (only the head learns)")
-    g.add_argument("--max-length", type=positive_int, default=max_length,
-                   help="tokens per input (pairs are cut longest-first)")
-    g.add_argument("--seed", type=int, default=d.seed, help="random seed (head initialisation, batch order)")
-    g.add_argument("--limit", type=positive_int, default=None, help="use only the first N training examples")
-    g.add_argument("--warmup-ratio", type=fraction, default=d.warmup_ratio,
-                   help="share of the steps over which the learning rate rises from 0")
-    g.add_argument("--weight-decay", type=non_negative_float, default=d.weight_decay,
-                   help="AdamW weight decay (not on biases and LayerNorm)")
-    g.add_argument("--eval-batch-size", type=positive_int, default=INFERENCE_BATCH,
-                   help="inputs per batch when evaluating on --dev")
-    g.add_argument("--keep", choices=KEEP_CHOICES, default=d.keep,
-                   help="which model is saved: the best dev evaluation (by --select-metric; an equal score with "
-                        "a lower dev loss wins) or the last epoch's")
-    g.add_argument("--select-metric", default=None,
-                   help="dev metric that chooses the best evaluation (default: the task's main one: accuracy, "
-                        "f1, pearson, ...)")
-    g.add_argument("--grad-accum", type=positive_int, default=d.grad_accum,
-                   help="add the gradients of N batches before each step (a step sees N * --batch-size examples)")
-    g.add_argument("--eval-every", type=positive_int, default=None,
-                   help="also evaluate on --dev every N steps (default: after each epoch only)")
-    g.add_argument("--patience", type=positive_int, default=None,
-                   help="stop after N evaluations without improvement (needs --dev)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bars")
-    r = p.add_argument_group("checkpoints and logs")
-    r.add_argument("--save-every", type=positive_int, default=None,
-                   help="write OUT/checkpoint every N steps (default: after each epoch); removed when the run ends")
-    r.add_argument("--resume", action="store_true",
-                   help="continue the run whose checkpoint is in --out (same data, model and settings)")
-    r.add_argument("--overwrite", action="store_true",
-                   help="replace a model (or checkpoint) of another run in --out; without it such --out is refused")
-    r.add_argument("--log-every", type=positive_int, default=d.log_every, help="steps between lines of OUT/log.jsonl")
-    r.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files to OUT/tensorboard")
-    f = p.add_argument_group("feature extraction")
-    f.add_argument("--mode", choices=("finetune", "features"), default="finetune",
-                   help="fine-tune the encoder with the head, or train the head alone on frozen, cached features")
-    f.add_argument("--layers", default=None,
-                   help="hidden layers the head reads: -1 (the last; default), -1,-2,-3,-4, all; 0 is the embeddings")
-    f.add_argument("--combine", choices=COMBINES, default="concat", help="how several --layers are merged")
-    f.add_argument("--cache-dir", default=None,
-                   help="feature cache directory (default: $BERTHEADS_CACHE or ~/.cache/bertheads)")
-    f.add_argument("--cache-dtype", choices=("float16", "float32"), default="float16",
-                   help="precision of the cached encoder states")
-    f.add_argument("--cache-max-gb", type=positive_float, default=None,
-                   help="refuse to grow the feature cache beyond this size")
+def add_training_flags(p: argparse.ArgumentParser, defaults: Mapping[str, Any] | None = None, *,
+                       suppress: bool = False, **more) -> None:
+    """The flags every `bertheads train` command takes, from `SETTING_GROUPS` (`defaults`: a
+    kind's `training_defaults`). With `suppress`, flags not given leave no value."""
+    add_flags(p, SETTING_GROUPS, {**(defaults or {}), **more}, suppress=suppress)
     accept_layer_lists(p)
 
 
-def settings_from(args: argparse.Namespace) -> TrainSettings:
-    """The training settings given on a command line."""
-    return TrainSettings(epochs=args.epochs, batch_size=args.batch_size, lr=getattr(args, "lr", None), seed=args.seed,
-                         warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
-                         eval_batch_size=args.eval_batch_size, progress=not args.no_progress,
-                         keep=args.keep, select_metric=args.select_metric, grad_accum=args.grad_accum,
-                         eval_every=args.eval_every, patience=args.patience, save_every=args.save_every,
-                         resume=args.resume, overwrite=args.overwrite, log_every=args.log_every,
-                         tensorboard=args.tensorboard)
+def settings_from(args: argparse.Namespace, base: TrainSettings | None = None) -> TrainSettings:
+    """The training settings given on a command line (over `base`, or the defaults)."""
+    return dataclasses.replace(base or TrainSettings(), **vars_for(TrainSettings, args))
 
 
-def task_options(args: argparse.Namespace) -> dict:
-    """The task's own settings given on a command line (everything that is not a run flag)."""
-    return {k: v for k, v in vars(args).items() if k not in RUN_FLAGS and not callable(v)}
-
-
-def task_class(kind: str):
-    if kind not in TASKS:
-        raise UserError(f"unknown task kind {kind!r} (known: {', '.join(TASKS)})")
-    return TASKS[kind]
+def task_options(args: argparse.Namespace, kind: str) -> dict:
+    """The task's settings given on a command line: the kind's own flags and the head options."""
+    known = set(kind_options(kind))
+    return {k: v for k, v in vars(args).items() if k in known}
 
 
 def kind_parser(kind: str | None = None) -> argparse.ArgumentParser:
@@ -138,16 +81,28 @@ def kind_parser(kind: str | None = None) -> argparse.ArgumentParser:
         return parser
     cls = task_class(kind)
     cls.add_arguments(parser)
-    add_training_flags(parser, **cls.training_defaults)
+    add_training_flags(parser, cls.training_defaults)
     return parser
+
+
+def actions_of(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """dest -> action of a parser's flags (deprecated spellings left out)."""
+    return {a.dest: a for a in parser._actions if a.dest != "help" and not isinstance(a, DeprecatedFlag)}
+
+
+def own_options(kind: str) -> dict[str, argparse.Action]:
+    """dest -> action of the flags a kind's `add_arguments` declares."""
+    parser = argparse.ArgumentParser(add_help=False)
+    task_class(kind).add_arguments(parser)
+    return actions_of(parser)
 
 
 def kind_options(kind: str) -> dict[str, argparse.Action]:
     """Per-task option name -> its argparse action (type, choices): the kind's own flags and
-    the head settings among the training flags."""
-    actions = {a.dest: a for a in kind_parser(kind)._actions if a.dest != "help"}
-    generic = {a.dest for a in kind_parser()._actions}
-    return {dest: a for dest, a in actions.items() if dest not in generic or dest in HEAD_FLAGS}
+    the head options."""
+    actions = actions_of(kind_parser(kind))
+    allowed = set(own_options(kind)) | set(HEAD_FLAGS)
+    return {dest: a for dest, a in actions.items() if dest in allowed}
 
 
 def kind_defaults(kind: str) -> dict:
@@ -156,25 +111,60 @@ def kind_defaults(kind: str) -> dict:
     return {k: v for k, v in vars(kind_parser(kind).parse_args([])).items() if k in options}
 
 
+def check_options(kind: str, options: Mapping[str, Any], at: str = "", what: str | None = None) -> dict:
+    """A task's options with old names replaced (with a warning); unknown ones refused with the
+    closest known one suggested."""
+    options = new_names(options, HeadOptions, at)
+    check_names(options, kind_options(kind), what or f"setting for a {kind} task", at)
+    return dict(options)
+
+
+FIELDS = {f.name: f for cls in SETTING_GROUPS for f in dataclasses.fields(cls)}
+
+
 def option_value(action: argparse.Action, value, fail):
     """A config value checked and converted like the command-line flag it stands for."""
     if value is None:
         return None
-    if action.dest == "layers" and isinstance(value, (list, int)) and not isinstance(value, bool):
-        value = ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+    if action.dest in FIELDS:
+        return convert(FIELDS[action.dest], value, fail)
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)):
         if not isinstance(value, bool):
             fail(f"expected true or false, got {value!r}")
         return value
     if isinstance(value, (dict, list)) or (isinstance(value, bool) and action.type is not None):
         fail(f"expected a single value, got {value!r}")
-    convert = action.type or str
+    convert_text = action.type or str
     try:
-        value = convert(value)
+        value = convert_text(value)
     except argparse.ArgumentTypeError as exc:
         fail(str(exc))
     except (TypeError, ValueError):
-        fail(f"expected {getattr(convert, '__name__', 'a value')}, got {value!r}")
+        fail(f"expected {getattr(convert_text, '__name__', 'a value')}, got {value!r}")
     if action.choices is not None and value not in action.choices:
         fail(f"expected one of {', '.join(map(str, action.choices))}, got {value!r}")
     return value
+
+
+def add_kind_flags(p: argparse.ArgumentParser, kind: str, *, suppress: bool = False) -> None:
+    """A kind's own flags (its `add_arguments`) and the training flags with the kind's defaults.
+    With `suppress`, flags not given leave no value (`--help` still shows the defaults)."""
+    cls = task_class(kind)
+    before = len(p._actions)
+    cls.add_arguments(p)
+    if suppress:
+        for action in p._actions[before:]:
+            action.shown_default = action.default
+            if action.help and "%(default)" in action.help:
+                action.help = action.help.replace("%(default)s", str(action.default))
+            action.default = argparse.SUPPRESS
+    add_training_flags(p, cls.training_defaults, suppress=suppress)
+
+
+def given_settings(args: argparse.Namespace, kind: str | None = None) -> dict:
+    """The settings a command line gave (its flags built with `suppress`): training, run and
+    head settings, and the kind's own options."""
+    known = {n for cls in SETTING_GROUPS for n in names(cls)}
+    if kind in TASKS:
+        known |= set(own_options(kind))
+    return {k: v for k, v in vars(args).items() if k in known}

@@ -1,20 +1,33 @@
-"""Training heads on one encoder: the multi-task config file, and joint training of its tasks
-(one task is the single-head case that `bertheads train KIND` runs).
+"""Training heads on one encoder: the config file that holds a run's settings, and joint
+training of its tasks (one task is the single-head case that `bertheads train KIND` runs).
 
 ```yaml
 tasks:
   sentiment: {kind: classify, train: sst2/train.tsv, dev: sst2/dev.tsv}
   ner: {kind: tag, train: conll2003/train.txt, dev: conll2003/dev.txt, limit: 5000}
 sampling: proportional   # or temperature (with temperature: T) or round-robin
+epochs: 3                # any training setting: model, lr, seed, batch_size, max_length, mode, ...
 ```
-Relative paths resolve against the config file's folder. Per task: `kind`, `train`, `dev`,
-`limit`, and the options `bertheads train KIND` takes (max_length, text_column, ...). The
-training flags given on the command line apply to every task; a task's own entry wins.
+or, for one head (named after its kind), the task's fields at the top level:
+```yaml
+kind: classify
+train: sst2/train.tsv
+dev: sst2/dev.tsv
+text_column: sentence
+epochs: 2
+```
+Relative paths resolve against the config file's folder; YAML, or TOML for a `.toml` file.
+Per task: `kind`, `train`, `dev`, `limit`, and the options `bertheads train KIND` takes
+(max_length, text_column, ...). Head options at the top level apply to every task, as do the
+training flags given on the command line; a task's own entry wins. A saved model's
+`config.yaml` is such a file: `bertheads train --config DIR/config.yaml` runs it again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -26,22 +39,35 @@ import torch
 import yaml
 
 from bertheads.base.errors import UserError, where
+from bertheads.base.schema import check_names, convert, names, new_names, suggest, tagged
 from bertheads.encoder.layers import parse_layers
 from bertheads.encoder.pretrained import Encoder
 from bertheads.model import BertHeads
 from bertheads.saved import bundle
 from bertheads.saved.bundle import HEAD_NAME
+from bertheads.store import lock
 from bertheads.store.encoder_refs import cache_root, reference
 from bertheads.store.features_cache import attach_cache
 from bertheads.tasks import TASKS
 from bertheads.text.readers import read_text
 from bertheads.training import checkpoint
-from bertheads.training.flags import kind_defaults, kind_options, option_value, task_class
-from bertheads.training.loop import SAMPLINGS, TaskData, TrainSettings, evaluate_task, fit
+from bertheads.training.flags import (
+    FIELDS,
+    kind_defaults,
+    kind_options,
+    option_value,
+    own_options,
+    task_class,
+)
+from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit, resolved_settings
+from bertheads.training.settings import SPEC_FIELD, HeadOptions, RunSettings
 
 log = logging.getLogger("bertheads")
-TOP_FIELDS = ("tasks", "sampling", "temperature")
 TASK_FIELDS = ("kind", "train", "dev", "limit")
+# a config's own fields (besides the settings): the tasks, or one task's fields at the top;
+# `made_with` (versions, in a saved model's config) is read and ignored
+TOP_FIELDS = ("tasks", "kind", "train", "dev", "made_with")
+SETTINGS = (RunSettings, TrainSettings, HeadOptions)
 
 
 @dataclass
@@ -60,6 +86,10 @@ class MultiConfig:
     tasks: list[TaskConfig]
     sampling: str = "proportional"
     temperature: float = 2.0
+    run: dict = field(default_factory=dict)  # RunSettings fields the file gives (model, limit)
+    training: dict = field(default_factory=dict)  # TrainSettings fields the file gives
+    options: dict = field(default_factory=dict)  # options for every task (head options, one task's own)
+    single: bool = False  # one task named after its kind (`kind:` at the top, or `bertheads train KIND`)
 
 
 # -- reading the config ----------------------------------------------------------------
@@ -74,49 +104,88 @@ def key_lines(node, prefix: tuple = ()) -> dict[tuple, int]:
     return lines
 
 
-def read_config(path: str | Path) -> MultiConfig:
-    """Parse and check a multi-task config; errors name the file, line and field."""
-    path = str(path)
+def load_mapping(path: str) -> tuple[object, dict[tuple, int]]:
+    """A YAML (or, by its extension, TOML) file's data and the line of each key."""
     text = read_text(path)
-    lines: dict[tuple, int] = {}
     if Path(path).suffix.lower() == ".toml":
         if tomllib is None:
             raise UserError(f"{path}: reading TOML needs Python 3.11 or later; use YAML")
         try:
-            data = tomllib.loads(text)
+            return tomllib.loads(text), {}
         except tomllib.TOMLDecodeError as exc:
             raise UserError(f"{path}: malformed TOML ({exc})") from None
-    else:
-        try:
-            lines = key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise UserError(f"{where(path, mark.line + 1 if mark else None)}: malformed YAML ({problem})") from None
+    try:
+        return yaml.safe_load(text), key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{where(path, mark.line + 1 if mark else None)}: malformed YAML ({problem})") from None
+
+
+def read_config(path: str | Path, kind: str | None = None, files: dict | None = None) -> MultiConfig:
+    """Parse and check a config file; errors name the file, line and field. `kind`: the task
+    kind of a file that names neither `tasks` nor `kind` (`bertheads train KIND --config F`);
+    `files`: `train` and `dev` paths given on the command line, which replace a one-task file's."""
+    path = str(path)
+    data, lines = load_mapping(path)
 
     def fail(keys: tuple, message: str):
         line = next((lines[keys[:i]] for i in range(len(keys), 0, -1) if keys[:i] in lines), None)
         raise UserError(f"{where(path, line)}: {'.'.join(map(str, keys))}: {message}")
 
     if not isinstance(data, dict):
-        raise UserError(f"{where(path)}: expected a mapping with a 'tasks' field")
-    for key in data:
-        if key not in TOP_FIELDS:
-            fail((key,), f"unknown field (known: {', '.join(TOP_FIELDS)})")
-    tasks = data.get("tasks")
-    if not isinstance(tasks, dict) or not tasks:
-        fail(("tasks",), "expected a mapping of head names to task settings, e.g. "
-                         "'sentiment: {kind: classify, train: train.tsv}'")
-    sampling = data.get("sampling", "proportional")
-    if sampling not in SAMPLINGS:
-        fail(("sampling",), f"expected one of {', '.join(SAMPLINGS)}, got {sampling!r}")
-    temperature = data.get("temperature", 2.0)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature <= 0:
-        fail(("temperature",), f"expected a positive number, got {temperature!r}")
+        raise UserError(f"{where(path)}: expected a mapping with a 'tasks' field (or 'kind' and 'train')")
+    spelled = {str(k).replace("-", "_"): k for k in data}
+    data = {str(k).replace("-", "_"): v for k, v in data.items()}
     base = Path(path).resolve().parent
-    out = [read_task(str(name), entry, base, fail) for name, entry in tasks.items()]
-    return MultiConfig(path, out, sampling, float(temperature))
+    single = "tasks" not in data
+    if not single and ("kind" in data or "train" in data):
+        fail(("kind" if "kind" in data else "train",), "a config has 'tasks' or one task's fields at the top "
+                                                       "(kind, train, dev), not both")
+    if single:
+        kind = data.get("kind", kind)
+        if kind is None:
+            fail(("tasks",), "expected a mapping of head names to task settings, e.g. "
+                             "'sentiment: {kind: classify, train: train.tsv}' (or 'kind' and 'train' at the top)")
+        if kind not in TASKS:
+            fail(("kind",), f"unknown task kind {kind!r} (known: {', '.join(TASKS)})")
+        own = set(own_options(kind)) | set(TASK_FIELDS)
+    else:
+        own = set()
+    known = set(TOP_FIELDS) | own | {n for cls in SETTINGS for n in names(cls)}
+    data = new_names(data, HeadOptions, path)
+    for key in data:
+        if key not in known:
+            fail((spelled.get(key, key),), f"unknown setting {key!r}{suggest(key, sorted(known))}")
+
+    def value(key: str):
+        return convert(FIELDS[key], data[key], lambda msg: fail((spelled.get(key, key),), msg))
+
+    run = {k: value(k) for k in names(RunSettings) if k in data and k != "limit"}
+    if "model" in run and run["model"] not in (None, "default") and (base / run["model"]).exists():
+        run["model"] = str((base / run["model"]).resolve())
+    training = {k: value(k) for k in names(TrainSettings) if k in data}
+    options = {k: value(k) for k in names(HeadOptions) if k in data}
+    if single:
+        entry = {k: v for k, v in data.items() if k in own}
+        entry.update({k: str(Path(v).resolve()) for k, v in (files or {}).items() if v})
+        task = read_task(kind, {**entry, "kind": kind}, base, lambda keys, msg: fail(keys[2:] or ("train",), msg))
+        options.update(task.options)
+        task.options = {}
+        tasks = [task]
+    else:
+        tasks = data.get("tasks")
+        if not isinstance(tasks, dict) or not tasks:
+            fail(("tasks",), "expected a mapping of head names to task settings, e.g. "
+                             "'sentiment: {kind: classify, train: train.tsv}'")
+        tasks = [read_task(str(name), entry, base, fail) for name, entry in tasks.items()]
+        if "limit" in data:  # a limit for every task (a task's own wins)
+            limit = value("limit")
+            for t in tasks:
+                t.limit = t.limit or limit
+    defaults = TrainSettings()
+    return MultiConfig(path, tasks, training.get("sampling", defaults.sampling),
+                       float(training.get("temperature", defaults.temperature)), run, training, options, single)
 
 
 def read_task(name: str, entry, base: Path, fail) -> TaskConfig:
@@ -148,6 +217,7 @@ def read_task(name: str, entry, base: Path, fail) -> TaskConfig:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         fail((*keys, "limit"), f"expected a positive integer, got {limit!r}")
     allowed = kind_options(kind)
+    entry = new_names(entry, HeadOptions, ".".join(keys))
     options = {}
     for key, value in entry.items():
         if key in TASK_FIELDS:
@@ -155,23 +225,51 @@ def read_task(name: str, entry, base: Path, fail) -> TaskConfig:
         action = allowed.get(key)
         if action is None:
             known = sorted(set(TASK_FIELDS) | set(allowed))
-            fail((*keys, key), f"unknown field for a {kind} task (known: {', '.join(known)})")
+            fail((*keys, key), f"unknown setting {key!r} for a {kind} task{suggest(key, known)}")
         options[key] = option_value(action, value, lambda msg, k=key: fail((*keys, k), msg))
     return TaskConfig(name, kind, paths["train"], paths.get("dev"), limit, options)
 
 
+def run_settings(config: MultiConfig, settings: TrainSettings | None = None, given: dict | None = None
+                 ) -> tuple[TrainSettings, dict, dict]:
+    """A config's run resolved: (training settings, run settings, options for every task).
+    Each comes from `settings` (or the defaults, with the kind's own defaults for one task),
+    then the file, then `given` (keyword arguments or flags given on the command line, which
+    may hold any setting's name; unknown names are refused with a suggestion)."""
+    given = dict(given or {})
+    kinds = {t.kind for t in config.tasks}
+    known = {n for cls in SETTINGS for n in names(cls)}
+    if config.single:
+        known |= set(own_options(config.tasks[0].kind))
+    given = new_names(given, HeadOptions)
+    check_names(given, sorted(known))
+    if settings is None:
+        defaults = TASKS[next(iter(kinds))].training_defaults if len(kinds) == 1 else {}
+        settings = TrainSettings(**{k: v for k, v in defaults.items() if k in names(TrainSettings)})
+    training = {**config.training, **{k: v for k, v in given.items() if k in names(TrainSettings)}}
+    settings = dataclasses.replace(settings, **training)
+    run = {**config.run, **{k: v for k, v in given.items() if k in names(RunSettings)}}
+    options = {**config.options, **{k: v for k, v in given.items() if k not in names(TrainSettings)
+                                    and k not in names(RunSettings)}}
+    return settings, run, options
+
+
 # -- joint training --------------------------------------------------------------------
-def task_settings(task: TaskConfig, cli_options: dict) -> dict:
-    """A task's options: its kind's defaults, then the command line's, then its own."""
+def task_settings(task: TaskConfig, cli_options: dict, shared: dict | None = None) -> dict:
+    """A task's options: its kind's defaults, then the config's options for every task
+    (`shared`), then the command line's, then its own."""
     options = kind_defaults(task.kind)
-    options.update({k: v for k, v in cli_options.items() if v is not None})
+    allowed = set(options)
+    for given in (shared or {}, new_names(cli_options, HeadOptions)):
+        options.update({k: v for k, v in given.items() if v is not None and k in allowed})
     options.update({k: v for k, v in task.options.items() if v is not None})
     return options
 
 
 def make_spec(cls, options: dict, encoder: Encoder):
-    """The task's spec from CLI/API options (unknown keys are ignored)."""
+    """The task's spec from CLI/API options (keys that are not spec fields are ignored)."""
     names = {f.name for f in fields(cls.spec_type)}
+    options = {SPEC_FIELD.get(k, k): v for k, v in options.items()}
     spec = cls.spec_type(**{k: v for k, v in options.items() if k in names and v is not None})
     if isinstance(spec.layers, str) or spec.layers is None:
         spec.layers = list(parse_layers(spec.layers, encoder.info.num_layers))
@@ -207,29 +305,34 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
     settings.sampling, settings.temperature = config.sampling, config.temperature
     if out is not None:
         checkpoint.claim_out(out, settings.resume, settings.overwrite)
-    options = {t.name: task_settings(t, cli_options or {}) for t in config.tasks}
-    modes = {opts.get("mode") or "finetune" for opts in options.values()}
-    if len(modes) > 1:
-        raise UserError(f"{config.path}: tasks mix --mode finetune and features; train them apart and "
-                        f"`bertheads combine` features-mode models, or use one mode")
-    torch.manual_seed(settings.seed)
-    saved = bundle.load(model) if bundle.is_model(model) else None
-    # features mode: the weights load only if some states are not cached yet
-    encoder = saved.encoder if saved is not None else Encoder.load(model, lazy=modes == {"features"})
-    data = [prepare_task(t.kind, t.train, t.dev, encoder, options[t.name], t.limit or limit, t.name)
-            for t in config.tasks]
-    if saved is not None:
-        continue_heads(saved, data, model)
-    net = BertHeads(encoder, {d.name: d.task for d in data})
-    if modes == {"features"}:
-        # the frozen encoder is the checkpoint as loaded: its hash is remembered, and the
-        # model directory refers to it instead of holding a copy
-        encoder.reference = reference(encoder, model, cache_root(options[config.tasks[0].name].get("cache_dir")))
-        for d, t in zip(data, config.tasks):
-            attach_cache(net, [d], options[t.name], model, t.train, progress=settings.progress)
-    extra = {"source_model": model, **(extra_manifest or {})}
-    result = fit(net, data, settings, out, evaluate_task, extra, on_epoch)
-    return net, result
+    try:
+        options = {t.name: task_settings(t, cli_options or {}, config.options) for t in config.tasks}
+        modes = {opts.get("mode") or "finetune" for opts in options.values()}
+        if len(modes) > 1:
+            raise UserError(f"{config.path}: tasks mix --mode finetune and features; train them apart and "
+                            f"`bertheads combine` features-mode models, or use one mode")
+        torch.manual_seed(settings.seed)
+        saved = bundle.load(model) if bundle.is_model(model) else None
+        # features mode: the weights load only if some states are not cached yet
+        encoder = saved.encoder if saved is not None else Encoder.load(model, lazy=modes == {"features"})
+        data = [prepare_task(t.kind, t.train, t.dev, encoder, options[t.name], t.limit or limit, t.name)
+                for t in config.tasks]
+        if saved is not None:
+            continue_heads(saved, data, model)
+        net = BertHeads(encoder, {d.name: d.task for d in data})
+        if modes == {"features"}:
+            # the frozen encoder is the checkpoint as loaded: its hash is remembered, and the
+            # model directory refers to it instead of holding a copy
+            encoder.reference = reference(encoder, model, cache_root(options[config.tasks[0].name].get("cache_dir")))
+            for d, t in zip(data, config.tasks):
+                attach_cache(net, [d], options[t.name], model, t.train, progress=settings.progress)
+        extra = {"source_model": model, **(extra_manifest or {}), "made_with": made_with(),
+                 "settings": made_from(config, model, resolved_settings(settings, modes == {"features"}), limit, options)}
+        result = fit(net, data, settings, out, evaluate_task, extra, on_epoch)
+        return net, result
+    finally:  # a run that failed before its loop gives the folder back too
+        if out is not None:
+            lock.release(out)
 
 
 # fields of a head's spec that must agree for its weights to be trained further
@@ -255,7 +358,50 @@ def continue_heads(saved: BertHeads, data: list[TaskData], source: str) -> None:
 def single_task(kind: str, train: str, dev: str | None, options: dict, limit: int | None = None) -> MultiConfig:
     """The config of a one-task run (`bertheads train KIND`): the head is named after the kind."""
     task_class(kind)
-    return MultiConfig("<command line>", [TaskConfig(kind, kind, train, dev, limit, dict(options))])
+    return MultiConfig("<command line>", [TaskConfig(kind, kind, train, dev, limit, dict(options))], single=True)
+
+
+# -- what a saved model says about how it was made ----------------------------------------
+def made_with() -> dict:
+    """The versions of bertheads, Python, torch and transformers."""
+    import transformers
+
+    version = getattr(sys.modules.get("bertheads"), "__version__", "unknown")
+    return plain({"bertheads": version, "python": sys.version.split()[0], "torch": torch.__version__,
+                  "transformers": transformers.__version__})
+
+
+def plain(value):
+    """A value as YAML writes it safely (tuples as lists, paths as text)."""
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, str):
+        return str(value)  # a str subclass (torch's version) as plain text
+    if value is None or isinstance(value, (int, float, bool)):
+        return value
+    return str(value)
+
+
+def made_from(config: MultiConfig, model: str, settings: TrainSettings, limit: int | None,
+              options: dict[str, dict]) -> dict:
+    """A run's full settings as a config file holds them (what `read_config` reads back): the
+    start model, every training setting but those that only steer the run, and each task's
+    kind, data and options (one task at the top level, several under `tasks`)."""
+    source = str(Path(model).resolve()) if model not in (None, "", "default") and Path(model).exists() else model
+    left_out = set(tagged(TrainSettings, "not-recorded"))
+    training = {k: v for k, v in dataclasses.asdict(settings).items() if k not in left_out}
+    tasks = {}
+    for t in config.tasks:
+        entry = {"kind": t.kind, "train": t.train, **({"dev": t.dev} if t.dev else {}),
+                 **({"limit": t.limit or limit} if (t.limit or limit) else {}),
+                 **{k: v for k, v in options[t.name].items() if v is not None}}
+        tasks[t.name] = plain(entry)
+    record = {"model": source, **plain(training)}
+    if config.single and len(tasks) == 1:
+        return {**next(iter(tasks.values())), **record}
+    return {"tasks": tasks, **record}
 
 
 def multi_task_manifest(config: MultiConfig) -> dict:

@@ -37,38 +37,16 @@ from bertheads.text.batching import INFERENCE_BATCH, length_grouped_batches, sha
 from bertheads.text.encoding import collate
 from bertheads.training import checkpoint
 from bertheads.training.runlog import RunLog
+from bertheads.training.settings import (  # noqa: F401  (SAMPLINGS, KEEP_CHOICES: re-exported)
+    FEATURES_LR,
+    FINETUNE_LR,
+    KEEP_CHOICES,
+    SAMPLINGS,
+    TrainSettings,
+)
 
-SAMPLINGS = ("proportional", "temperature", "round-robin")
-KEEP_CHOICES = ("best", "last")
 log = logging.getLogger(__name__)
-FINETUNE_LR = 5e-5  # the learning rate when the encoder learns too
-FEATURES_LR = 1e-3  # ... and when only heads learn, on a frozen encoder's cached states
 LOWER_IS_BETTER = ("loss", "mse")  # dev metrics where smaller is better
-
-
-@dataclass
-class TrainSettings:
-    epochs: int = 3
-    batch_size: int = 32
-    lr: float | None = None  # None: FINETUNE_LR, or FEATURES_LR when the encoder is frozen
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    seed: int = 42
-    eval_batch_size: int = INFERENCE_BATCH
-    sampling: str = "proportional"
-    temperature: float = 2.0
-    progress: bool = True
-    keep: str = "best"  # "best": the best dev evaluation; "last": the final epoch's model
-    select_metric: str | None = None  # dev metric that picks the best (default: each task's main one)
-    grad_accum: int = 1  # batches of batch_size whose gradients make one step (of batch_size * grad_accum)
-    eval_every: int | None = None  # also evaluate every N steps (not only after each epoch)
-    patience: int | None = None  # stop after this many evaluations without improvement
-    save_every: int | None = None  # checkpoint every N steps (None: after every epoch)
-    resume: bool = False  # continue the run whose checkpoint is in --out
-    overwrite: bool = False  # allow replacing a model (or checkpoint) of another run in --out
-    log_every: int = 10  # steps between the training log's lines
-    tensorboard: bool = False  # also write TensorBoard event files to OUT/tensorboard
 
 
 @dataclass

@@ -41,20 +41,29 @@ from pathlib import Path
 import yaml
 
 from bertheads.base.errors import UserError, where
+from bertheads.base.schema import check_names, from_mapping, names, new_names, renamed, suggest, tagged, warn
 from bertheads.saved import bundle
 from bertheads.store.atomic import atomic_write_text, swap_into_place
 from bertheads.text.readers import read_text
-from bertheads.training.flags import kind_defaults, kind_options, kind_parser, option_value
+from bertheads.training.flags import (
+    actions_of,
+    kind_defaults,
+    kind_options,
+    kind_parser,
+    option_value,
+    own_options,
+)
 from bertheads.training.joint import key_lines, single_task, train_tasks
-from bertheads.training.loop import TrainSettings
+from bertheads.training.settings import HeadOptions, TrainSettings
 
 log = logging.getLogger("bertheads")
 
 DEFAULT_GRID = {"lr": [5e-5, 3e-5, 2e-5], "batch_size": [16, 32]}
-TRAINING_FLAGS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay")
-NOT_SEARCHED = ("train", "dev", "out", "model", "limit", "no_progress", "keep", "select_metric", "seed",
-                "eval_batch_size", "cache_dir", "cache_dtype", "cache_max_gb", "help")
-MODEL_PARTS = ("encoder", "heads", "metrics.json", "log.jsonl")
+# the training settings a search varies (the rest of a space is task options)
+TRAINING_FLAGS = tagged(TrainSettings, "searched")
+# head options a search does not vary: where things are kept, and the cache's precision
+NOT_SEARCHED = (*tagged(HeadOptions, "where"), *tagged(HeadOptions, "not-searched"))
+MODEL_PARTS = ("encoder", "heads", "metrics.json", "log.jsonl", bundle.CONFIG)
 STUDY_NAME = "bertheads-tune"
 
 
@@ -105,10 +114,10 @@ class Search:
 
 # -- the search space --------------------------------------------------------------------
 def searchable(kind: str) -> dict:
-    """Flag dest -> argparse action of what a search may vary for this kind."""
-    actions = {a.dest: a for a in kind_parser(kind)._actions if a.dest not in NOT_SEARCHED}
-    own = kind_options(kind)
-    return {k: a for k, a in actions.items() if k in own or k in TRAINING_FLAGS or k == "mode"}
+    """Flag dest -> argparse action of what a search may vary for this kind: the kind's own
+    options, the head options and the searched training settings."""
+    allowed = {*own_options(kind), *names(HeadOptions), *TRAINING_FLAGS} - set(NOT_SEARCHED)
+    return {k: a for k, a in actions_of(kind_parser(kind)).items() if k in allowed}
 
 
 def default_search(kind: str) -> Search:
@@ -130,6 +139,7 @@ def read_space(path: str, kind: str) -> Search:
         raise UserError(f"{where(path)}: expected a mapping of flag names to values or ranges")
     allowed = searchable(kind)
     by_flag = {opt.lstrip("-").replace("-", "_"): dest for dest, a in allowed.items() for opt in a.option_strings}
+    old = renamed(HeadOptions)
     dims = []
     for key, value in data.items():
 
@@ -137,9 +147,13 @@ def read_space(path: str, kind: str) -> Search:
             raise UserError(f"{where(path, lines.get((str(key),)))}: {key}: {message}")
 
         name = str(key).lstrip("-").replace("-", "_")
+        if name in old and name not in by_flag:
+            warn(f"{path}: {key!r} is deprecated; use {old[name]!r}")
+            name = old[name]
         dest = by_flag.get(name, name if name in allowed else None)
         if dest is None:
-            fail(f"not a flag a {kind} search can vary (known: {', '.join(sorted(by_flag))})")
+            fail(f"not a flag a {kind} search can vary{suggest(name, sorted(by_flag))} "
+                 f"(known: {', '.join(sorted(by_flag))})")
         action = allowed[dest]
         if isinstance(value, list):
             if not value:
@@ -270,7 +284,7 @@ def fmt(value) -> str:
 MAX_REPEATS = 30  # a search stops when its sampler draws this many trained settings in a row
 
 # Options that say where things are kept, not what is trained: a resumed search may change them.
-WHERE_NOT_WHAT = ("cache_dir", "cache_max_gb")
+WHERE_NOT_WHAT = tagged(HeadOptions, "where")
 
 
 def prepare_out(out: Path, identity: dict, resume: bool) -> None:
@@ -294,12 +308,16 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
          settings: TrainSettings | None = None, search: TuneSettings | None = None, limit: int | None = None,
          **options) -> list[dict]:
     """Search training settings for `kind` on `dev`; the best trial's model is saved at `out`.
-    Returns one row per trial (what `trials.jsonl` holds)."""
+    `options`: the task's options and any training setting (over `settings`); unknown names
+    are refused with a suggestion. Returns one row per trial (what `trials.jsonl` holds)."""
     import optuna
     from optuna.trial import TrialState
 
     search = search or TuneSettings()
-    base = settings or TrainSettings(epochs=4)
+    options = new_names(options, HeadOptions)
+    check_names(options, [*kind_options(kind), *names(TrainSettings)])
+    training = {k: options.pop(k) for k in list(options) if k in names(TrainSettings)}
+    base = from_mapping(TrainSettings, training, base=settings or TrainSettings(epochs=4))
     if not dev:
         raise UserError("tune needs --dev: trials are compared on it")
     space = read_space(search.space, kind) if search.space else default_search(kind)
@@ -312,7 +330,7 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
                 "trials": search.trials, "restarts": search.restarts, "seed": base.seed,
                 "epochs": base.epochs, "options": {k: v for k, v in options.items()
                                                           if is_plain(v) and k not in WHERE_NOT_WHAT},
-                "training": {k: v for k, v in base.__dict__.items() if k not in ("progress", "resume", "overwrite")}}
+                "training": {k: v for k, v in base.__dict__.items() if k not in tagged(TrainSettings, "not-recorded")}}
     prepare_out(out, json.loads(json.dumps(identity, default=str)), search.resume)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = optuna.storages.RDBStorage(f"sqlite:///{(out / 'study.db').resolve()}")

@@ -1,0 +1,120 @@
+"""The settings of a training run, each group a dataclass whose fields carry their flag, help,
+value type and default (`bertheads.base.schema`): the `bertheads train` / `tune` flags, the
+config file's fields, the Python keyword arguments, what a checkpoint compares and what a
+search may vary are all derived from these.
+
+`RunSettings`: what the run starts from (`--model`, `--limit`); `TrainSettings`: how it trains;
+`HeadOptions`: the head and feature-extraction settings every task kind takes (each kind's own
+options are the flags its `add_arguments` declares). Tags say what a setting is to its users:
+`searched` (the training settings a search varies by default), `not-compared` (a resume may
+change it), `not-recorded` (left out of a saved model's config), `where` (where things are
+kept, not what is trained: neither searched nor part of a search's identity).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bertheads.base.schema import setting
+from bertheads.base.values import fraction, non_negative_float, positive_float, positive_int
+from bertheads.encoder.layers import COMBINES
+from bertheads.tasks.base import HeadSettings
+from bertheads.text.batching import INFERENCE_BATCH
+
+SAMPLINGS = ("proportional", "temperature", "round-robin")
+KEEP_CHOICES = ("best", "last")
+FINETUNE_LR = 5e-5  # the learning rate when the encoder learns too
+FEATURES_LR = 1e-3  # ... and when only heads learn, on a frozen encoder's cached states
+MODES = ("finetune", "features")
+# a head option whose Python name differs from its spec field's
+SPEC_FIELD = {"layer_combine": "combine"}
+
+
+@dataclass
+class RunSettings:
+    """What a run starts from."""
+
+    model: str = setting("default", "'default' (the embedded MiniLM-L6), a checkpoint directory, a hub name, or "
+                                    "a bertheads model (its head of the same kind and labels trains further; "
+                                    "other heads are new)", group="training")
+    limit: int | None = setting(None, "use only the first N training examples", type=positive_int,
+                                group="training", after="seed")
+
+
+@dataclass
+class TrainSettings:
+    """How a run trains (the same for every task of a multi-task run)."""
+
+    epochs: int = setting(3, "passes over the training data", type=positive_int, group="training",
+                          tags=("searched",))
+    batch_size: int = setting(32, "training examples per step", type=positive_int, group="training",
+                              tags=("searched",))
+    # no default shown by argparse (the help names both): the mode decides it, in loop.resolved_settings
+    lr: float | None = setting(None, f"peak learning rate (AdamW, linear decay); default {FINETUNE_LR:g} when "
+                                     f"fine-tuning, {FEATURES_LR:g} with --mode features (only the head learns)",
+                               type=positive_float, group="training", tags=("searched",))
+    seed: int = setting(42, "random seed (head initialisation, batch order)", type=int, group="training")
+    warmup_ratio: float = setting(0.1, "share of the steps over which the learning rate rises from 0", type=fraction,
+                                  group="training", tags=("searched",))
+    weight_decay: float = setting(0.01, "AdamW weight decay (not on biases and LayerNorm)", type=non_negative_float,
+                                  group="training", tags=("searched",))
+    max_grad_norm: float = setting(1.0, "clip the gradients' norm to this (0: no clipping)", type=non_negative_float,
+                                   cli=False)
+    eval_batch_size: int = setting(INFERENCE_BATCH, "inputs per batch when evaluating on --dev", type=positive_int,
+                                   group="training", tags=("not-compared",))
+    sampling: str = setting("proportional", "rule for mixing the tasks' batches", choices=SAMPLINGS, cli=False)
+    temperature: float = setting(2.0, "sampling temperature (sampling: temperature)", type=positive_float, cli=False)
+    keep: str = setting("best", "which model is saved: the best dev evaluation (by --select-metric; an equal score "
+                                "with a lower dev loss wins) or the last epoch's", choices=KEEP_CHOICES,
+                        group="training")
+    select_metric: str | None = setting(None, "dev metric that chooses the best evaluation (default: the task's main "
+                                              "one: accuracy, f1, pearson, ...)", group="training")
+    grad_accum: int = setting(1, "add the gradients of N batches before each step (a step sees N * --batch-size "
+                                 "examples)", type=positive_int, group="training")
+    eval_every: int | None = setting(None, "also evaluate on --dev every N steps (default: after each epoch only)",
+                                     type=positive_int, group="training")
+    patience: int | None = setting(None, "stop after N evaluations without improvement (needs --dev)",
+                                   type=positive_int, group="training")
+    progress: bool = setting(True, "no progress bars", negate=True, group="training",
+                             tags=("not-compared", "not-recorded"))
+    save_every: int | None = setting(None, "write OUT/checkpoint every N steps (default: after each epoch); removed "
+                                           "when the run ends", type=positive_int, group="checkpoints and logs",
+                                     tags=("not-compared",))
+    resume: bool = setting(False, "continue the run whose checkpoint is in --out (same data, model and settings)",
+                           group="checkpoints and logs", tags=("not-compared", "not-recorded"))
+    overwrite: bool = setting(False, "replace a model (or checkpoint) of another run in --out; without it such --out "
+                                     "is refused", group="checkpoints and logs", tags=("not-compared", "not-recorded"))
+    log_every: int = setting(10, "steps between lines of OUT/log.jsonl", type=positive_int,
+                             group="checkpoints and logs", tags=("not-compared",))
+    tensorboard: bool = setting(False, "also write TensorBoard event files to OUT/tensorboard",
+                                group="checkpoints and logs", tags=("not-compared",))
+
+
+def layer_text(value):
+    """A config's `layers` (-1, [-1, -2], "all") as the flag's text."""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+@dataclass
+class HeadOptions:
+    """The head settings every kind takes; on the command line (and at a config's top level)
+    they apply to every task, a task's own entry wins."""
+
+    max_length: int = setting(HeadSettings.max_length, "tokens per input (pairs are cut longest-first)",
+                              type=positive_int, group="training", after="lr")
+    mode: str = setting(HeadSettings.mode, "fine-tune the encoder with the head, or train the head alone on frozen, "
+                                           "cached features", choices=MODES, group="feature extraction")
+    layers: str | None = setting(None, "hidden layers the head reads: -1 (the last; default), -1,-2,-3,-4, all; 0 is "
+                                       "the embeddings", coerce=layer_text, group="feature extraction")
+    layer_combine: str = setting(HeadSettings.combine, "how several --layers are merged", choices=COMBINES,
+                                 aliases=("--combine",), group="feature extraction")
+    cache_dir: str | None = setting(None, "feature cache directory (default: $BERTHEADS_CACHE or ~/.cache/bertheads)",
+                                    group="feature extraction", tags=("where",))
+    cache_dtype: str = setting("float16", "precision of the cached encoder states", choices=("float16", "float32"),
+                               group="feature extraction", tags=("not-searched",))
+    cache_max_gb: float | None = setting(None, "refuse to grow the feature cache beyond this size", type=positive_float,
+                                         group="feature extraction", tags=("where",))
