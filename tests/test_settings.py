@@ -168,3 +168,14 @@ def test_train_kind_with_a_settings_file_and_its_data_on_the_command_line(tiny_b
     assert (settings["epochs"], settings["max_length"], settings["batch_size"]) == (1, 16, 8)
     assert settings["train"] == data and settings["layer_combine"] == "mean" and settings["lr"] == 5e-5
     assert bertheads.load(out).task().spec.max_length == 16
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["train", "classify", "--train", "t", "--out", "o", "--max-lenght", "8"], "--max-lenght: did you mean --max-length?"),
+    (["predict", "m", "--treshold", "0.3"], "--treshold: did you mean --threshold?"),
+])
+def test_an_unknown_flag_is_refused_with_the_closest_one(argv, hint, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "unrecognized arguments" in err[0] and hint in err[0], err

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -45,7 +46,28 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
+        if message.startswith("unrecognized arguments:"):
+            unknown = [word.split("=")[0] for word in message.split(":", 1)[1].split() if word.startswith("--")]
+            known = all_flags(self)
+            message += "".join(f" ({flag}: did you mean {close}?)" for flag in unknown
+                               if (close := suggest_flag(flag, known)))
         self.exit(2, f"bertheads: error: {message} (see {self.prog} --help)\n")
+
+
+def all_flags(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string of `parser` and of its commands' parsers, all the way down."""
+    flags: set[str] = set()
+    for action in parser._actions:
+        flags.update(s for s in action.option_strings if s.startswith("--"))
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in set(action.choices.values()):
+                flags |= all_flags(sub)
+    return flags
+
+
+def suggest_flag(flag: str, known: set[str]) -> str | None:
+    close = difflib.get_close_matches(flag, sorted(known), n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def accept_layer_lists(parser: argparse.ArgumentParser) -> None:
