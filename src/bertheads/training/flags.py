@@ -12,7 +12,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from bertheads.base.schema import DeprecatedFlag, add_flags, check_names, convert, names, new_names, vars_for
+from bertheads.base.schema import (
+    DeprecatedFlag,
+    add_flags,
+    check_names,
+    convert,
+    convert_value,
+    names,
+    new_names,
+    vars_for,
+)
 from bertheads.base.values import fraction, non_negative_float, positive_float, positive_int  # noqa: F401 (re-exported)
 from bertheads.saved.bundle import task_class
 from bertheads.tasks import TASKS
@@ -150,22 +159,9 @@ def option_value(action: argparse.Action, value, fail):
         return None
     if action.dest in FIELDS:
         return convert(FIELDS[action.dest], value, fail)
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)):
-        if not isinstance(value, bool):
-            fail(f"expected true or false, got {value!r}")
-        return value
-    if isinstance(value, (dict, list)) or (isinstance(value, bool) and action.type is not None):
-        fail(f"expected a single value, got {value!r}")
-    convert_text = action.type or str
-    try:
-        value = convert_text(value)
-    except argparse.ArgumentTypeError as exc:
-        fail(str(exc))
-    except (TypeError, ValueError):
-        fail(f"expected {getattr(convert_text, '__name__', 'a value')}, got {value!r}")
-    if action.choices is not None and value not in action.choices:
-        fail(f"expected one of {', '.join(map(str, action.choices))}, got {value!r}")
-    return value
+    boolean = isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction,
+                                  argparse.BooleanOptionalAction))
+    return convert_value({"type": action.type or str, "choices": action.choices}, boolean, value, fail)
 
 
 def add_kind_flags(p: argparse.ArgumentParser, kind: str, *, suppress: bool = False) -> None:
