@@ -178,3 +178,18 @@ def test_joint_score_puts_percent_metrics_on_the_same_scale():
     better_qa = {"qa": {"f1": 81.0, "loss": 1.0}, "sentiment": {"accuracy": 0.5, "loss": 0.5}}
     scales = {"qa": 100.0, "sentiment": 1.0}
     assert score_of(better_qa, chosen, scales)[0] < score_of(metrics, chosen, scales)[0]
+
+
+def test_progress_in_a_log_file_is_lines_not_bar_frames(tiny_bert, write, tmp_path, capsys):
+    """stderr is not a terminal here (as in CI or `make demo > log`): no carriage-return frames,
+    one line per epoch with the bar's figures; predict shows no bar at all."""
+    data = write("t.tsv", ROWS)
+    code, out, err = run(["train", "classify", "--train", data, "--out", str(tmp_path / "m"), "--model", tiny_bert,
+                          "--epochs", "2", "--batch-size", "8"], capsys)
+    assert code == 0 and "\r" not in err
+    lines = [line for line in err.splitlines() if ": batch " in line]
+    assert [line.split(",")[0] for line in lines] == ["bertheads: epoch 1/2: batch 2/2", "bertheads: epoch 2/2: batch 2/2"]
+    assert all("loss=" in line and "ex_s=" in line for line in lines)
+    code, out, err = run(["predict", str(tmp_path / "m"), "--input", write("x.txt", "a great movie\n"),
+                          "--output", str(tmp_path / "p.jsonl")], capsys)
+    assert code == 0 and "\r" not in err and "predict:" not in err

@@ -83,7 +83,8 @@ def read_chunks(task, path, settings: StreamSettings, report: StreamReport, need
                               **options)
     show = settings.progress and loud
     by_line = task.counts_lines  # else records (e.g. questions, many to a line) are counted
-    bar = tqdm(total=count_lines(path) if show and by_line else None, unit="line", desc="predict", disable=not show,
+    bar = tqdm(total=count_lines(path) if show and by_line else None, unit="line", desc="predict",
+               disable=None if show else True,  # None: shown on a terminal only
                leave=False, dynamic_ncols=True)
     try:
         for chunk in chunks(examples, settings.chunk_size):

@@ -14,6 +14,7 @@ import logging
 import math
 import random
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -213,6 +214,15 @@ def train_step(run: Run, data: list[TaskData], settings: TrainSettings, t: int, 
     return total
 
 
+LOG_LINE_SECONDS = 60.0  # when stderr is not a terminal: a progress line this often, and one at the end
+
+
+def progress_line(name: str, batch: int, batches: int, loss: float, seen: int, seconds: float) -> str:
+    """The progress bar's figures as one line, for a log file: `epoch 2/3: batch 40/120, loss=..., ...`."""
+    return (f"{name}: batch {batch}/{batches}, loss={loss:.4f}, ex_s={seen / max(seconds, 1e-9):.1f}, "
+            f"{seconds:.1f} s")
+
+
 def train_epoch(run: Run, model: BertHeads, data: list[TaskData], settings: TrainSettings, epoch: int,
                 start: int = 0, after_step=None) -> dict:
     """One pass over this process's share of the batches, from batch `start` on; the running
@@ -222,9 +232,12 @@ def train_epoch(run: Run, model: BertHeads, data: list[TaskData], settings: Trai
     if run.frozen:
         model.encoder.eval()
     plan = plan_epoch(data, settings, epoch - 1, run.rank, run.world)
-    bar = tqdm(total=len(plan), initial=start, desc=f"epoch {epoch}/{settings.epochs}", unit="batch",
-               disable=not (settings.progress and run.accelerator.is_main_process), dynamic_ncols=True)
+    shown = settings.progress and run.accelerator.is_main_process
+    terminal = shown and sys.stderr.isatty()  # a bar on a terminal; in a log file, lines (`progress_line`)
+    name = f"epoch {epoch}/{settings.epochs}"
+    bar = tqdm(total=len(plan), initial=start, desc=name, unit="batch", disable=not terminal, dynamic_ncols=True)
     seen, started, running = 0, time.perf_counter(), None
+    last_line = started
     for number in range(start, len(plan)):
         t, idx = plan[number]
         value = train_step(run, data, settings, t, idx)
@@ -232,10 +245,15 @@ def train_epoch(run: Run, model: BertHeads, data: list[TaskData], settings: Trai
         running = value if running is None else 0.98 * running + 0.02 * value
         bar.set_postfix(loss=f"{running:.4f}", ex_s=f"{seen / (time.perf_counter() - started):.1f}", refresh=False)
         bar.update(1)
+        if shown and not terminal and time.perf_counter() - last_line >= LOG_LINE_SECONDS:
+            log.info(progress_line(name, number + 1, len(plan), running, seen, time.perf_counter() - started))
+            last_line = time.perf_counter()
         if after_step is not None and after_step(number + 1, value, len(idx)):
             break
     bar.close()
     seconds = time.perf_counter() - started
+    if shown and not terminal and running is not None:
+        log.info(progress_line(name, number + 1, len(plan), running, seen, seconds))
     return {"train_examples_per_second": round(seen * run.world / max(seconds, 1e-9), 2), "train_loss": running,
             "lr": settings.lr}
 
