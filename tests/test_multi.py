@@ -283,3 +283,39 @@ def test_combine_refuses_different_encoders(tiny_bert, tmp_path, write):
         combine([a, tuned], tmp_path / "ab", ["x", "y"])
     assert "--mode features" in str(info.value)
     assert not (tmp_path / "ab").exists()
+
+
+def test_analyze_command_streams_every_head_as_json_lines(tiny_bert, tmp_path, capsys):
+    out = save_heads(tiny_bert, tmp_path / "m", {"sentiment": ("classify", 1, {"labels": ["neg", "pos"]}),
+                                                 "nli": ("classify", 3, {"labels": ["no", "yes"], "pair": True}),
+                                                 "qa": ("qa", 4, {})})
+    model = bertheads.load(out)
+    passage = "The cat sat on the mat in Paris."
+    records = [{"id": 7, "text": "A warm film."},
+               {"id": "b", "text": passage, "second_text": "an animal sat", "src": "x"},
+               {"text": passage, "question": "Where did the cat sit?"}]
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = tmp_path / "out.jsonl"
+    assert main(["analyze", str(out), "--input", str(data), "--output", str(result), "--chunk-size", "1",
+                 "--keep-fields", "src"]) == 0
+    lines = [json.loads(line) for line in result.read_text().splitlines()]
+    expected = [model.analyze(["A warm film."])[0], model.analyze([passage], second_texts=["an animal sat"])[0],
+                model.analyze([passage], questions=["Where did the cat sit?"])[0]]
+    assert [line.get("id") for line in lines] == [7, "b", None] and lines[1]["src"] == "x"
+    assert [set(line) - {"id", "src"} for line in lines] == [{"sentiment"}, {"sentiment", "nli"}, {"sentiment", "qa"}]
+    for line, want in zip(lines, expected):
+        for head, prediction in want.items():
+            assert json.dumps(line[head], sort_keys=True) == json.dumps(json.loads(json.dumps(prediction)),
+                                                                         sort_keys=True)
+    plain = tmp_path / "in.txt"
+    plain.write_text("A warm film.\n" + passage + "\tan animal sat\n")
+    capsys.readouterr()
+    assert main(["analyze", str(out), "--input", str(plain)]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [set(p) for p in printed] == [{"sentiment"}, {"sentiment", "nli"}]
+    data.write_text('{"text": "fine"}\n{"txt": "typo"}\n')
+    assert main(["analyze", str(out), "--input", str(data)]) == 2
+    assert f'{data}:2: no "text" field (fields: txt)' in capsys.readouterr().err
+    assert main(["analyze", str(out), "--input", str(data), "--skip-bad-lines"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1

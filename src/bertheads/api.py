@@ -18,6 +18,7 @@ from bertheads.running.report import report
 from bertheads.running.stream import (
     StreamReport,
     StreamSettings,
+    analyze_stream,
     evaluate_stream,
     predict_chunks,
     predict_stream,
@@ -142,6 +143,12 @@ class Model:
         """`{head: prediction}` per text from every single-text head, one encoder pass for the heads
         whose inputs encode alike; pair heads run given `second_texts`, qa heads given `questions`."""
         return analyze(self.net, texts, second_texts, questions, batch_size, **options)
+
+    def analyze_stream(self, path, output: str | Path | None = None, settings: StreamSettings | None = None,
+                       write=None) -> StreamReport:
+        """What `bertheads analyze` does: every head on each record of a file (or stream) of any
+        size, a chunk at a time in input order, one JSON line each (see `running.stream.analyze_stream`)."""
+        return analyze_stream(self.net, path, None if output is None else str(output), settings, write)
 
 
 def load(directory: str | Path, device: str | torch.device | None = None, verify: bool = True,

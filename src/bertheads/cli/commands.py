@@ -110,6 +110,18 @@ def cmd_predict(args) -> int:
     return 0
 
 
+def cmd_analyze(args) -> int:
+    if args.output:
+        check_output_file(args.output)
+    model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
+    settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
+                              skip_bad_lines=args.skip_bad_lines)
+    report = model.analyze_stream(args.input, args.output, settings=settings)
+    if report.skipped:
+        log.warning(f"skipped {report.skipped} bad record(s) of {args.input or '<stdin>'}")
+    return 0
+
+
 def cmd_export(args) -> int:
     if args.to == "hf":
         if args.quantize:

@@ -9,6 +9,7 @@ import os
 from bertheads import __version__
 from bertheads.base.schema import add_flags, add_override_flags
 from bertheads.cli.commands import (
+    cmd_analyze,
     cmd_combine,
     cmd_evaluate,
     cmd_export,
@@ -98,6 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_stream_flags(pr)
     pr.add_argument("--no-progress", action="store_true", help="no progress bar (shown with --output)")
     pr.set_defaults(handler=cmd_predict)
+
+    an = sub.add_parser("analyze", help="every head on each input, one encoder pass, as JSON lines", parents=[common])
+    an.add_argument("model_dir", help="a model directory written by `bertheads train` (several heads: all answer)")
+    an.add_argument("--input", help="JSONL records with \"text\" (and \"second_text\" for pair heads, \"question\" "
+                                    "for question heads), or plain lines (TAB separates a second text); default stdin")
+    an.add_argument("--output", help="JSONL file (written atomically); default stdout")
+    an.add_argument("--batch-size", type=positive_int, default=INFERENCE_BATCH, help="inputs per batch")
+    an.add_argument("--no-verify", action="store_true", help="load encoder weights that differ from the saved hash")
+    add_stream_flags(an)
+    an.set_defaults(handler=cmd_analyze)
+    add_runtime_flags(an)
 
     add_export(sub, common)
     add_tune(sub, common)

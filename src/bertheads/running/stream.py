@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import json
 import logging
 import os
 import sys
@@ -19,11 +20,19 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from bertheads.base.errors import UserError
+from bertheads.base.errors import UserError, where
 from bertheads.model import BertHeads, head_outputs, run_heads
+from bertheads.running.analyze import analyze
 from bertheads.store.atomic import atomic_writer
 from bertheads.text.batching import INFERENCE_BATCH
-from bertheads.text.readers import count_lines, source_name
+from bertheads.text.readers import (
+    carried_fields,
+    count_lines,
+    file_format,
+    read_jsonl,
+    read_lines,
+    source_name,
+)
 
 log = logging.getLogger("bertheads")
 
@@ -140,6 +149,71 @@ def predict_stream(net: BertHeads, name: str, path, output: str | None = None, s
         with atomic_writer(output) as fh:
             for _, chunk, preds in predict_chunks(net, name, path, settings, fmt, report, **options):
                 fh.write(task.render(preds, chunk, fmt))
+    return report
+
+
+# fields of an `analyze` input record: the text, and what pair heads and question heads also read
+ANALYZE_FIELDS = {"text": "text", "second_text": "second_texts", "question": "questions"}
+
+
+def analyze_records(path, settings: StreamSettings, report: StreamReport) -> Iterator[tuple[int, dict]]:
+    """`(line, record)` of an `analyze` input: JSON Lines records with `text` (and `second_text`,
+    `question`, `id`, the `--keep-fields`), or plain lines (`TEXT` or `TEXT<TAB>SECOND_TEXT`)."""
+    bad = BadLines(report) if settings.skip_bad_lines else None
+    name = source_name(path)
+    if file_format(name, None) != "jsonl":
+        for line_no, line in read_lines(path, bad):
+            text, tab, second = line.partition("\t")
+            yield line_no, {"text": text, **({"second_text": second} if tab else {})}
+        return
+    for line_no, record in read_jsonl(path, bad):
+        problem = next((f"{key}: expected a string" for key in ANALYZE_FIELDS
+                        if key in record and not isinstance(record[key], str)), None)
+        if "text" not in record:
+            problem = f"no \"text\" field (fields: {', '.join(record) or 'none'})"
+        if problem is not None:
+            error = UserError(f"{where(name, line_no)}: {problem}")
+            if bad is None:
+                raise error
+            bad(error)
+            continue
+        yield line_no, record
+
+
+def analyze_stream(net: BertHeads, path, output: str | None = None, settings: StreamSettings | None = None,
+                   write: Callable[[str], None] | None = None, **options) -> StreamReport:
+    """Every head on each input, one encoder pass for the heads whose inputs encode alike, a
+    chunk at a time in input order: one JSON line `{"id"?, kept fields, HEAD: prediction, ...}`
+    per input, to `output` (atomically) or to `write` (default: stdout). Pair heads answer for
+    the records that have a `second_text`, question heads for those with a `question`."""
+    settings = settings or StreamSettings()
+    report = StreamReport()
+
+    def lines() -> Iterator[str]:
+        for chunk in chunks(analyze_records(path, settings, report), settings.chunk_size):
+            records = [record for _, record in chunk]
+            results: list[dict] = [{} for _ in records]
+            groups: dict[tuple, list[int]] = {}  # records with the same extra fields run together
+            for i, record in enumerate(records):
+                groups.setdefault(tuple(k for k in ("second_text", "question") if k in record), []).append(i)
+            for fields, idx in groups.items():
+                given = {ANALYZE_FIELDS[key]: [records[i][key] for i in idx] for key in fields}
+                for i, result in zip(idx, analyze(net, [records[i]["text"] for i in idx],
+                                                  batch_size=settings.batch_size, **given, **options)):
+                    results[i] = result
+            report.chunks += 1
+            report.examples += len(records)
+            yield "".join(json.dumps({**carried_fields(r, settings.keep_fields), **result}, ensure_ascii=False) + "\n"
+                          for r, result in zip(records, results))
+
+    if output is None:
+        out = write or stdout_writer
+        for text in lines():
+            out(text)
+    else:
+        with atomic_writer(output) as fh:
+            for text in lines():
+                fh.write(text)
     return report
 
 
