@@ -9,16 +9,17 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: install install-test demo test lint bench clean
 
-$(VENV)/.installed: pyproject.toml
+# everything (the core and every extra), at the versions of constraints.txt
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e .
+	$(PIP) install -q -c constraints.txt -e '.[all]'
 	touch $@
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -c constraints.txt -e '.[all,test]'
 	touch $@
 
 install-test: $(VENV)/.installed-test

@@ -193,3 +193,19 @@ def test_progress_in_a_log_file_is_lines_not_bar_frames(tiny_bert, write, tmp_pa
     code, out, err = run(["predict", str(tmp_path / "m"), "--input", write("x.txt", "a great movie\n"),
                           "--output", str(tmp_path / "p.jsonl")], capsys)
     assert code == 0 and "\r" not in err and "predict:" not in err
+
+
+@pytest.mark.parametrize("argv, extra", [(["serve", "m"], "serve"), (["tune", "classify", "--train", "t", "--dev", "d",
+                                                                        "--out", "o"], "tune"),
+                                         (["report", "m"], "report"), (["export", "m", "--to", "onnx"], "export")])
+def test_a_command_whose_extra_is_missing_names_it(argv, extra, capsys, monkeypatch):
+    import importlib.util
+
+    from bertheads.base import extras
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(extras.importlib.util, "find_spec",
+                        lambda name, *a: None if name in extras.EXTRAS[extra] else real(name, *a))
+    code, out, err = run(argv, capsys)
+    assert code == 2 and err.strip().count("\n") == 0
+    assert f"needs the '{extra}' extra" in err and f"pip install 'bertheads[{extra}]'" in err, err

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bertheads.api import combine, load, train_multi
 from bertheads.base.errors import UserError
+from bertheads.base.extras import require
 from bertheads.base.schema import vars_for
 from bertheads.export.hf import export_hf
 from bertheads.export.onnx import export_onnx
@@ -141,6 +142,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_tune(args) -> int:
+    require("tune", "bertheads tune")
     from bertheads.training.tune import (  # optuna loads only for this command
         TuneSettings,
         summary,
@@ -163,6 +165,7 @@ def cmd_tune(args) -> int:
 
 
 def cmd_report(args) -> int:
+    require("report", "bertheads report")
     from bertheads.running.report import report  # matplotlib loads only for this command
 
     page = report(args.model_dir, args.data, args.out, head=args.head, batch_size=args.batch_size)
@@ -188,6 +191,7 @@ def cmd_combine(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    require("serve", "bertheads serve")
     from bertheads.serve.app import serve, settings_from_args  # the web stack loads only for this command
 
     serve(args.model_dir, args.host, args.port, settings_from_args(args), verify=not args.no_verify,

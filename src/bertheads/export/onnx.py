@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from bertheads.base.errors import UserError
+from bertheads.base.extras import require
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.saved import bundle
 from bertheads.store.atomic import atomic_directory, check_replaceable
@@ -247,6 +248,7 @@ def max_difference(net, path: Path) -> float:
 def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_to: str | None = None,
                 log: Callable[[str], None] | None = None) -> dict:
     """Export the model in `directory` to `out` (default DIR/onnx); returns export.json's content."""
+    require("export", "export --to onnx")
     directory = Path(directory)
     manifest = bundle.read_manifest(directory)
     if quantize_to not in (None, "int8"):

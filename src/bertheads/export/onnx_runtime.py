@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from bertheads.base.errors import UserError
+from bertheads.base.extras import require
 from bertheads.encoder.pretrained import EncoderInfo, load_tokenizer
 from bertheads.export.onnx import GRAPHS, INPUTS, META, ONNX_DIR, PRECISIONS, manifest_digest, session
 from bertheads.saved import bundle
@@ -143,6 +144,7 @@ class OnnxNet:
 def load_onnx(directory: str | Path, precision: str = "fp32", settings: OnnxSettings | None = None) -> OnnxNet:
     """The ONNX Runtime model of a saved model directory (its `DIR/onnx/` export)."""
     check_runtime("onnx", precision)
+    require("export", "--runtime onnx")
     settings = settings or OnnxSettings()
     settings.precision = precision
     return OnnxNet(directory, settings)

@@ -16,7 +16,7 @@ import math
 import time
 from pathlib import Path
 
-from bertheads.base.errors import UserError
+from bertheads.base.extras import require
 from bertheads.store.atomic import atomic_write_text
 
 LOG = "log.jsonl"
@@ -37,11 +37,8 @@ class RunLog:
         self.since = time.perf_counter()
         self.writer = None
         if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise UserError("--tensorboard: needs the tensorboard package (pip install "
-                                "'bertheads[tensorboard]')") from None
+            require("track", "--tensorboard")
+            from torch.utils.tensorboard import SummaryWriter
             purge = after_step + 1 if after_step is not None else None  # events of steps run again go
             self.writer = SummaryWriter(str(Path(out) / "tensorboard"), purge_step=purge)
 
