@@ -59,14 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
                                          "what a config file says (train --config FILE, e.g. a saved model's "
                                          "DIR/config.yaml; flags given override the file).")
     train_p.add_argument("--config", default=argparse.SUPPRESS,
-                         help="YAML (or TOML) holding the run's task(s) and settings; see the README")
+                         help="YAML (or TOML) holding the run's task(s) and settings (docs/multi.md); a saved model's DIR/config.yaml re-runs it")
     train_p.add_argument("--out", default=argparse.SUPPRESS, help="model directory to write (replaced atomically)")
     add_training_flags(train_p, suppress=True)
     train_p.set_defaults(handler=cmd_train)
     kinds = train_p.add_subparsers(dest="kind", required=False, metavar="KIND")
     for kind, cls in TASKS.items():
         p = kinds.add_parser(kind, help=cls.help, description=cls.help, parents=[common])
-        p.add_argument("--train", help="training file (formats: see the README)")
+        p.add_argument("--train", help="training file (formats: docs/classify.md, docs/tag.md, docs/qa.md)")
         p.add_argument("--dev", help="labelled file evaluated after every epoch; the best epoch is kept")
         p.add_argument("--out", required=True, help="model directory to write (replaced atomically; one of "
                                                     "another run only with --overwrite)")
@@ -148,7 +148,7 @@ def field_list(text: str) -> tuple[str, ...]:
 def add_train_multi(kinds, common) -> None:
     p = kinds.add_parser("multi", help="several heads on one encoder, trained jointly from a YAML config",
                          parents=[common])
-    p.add_argument("--config", required=True, help="YAML (or TOML) naming the tasks; see the README")
+    p.add_argument("--config", required=True, help="YAML (or TOML) naming the tasks (docs/multi.md)")
     p.add_argument("--out", required=True, help="model directory to write (replaced atomically)")
     p.add_argument("--sampling", choices=SAMPLINGS, help="override the config's rule for mixing the tasks' batches")
     p.add_argument("--temperature", type=positive_float, help="override the config's sampling temperature")
