@@ -11,14 +11,13 @@ import pytest
 import bertheads
 import bertheads.tasks.qa.task
 from bertheads.base.errors import UserError
+from bertheads.tasks.qa.passages import joined_passages, other_passages
 from bertheads.tasks.qa.spans import merge_windows, span_context
 from bertheads.tasks.qa.task import (
     QAExample,
     QASpec,
     QATask,
     answer_tokens,
-    joined_passages,
-    other_passages,
 )
 
 
@@ -300,7 +299,7 @@ def test_bad_settings_are_user_errors(tiny_bert):
 
 
 def test_paragraph_spans_split_at_blank_lines_else_line_breaks():
-    from bertheads.tasks.qa.task import paragraph_spans
+    from bertheads.tasks.qa.passages import paragraph_spans
 
     long_a, long_b = "a" * 30, "b" * 30
     text = f"{long_a}\n{long_b}\n\n  {long_b} tail\n"
