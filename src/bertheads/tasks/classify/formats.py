@@ -1,0 +1,233 @@
+"""Reading classify data: GLUE TSV (SST-2, MRPC, RTE/MNLI, QNLI, STS-B headers), CSV and JSONL
+with a header or keys naming the columns, and plain lines (a TAB separates a pair); the columns
+found by name, the labels settled from the training file."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from bertheads.base.errors import UserError, where
+from bertheads.tasks.classify.spec import PROBLEMS, ClassifySpec
+from bertheads.text.readers import (
+    BadLine,
+    carried_fields,
+    file_format,
+    find_column,
+    read_jsonl,
+    read_lines,
+    read_table,
+    source_name,
+)
+
+TEXT_COLUMNS = ["sentence", "text", "sentence1", "#1 string", "premise", "question1", "text_a", "sentence_a",
+                "question", "content", "review"]
+PAIR_COLUMNS = ["sentence2", "#2 string", "hypothesis", "question2", "text_b", "sentence_b"]
+LABEL_COLUMNS = ["label", "labels", "quality", "score", "gold_label", "target", "class"]
+_INT = re.compile(r"^[+-]?\d+$")
+
+
+@dataclass
+class ClassifyExample:
+    text: str
+    pair: str | None = None
+    label: object = None  # raw value as read (str, int, float or list)
+    line: int | None = None
+    extra: dict = field(default_factory=dict)  # fields carried into the prediction (id, --keep-fields)
+
+
+def read_file(path: str | None, spec: ClassifySpec, fmt: str | None = None,
+              need_labels: bool = True, limit: int | None = None) -> list[ClassifyExample]:
+    """Read examples (the first `limit`); updates `spec`'s column names when they are detected."""
+    examples = list(itertools.islice(iter_file(path, spec, fmt, need_labels), limit))
+    if not examples:
+        raise UserError(f"{where(source_name(path))}: no examples")
+    return examples
+
+def iter_file(path, spec: ClassifySpec, fmt: str | None = None, need_labels: bool = True,
+              keep: tuple[str, ...] = (), bad: BadLine | None = None) -> Iterator[ClassifyExample]:
+    """Examples as they are read (the columns of JSON lines are the first record's keys). A record's `id` and the `keep` fields go into `extra`; `bad` is told of
+    a bad record, which is then skipped (default: raised)."""
+    kind = file_format(source_name(path), fmt)
+    name = source_name(path)
+    if kind == "lines":
+        if need_labels:
+            raise UserError(f"{where(name)}: plain text has no labels; use TSV, CSV or JSONL with a label column")
+        if keep:
+            raise UserError("--keep-fields: plain lines have no fields; use TSV, CSV or JSONL input")
+        for line_no, line in read_lines(path):
+            text, _, pair = line.partition("\t")
+            if not text.strip():
+                report(UserError(f"{where(name, line_no)}: empty text"), bad)
+                continue
+            yield ClassifyExample(text, pair if "\t" in line else None, None, line_no)
+        return
+    if kind in ("tsv", "csv"):
+        columns, rows = read_table(path, kind, bad)
+        for field_name in keep:
+            if field_name not in columns:
+                raise UserError(f"{where(name, 1)}: --keep-fields: no column {field_name!r} "
+                                f"(columns: {', '.join(columns)})")
+    else:
+        rows = read_jsonl(path, bad)
+        try:
+            first = next(rows)
+        except StopIteration:
+            raise UserError(f"{where(name)}: no examples") from None
+        columns = list(first[1])
+        rows = itertools.chain([first], rows)
+    text_col, pair_col, label_col = detect_columns(columns, spec, name, need_labels)
+    for line_no, row in rows:
+        try:
+            example = row_example(row, line_no, name, text_col, pair_col, label_col, need_labels)
+        except UserError as exc:
+            report(exc, bad)
+            continue
+        example.extra = carried_fields(row, keep)
+        yield example
+
+
+def report(error: UserError, bad: BadLine | None) -> None:
+    """Raise a bad record's error, or tell `bad` of it (the record is then skipped)."""
+    if bad is None:
+        raise error
+    bad(error)
+
+
+def row_example(row: dict, line_no: int, path, text_col: str, pair_col: str | None, label_col: str | None,
+                need_labels: bool) -> ClassifyExample:
+    text = row.get(text_col)
+    if text is None:
+        raise UserError(f"{where(path, line_no)}: missing field {text_col!r}")
+    if not isinstance(text, str) or not text.strip():
+        raise UserError(f"{where(path, line_no)}: empty text in column {text_col!r}")
+    pair = None
+    if pair_col:
+        pair = row.get(pair_col)
+        if pair is None:
+            raise UserError(f"{where(path, line_no)}: missing field {pair_col!r}")
+        if not isinstance(pair, str) or not pair.strip():
+            raise UserError(f"{where(path, line_no)}: empty text in column {pair_col!r}")
+    label = row.get(label_col) if label_col else None
+    if label_col and need_labels and (label is None or (isinstance(label, str) and not label.strip())):
+        raise UserError(f"{where(path, line_no)}: missing label in column {label_col!r}")
+    if isinstance(label, str):
+        label = label.strip()
+    return ClassifyExample(text, pair, label, line_no)
+
+
+def detect_columns(columns: list[str], spec: ClassifySpec, path, need_labels: bool):
+    """Text, pair and label columns from the header (or the spec's stored/overridden names).
+
+    To predict (`need_labels` False), a stored column name the file lacks is found again by
+    its role, so a model trained on a TSV `sentence` column reads JSONL `{"text": ...}`; the
+    spec is then left as it was."""
+    if not need_labels and (spec.text_column not in (None, *columns) or spec.pair_column not in (None, *columns)):
+        roles = ClassifySpec(pair=spec.pair)
+        return detect_columns(columns, roles, path, need_labels)
+    lower = [c.lower() for c in columns]
+    text_col = find_column(columns, TEXT_COLUMNS, spec.text_column, path, "text")
+    if not spec.text_column and "question" in lower and "sentence" in lower:  # QNLI
+        text_col = columns[lower.index("question")]
+    if text_col is None:
+        raise UserError(f"{where(path, 1)}: no text column found (columns: {', '.join(columns)}); "
+                        f"name one with --text-column")
+    if spec.pair_column:
+        pair_col = find_column(columns, [], spec.pair_column, path, "second text")
+    elif text_col.lower() == "question" and "sentence" in lower:
+        pair_col = columns[lower.index("sentence")]
+    else:
+        pair_col = find_column(columns, PAIR_COLUMNS, None, path, "second text")
+    if spec.pair and pair_col is None:
+        raise UserError(f"{where(path, 1)}: the model reads text pairs but no second text column was found "
+                        f"(columns: {', '.join(columns)}); name one with --pair-column")
+    if not need_labels and spec.label_column and spec.label_column not in columns:
+        label_col = None  # labels are optional for predict
+    else:
+        label_col = find_column(columns, LABEL_COLUMNS, spec.label_column, path, "label")
+    if need_labels and label_col is None:
+        raise UserError(f"{where(path, 1)}: no label column found (columns: {', '.join(columns)}); "
+                        f"name one with --label-column")
+    spec.text_column, spec.pair_column = text_col, pair_col
+    if label_col:
+        spec.label_column = label_col
+    return text_col, pair_col, label_col
+
+
+def label_name_list(text: str) -> list[str]:
+    """`--label-names negative,positive`: distinct, non-empty names."""
+    names = [n.strip() for n in str(text).split(",")]
+    if len(names) < 2 or not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names like negative,positive, got {text!r}")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"the names must differ, got {text!r}")
+    return names
+
+
+def check_label_names(spec: ClassifySpec, path) -> None:
+    """`--label-names` fits the training labels: single-label, one name per label."""
+    if spec.problem != "single_label":
+        raise UserError(f"--label-names: only for single-label classification (this is {spec.problem})")
+    if len(spec.label_names) != len(spec.labels):
+        raise UserError(f"--label-names: {len(spec.label_names)} names for the {len(spec.labels)} labels of "
+                        f"{path} ({', '.join(map(str, spec.labels))}, in this order)")
+    clash = [n for n in spec.label_names if normalise_label(n) in spec.labels
+             and spec.labels.index(normalise_label(n)) != spec.label_names.index(n)]
+    if clash:
+        raise UserError(f"--label-names: {clash[0]!r} is also another label's value; choose other names")
+
+
+def normalise_label(value):
+    """Labels compare as ints when they look like ints, else as stripped strings."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    text = str(value).strip()
+    return int(text) if _INT.match(text) else text
+
+
+def to_float(value) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def infer_labels(examples: list[ClassifyExample], path, problem: str | None) -> tuple[str, list]:
+    """Problem type and label list from training labels: lists make it multi-label, numbers
+    with a fraction make it regression, anything else single-label (ints sort numerically)."""
+    values = [e.label for e in examples]
+    if problem and problem not in PROBLEMS:
+        raise UserError(f"--problem: expected one of {', '.join(PROBLEMS)}, got {problem!r}")
+    if problem == "multi_label" or (problem is None and any(isinstance(v, list) for v in values)):
+        for e in examples:
+            if not isinstance(e.label, list):
+                raise UserError(f"{where(path, e.line)}: expected a list of labels like the other rows, got {e.label!r}")
+        labels = sorted({normalise_label(x) for v in values for x in v}, key=sort_key)
+        return "multi_label", labels
+    numeric = [to_float(v) for v in values]
+    fractional = any(x is not None and not float(x).is_integer() for x in numeric) or any(
+        isinstance(v, str) and "." in v and to_float(v) is not None for v in values)
+    if problem == "regression" or (problem is None and fractional):
+        for e, x in zip(examples, numeric):
+            if x is None:
+                raise UserError(f"{where(path, e.line)}: label {e.label!r} is not a number")
+        return "regression", []
+    labels = sorted({normalise_label(v) for v in values}, key=sort_key)
+    if len(labels) < 2:
+        raise UserError(f"{where(path)}: training data has only one label ({labels[0]!r}); need at least two")
+    return "single_label", labels
+
+
+def sort_key(label):
+    return (0, label, "") if isinstance(label, int) else (1, 0, str(label))
