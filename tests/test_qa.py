@@ -161,15 +161,48 @@ def test_merge_windows_best_across_windows_once_per_span():
     assert out.scores.tolist() == [7.0, 5.5, 1.0]
 
 
+def test_span_probability_is_the_pipelines_softmax_product():
+    """P(start) * P(end), each a softmax over the window's passage tokens and [CLS], as the
+    transformers question-answering pipeline computes it; per window, whichever window wins."""
+    from bertheads.tasks.qa.spans import best_spans
+
+    rng = np.random.default_rng(3)
+    windows = [rng.normal(size=(12, 2)).astype(np.float32) * 3 for _ in range(2)]
+    ctx = np.array([[4, 10], [3, 9]])
+    scores, starts, ends, null, norm = best_spans(windows, ctx, n_best=5, max_answer_length=4, with_norm=True)
+
+    def softmax(x):
+        e = np.exp(x - x.max())
+        return e / e.sum()
+
+    for w, logits in enumerate(windows):
+        keep = np.r_[0, np.arange(ctx[w, 0], ctx[w, 1] + 1)]  # [CLS] and the passage
+        p_start, p_end = np.zeros(12), np.zeros(12)
+        p_start[keep], p_end[keep] = softmax(logits[keep, 0]), softmax(logits[keep, 1])
+        got = np.exp(scores[w] - norm[w])
+        assert got == pytest.approx(p_start[starts[w]] * p_end[ends[w]], rel=1e-5)
+        assert np.exp(null[w] - norm[w]) == pytest.approx(p_start[0] * p_end[0], rel=1e-5)
+        assert 0 < got.sum() <= 1  # distinct spans of one window: probabilities of disjoint events
+    chars = [np.stack([starts[w], ends[w] + 1], 1) for w in range(2)]
+    probs = [np.exp(scores[w] - norm[w]) for w in range(2)]
+    out = merge_windows([(scores[w], chars[w], float(null[w]), None, probs[w], float(np.exp(null[w] - norm[w])))
+                         for w in range(2)], n_best=5)
+    best = int(np.argmax([scores[0][0], scores[1][0]]))
+    assert out.probabilities[0] == pytest.approx(probs[best][0])  # the winning span keeps its window's
+    assert out.null_probability == pytest.approx(min(np.exp(null - norm)))
+
+
 # -- SQuAD v2 null threshold -------------------------------------------------------------------
 def test_null_threshold_decides_no_answer():
     task = QATask(QASpec(null_threshold=1.0, unanswerable=True), None)
     ex = QAExample("q", "abc Paris def", "1", ["Paris"], [4])
-    near = QAOutput(null_score=6.0, scores=np.array([5.5]), spans=np.array([[4, 9]]))  # null - best = 0.5
-    far = QAOutput(null_score=8.0, scores=np.array([5.5]), spans=np.array([[4, 9]]))  # 2.5 > 1.0
+    near = QAOutput(null_score=6.0, scores=np.array([5.5]), spans=np.array([[4, 9]]),  # null - best = 0.5
+                    probabilities=np.array([0.4]), null_probability=0.3)
+    far = QAOutput(null_score=8.0, scores=np.array([5.5]), spans=np.array([[4, 9]]),  # 2.5 > 1.0
+                   probabilities=np.array([0.1]), null_probability=0.7)
     got = task.decode([near, far], [ex, ex])
-    assert got[0] == {"answer": "Paris", "start": 4, "end": 9, "score": 5.5}
-    assert got[1] == {"answer": "", "start": 0, "end": 0, "score": 8.0}
+    assert got[0] == {"answer": "Paris", "start": 4, "end": 9, "score": 0.4, "raw_score": 5.5}
+    assert got[1] == {"answer": "", "start": 0, "end": 0, "score": 0.7, "raw_score": 8.0}
     assert task.decode([far], [ex], null_threshold=3.0)[0]["answer"] == "Paris"  # the override
     v1 = QATask(QASpec(), None)  # a v1.1 model never answers nothing
     assert v1.decode([far], [ex])[0]["answer"] == "Paris"
@@ -290,7 +323,8 @@ def test_predict_python_and_round_trip(v2_model):
     got = model.predict([{"question": "What is the capital?", "context": context},
                          ("What runs through it?", context)])
     assert len(got) == 2
-    assert all(set(g) == {"answer", "start", "end", "score"} for g in got)
+    assert all(set(g) == {"answer", "start", "end", "score", "raw_score"} for g in got)
+    assert all(0.0 <= g["score"] <= 1.0 for g in got)  # probabilities
     # the same question gives the same answer whichever input form carries it
     assert model.predict([("What is the capital?", context)])[0] == got[0]
     from bertheads.saved import bundle
@@ -299,7 +333,7 @@ def test_predict_python_and_round_trip(v2_model):
     loaded = bertheads.load(root / "copy")
     assert loaded.predict([("What runs through it?", context)])[0] == got[1]
     assert loaded.task().spec == model.task().spec and loaded.task().spec.null_threshold is not None
-    with pytest.raises(UserError, match="input 0"):
+    with pytest.raises(UserError, match="^list row 0: question without a context$"):
         model.predict([{"question": "Q?"}])
 
 

@@ -69,7 +69,7 @@ def test_distractor_window_outscores_answer_raw_but_not_relative(tiny_bert, choi
     task.spec.window_choice = choice
     got = task.decode(task.collect(logits, owner, [example], feats), [example])[0]
     assert got["answer"] == example.answers[0]
-    assert got["score"] == pytest.approx(8.0 + 8.0)  # span minus its own window's null score
+    assert got["raw_score"] == pytest.approx(8.0 + 8.0)  # span minus its own window's null score
 
 
 def test_saved_choice_is_kept_and_old_models_get_raw():
@@ -112,12 +112,12 @@ def test_v2_null_decision_per_window_with_long_passages():
     assert task.decode([raw], [ex])[0]["answer"] != ""
     rel = merge_windows([(a[0] - a[2], *a[1:]), (b[0] - b[2], *b[1:])], n_best=20, relative=True)
     assert rel.null_score == 0.0
-    assert task.decode([rel], [ex])[0] == {"answer": "", "start": 0, "end": 0, "score": 0.0}
+    assert task.decode([rel], [ex])[0] == {"answer": "", "start": 0, "end": 0, "score": None, "raw_score": 0.0}
     # an answerable window (span beats its own null by 3) is answered despite the other window
     c = (np.array([1.0]), np.array([[40, 44]]), -2.0, None)
     rel = merge_windows([(a[0] - a[2], *a[1:]), (c[0] - c[2], *c[1:])], n_best=20, relative=True)
     got = task.decode([rel], [ex])[0]
-    assert (got["start"], got["end"], got["score"]) == (40, 44, 3.0)
+    assert (got["start"], got["end"], got["raw_score"]) == (40, 44, 3.0)
     assert task.decode([rel], [ex], null_threshold=-3.5)[0]["answer"] == ""
 
 
@@ -415,12 +415,12 @@ def test_paragraph_match_lets_the_answers_paragraph_win(tiny_bert):
             x[f["_context"][0] + 1, 0], x[f["_context"][0] + 2, 1] = 8.0, 8.0
         logits.append(x)
     got = task.decode(task.collect(logits, owner, [example], feats), [example])[0]
-    assert got["answer"] != "1889" and got["score"] == pytest.approx(24.0)  # the filler's span wins
+    assert got["answer"] != "1889" and got["raw_score"] == pytest.approx(24.0)  # the filler's span wins
     gap = paragraph_match_gaps(feats, owner)[0]
     assert gap < 0
     task.spec.paragraph_match = 9.0 / -gap  # the filler's span falls to 24 - 9 = 15 < 16
     got = task.decode(task.collect(logits, owner, [example], feats), [example])[0]
-    assert got["answer"] == "1889" and got["score"] == pytest.approx(16.0)  # the best paragraph loses nothing
+    assert got["answer"] == "1889" and got["raw_score"] == pytest.approx(16.0)  # the best paragraph loses nothing
     task.spec.paragraph_match = 7.0 / -gap  # not enough: 24 - 7 = 17 > 16
     assert task.decode(task.collect(logits, owner, [example], feats), [example])[0]["answer"] != "1889"
 

@@ -2,8 +2,9 @@
 
 __version__ = "0.1.0"
 
-from bertheads.api import Model, combine, load, train, train_multi  # noqa: E402
+from bertheads.api import Model, combine, evaluate, load, predict, train, train_multi  # noqa: E402
 from bertheads.base.errors import UserError  # noqa: E402
 from bertheads.training.loop import TrainSettings  # noqa: E402
 
-__all__ = ["Model", "TrainSettings", "UserError", "__version__", "combine", "load", "train", "train_multi"]
+__all__ = ["Model", "TrainSettings", "UserError", "__version__", "combine", "evaluate", "load", "predict", "train",
+           "train_multi"]

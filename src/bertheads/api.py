@@ -26,6 +26,8 @@ from bertheads.running.stream import (
 from bertheads.saved import bundle
 from bertheads.saved.combine import combine as combine_models
 from bertheads.text.batching import INFERENCE_BATCH
+from bertheads.text.readers import carried_fields
+from bertheads.text.rows import as_rows, split_dataset
 from bertheads.training.flags import kind_options, task_class
 from bertheads.training.joint import (
     MultiConfig,
@@ -57,11 +59,23 @@ class Model:
     def head_name(self, head: str | None) -> str:
         return pick_head(self.net, head)
 
-    def predict(self, inputs: list, head: str | None = None, batch_size: int = INFERENCE_BATCH, **options) -> list[dict]:
-        """Predictions for Python inputs (texts, (text, text) pairs, or a task's own records);
-        `options` are the head's kind's inference options (`Task.options_type`)."""
+    def predict(self, inputs, head: str | None = None, batch_size: int = INFERENCE_BATCH,
+                keep_fields: tuple[str, ...] = (), **options):
+        """Predictions for Python inputs: texts, (text, text) pairs or a task's own records; or
+        a pandas DataFrame, a `datasets.Dataset` or a list of dicts, whose columns are found as
+        a file's are (the predictions of a DataFrame come back as a DataFrame with its index;
+        of other rows, as dicts carrying each row's `id` and `keep_fields`). `options` are the
+        head's kind's inference options (`Task.options_type`)."""
         name = self.head_name(head)
         task = self.net.tasks[name]
+        if records_given(inputs):
+            rows = as_rows(inputs, "predict")
+            settings = StreamSettings(batch_size=batch_size, keep_fields=tuple(keep_fields))
+            with task.using_options(options) as options:
+                predictions = [{**carried_fields(e.extra if hasattr(e, "extra") else {}, settings.keep_fields), **p}
+                               for _, chunk, preds in predict_chunks(self.net, name, rows, settings, **options)
+                               for e, p in zip(chunk, preds)]
+            return as_frame(predictions, rows.frame) if rows.frame is not None else predictions
         with task.using_options(options) as options:
             examples = task.from_inputs(list(inputs), **options)
             return task.decode(head_outputs(self.net, name, examples, batch_size), examples, **options)
@@ -123,10 +137,12 @@ class Model:
         """Predictions as the text `bertheads predict` writes (JSON lines unless the task has a format)."""
         return self.task(head).render(predictions, examples, fmt)
 
-    def evaluate(self, path: str, head: str | None = None, batch_size: int = INFERENCE_BATCH,
+    def evaluate(self, path, head: str | None = None, batch_size: int = INFERENCE_BATCH,
                  settings: StreamSettings | None = None, **options) -> dict:
-        """The task's metrics on a labelled file, and the mean loss; the file is read a chunk
-        at a time (see `stream.evaluate_stream` for what is held)."""
+        """The task's metrics on labelled data (a file, a DataFrame, a `datasets.Dataset` or a
+        list of dicts), and the mean loss; a file is read a chunk at a time (see
+        `stream.evaluate_stream` for what is held)."""
+        path = as_rows(path, "evaluate") or path
         name = self.head_name(head)
         settings = settings or StreamSettings(batch_size=batch_size)
         with self.net.tasks[name].using_options(options) as options:
@@ -164,6 +180,28 @@ def load(directory: str | Path, device: str | torch.device | None = None, verify
     return Model(bundle.load(directory, device, verify), directory)
 
 
+def records_given(inputs) -> bool:
+    """A DataFrame, a Dataset or a list of dicts (read by column roles), not plain Python inputs."""
+    if isinstance(inputs, (list, tuple)):
+        return bool(inputs) and all(isinstance(i, dict) for i in inputs)
+    return not isinstance(inputs, (str, Path)) and as_rows(inputs) is not None
+
+
+def as_frame(predictions: list[dict], frame):
+    """Predictions as a DataFrame with the input's index (one column per prediction field)."""
+    return type(frame)(predictions, index=frame.index)
+
+
+def predict(model: Model | str | Path, inputs, head: str | None = None, **options):
+    """`load(model).predict(inputs, ...)` (a `Model` is used as it is)."""
+    return (model if isinstance(model, Model) else load(model)).predict(inputs, head, **options)
+
+
+def evaluate(model: Model | str | Path, data, head: str | None = None, **options) -> dict:
+    """`load(model).evaluate(data, ...)` (a `Model` is used as it is)."""
+    return (model if isinstance(model, Model) else load(model)).evaluate(data, head, **options)
+
+
 def trained(net: BertHeads, out: str | Path | None, result: dict) -> Model:
     if out is not None:
         return load(out)
@@ -176,12 +214,17 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
           settings: TrainSettings | None = None, limit: int | None = None, **options) -> Model:
     """Fine-tune (or, with mode="features", train a head on a frozen encoder) and save to `out`.
 
+    `train` and `dev`: files, or data in memory (a pandas DataFrame, a `datasets.Dataset`, a
+    list of dicts); a `DatasetDict` gives its "train" split, and its validation split as `dev`.
+
     `options` are the task's settings (max_length, text_column, problem, layers, ...) and any
     training setting (epochs, lr, ...: over `settings`); an unknown name is refused with the
     closest known one suggested. This is joint training with a single task, the head named
     after its kind.
     """
     task_class(kind)
+    train, dev = split_dataset(train, dev)
+    train, dev = as_rows(train, "train") or train, as_rows(dev, "dev") or dev
     given = check_names_for(kind, options)
     config = single_task(kind, train, dev, {k: v for k, v in given.items() if k not in names(TrainSettings)}, limit)
     settings, _, _ = run_settings(config, settings or TrainSettings(),

@@ -14,14 +14,23 @@ class SystemFault(Exception):
     exits with status 1; what the user had before the run is left as it was."""
 
 
+class RowsName(str):
+    """The name of rows held in memory (a DataFrame, a Dataset): `where` says `NAME row N`."""
+
+
 def where(path: str | None, line: int | None = None, field: str | None = None) -> str:
-    """`file:line` (or `file: field`) prefix for error messages."""
+    """`file:line` (or `file: field`; `NAME row N` for rows in memory) prefix for error messages."""
     text = str(path) if path else "<stdin>"
     if line is not None:
-        text += f":{line}"
+        text += f" row {line}" if isinstance(path, RowsName) else f":{line}"
     if field:
         text += f": {field}"
     return text
+
+
+def header(path: str | None) -> str:
+    """The prefix of an error in a table's column names: its first line (or, in memory, the table)."""
+    return where(path) if isinstance(path, RowsName) else where(path, 1)
 
 
 def first_line(exc: BaseException) -> str:

@@ -13,7 +13,7 @@ EXTRAS = {
     "export": ("onnx", "onnxruntime", "onnxscript"),
     "tune": ("optuna",),
     "report": ("matplotlib",),
-    "track": ("tensorboard",),
+    "track": ("tensorboard", "mlflow", "sqlalchemy", "alembic"),
 }
 
 

@@ -47,7 +47,7 @@ from bertheads.store.atomic import atomic_directory
 from bertheads.store.encoder_refs import load_reference
 from bertheads.tasks import TASKS
 
-RUN_FILES = ("checkpoint", "log.jsonl", "tensorboard")  # a training run's own files in its --out
+RUN_FILES = ("checkpoint", "log.jsonl", "tensorboard", "tracking")  # a training run's own files in its --out
 CONFIG = "config.yaml"
 
 

@@ -10,7 +10,8 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from bertheads.base.errors import UserError, where
+from bertheads.base.errors import UserError, header, where
+from bertheads.text.rows import Rows
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 BadLine = Callable[[UserError], None]  # told of a bad record that is then skipped
@@ -91,7 +92,10 @@ def open_lines(path, bad: BadLine | None = None) -> Iterator[str]:
 
 
 def source_name(path) -> str | None:
-    """What error messages call the input: its path, or None for stdin and streams."""
+    """What error messages call the input: its path (or the name of rows in memory), or None for
+    stdin and streams."""
+    if isinstance(path, Rows):
+        return path.name
     return str(path) if isinstance(path, (str, Path)) and path != "-" else None
 
 
@@ -146,15 +150,15 @@ def parse_json(text: str, path, line: int | None = None):
         raise UserError(f"{where(path, line)}: key {exc.args[0]!r} appears twice in one object") from None
 
 
-def check_header(header: list[str], path) -> None:
+def check_header(columns: list[str], path) -> None:
     """Column names must differ (ignoring case, as columns are looked up)."""
     seen: dict[str, int] = {}
-    for i, name in enumerate(header, 1):
+    for i, name in enumerate(columns, 1):
         key = name.lower()
         if key in seen:
-            other = header[seen[key] - 1]
+            other = columns[seen[key] - 1]
             same = "appears twice" if other == name else f"and {other!r} differ only in case"
-            raise UserError(f"{where(path, 1)}: column {name!r} {same} (columns {seen[key]} and {i}); "
+            raise UserError(f"{header(path)}: column {name!r} {same} (columns {seen[key]} and {i}); "
                             f"column names must be unique")
         seen[key] = i
 
@@ -245,7 +249,7 @@ def find_column(columns: list[str], wanted: list[str], override: str | None, pat
     """The first header name matching `wanted` (case-insensitive), or the override."""
     if override:
         if override not in columns:
-            raise UserError(f"{where(path, 1)}: no column {override!r} for the {role} (columns: {', '.join(columns)})")
+            raise UserError(f"{header(path)}: no column {override!r} for the {role} (columns: {', '.join(columns)})")
         return override
     lower = {c.lower(): c for c in columns}
     for name in wanted:

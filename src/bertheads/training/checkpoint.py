@@ -36,6 +36,7 @@ from bertheads.encoder.pretrained import weights_hash
 from bertheads.saved.bundle import MANIFEST, check_writable_out
 from bertheads.store import lock
 from bertheads.store.atomic import atomic_directory, missing_parents, remove_made, remove_stale
+from bertheads.text.rows import Rows
 from bertheads.training.settings import TrainSettings
 
 DIRECTORY = "checkpoint"
@@ -52,7 +53,10 @@ def identity(model, data: list, settings, world: int) -> dict:
         digest.update(json.dumps([d.name, d.task.to_manifest()], sort_keys=True, default=str).encode())
         for f in d.train_features:
             digest.update(json.dumps(f, sort_keys=True, default=plain).encode())
-        if d.dev_path:
+        if isinstance(d.dev_path, Rows):  # dev rows given in memory: their records
+            for _, record in d.dev_path.rows():
+                digest.update(json.dumps(record, sort_keys=True, default=str).encode())
+        elif d.dev_path:
             digest.update(Path(d.dev_path).read_bytes())
     heads = hashlib.sha256()
     for name, tensor in sorted(model.heads.state_dict().items()):
@@ -241,9 +245,9 @@ def claim_out(out: str | Path, resume: bool, overwrite: bool) -> Path:
 
 
 def start_fresh(out: Path) -> None:
-    """A new run in `out`: the checkpoint, log and event files of an earlier run go (its model
-    stays until this run saves one)."""
-    for name in (DIRECTORY, "tensorboard"):
+    """A new run in `out`: the checkpoint, log, event files and tracker state of an earlier run
+    go (its model stays until this run saves one)."""
+    for name in (DIRECTORY, "tensorboard", "tracking"):
         remove(out, name)
     (out / "log.jsonl").unlink(missing_ok=True)
 

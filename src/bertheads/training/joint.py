@@ -50,6 +50,7 @@ from bertheads.store.encoder_refs import cache_root, reference
 from bertheads.store.features_cache import attach_cache
 from bertheads.tasks import TASKS
 from bertheads.text.readers import read_text
+from bertheads.text.rows import Rows
 from bertheads.training import checkpoint
 from bertheads.training.flags import (
     FIELDS,
@@ -61,6 +62,7 @@ from bertheads.training.flags import (
 )
 from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit, resolved_settings
 from bertheads.training.settings import SPEC_FIELD, HeadOptions, RunSettings
+from bertheads.training.trackers import chosen as chosen_trackers
 
 log = logging.getLogger("bertheads")
 TASK_FIELDS = ("kind", "train", "dev", "limit")
@@ -303,6 +305,8 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
     `on_epoch` is passed to `train.fit`. Returns the trained network and what metrics.json holds."""
     settings = settings or TrainSettings()
     settings.sampling, settings.temperature = config.sampling, config.temperature
+    if chosen_trackers(settings) and out is None:  # (an unknown tracker is refused before any data is read)
+        raise UserError("--track: a tracked run needs an output directory (--out; out= in Python)")
     if out is not None:
         checkpoint.claim_out(out, settings.resume, settings.overwrite)
     try:
@@ -394,7 +398,7 @@ def made_from(config: MultiConfig, model: str, settings: TrainSettings, limit: i
     training = {k: v for k, v in dataclasses.asdict(settings).items() if k not in left_out}
     tasks = {}
     for t in config.tasks:
-        entry = {"kind": t.kind, "train": t.train, **({"dev": t.dev} if t.dev else {}),
+        entry = {"kind": t.kind, "train": data_name(t.train), **({"dev": data_name(t.dev)} if t.dev else {}),
                  **({"limit": t.limit or limit} if (t.limit or limit) else {}),
                  **{k: v for k, v in options[t.name].items() if v is not None}}
         tasks[t.name] = plain(entry)
@@ -402,6 +406,11 @@ def made_from(config: MultiConfig, model: str, settings: TrainSettings, limit: i
     if config.single and len(tasks) == 1:
         return {**next(iter(tasks.values())), **record}
     return {"tasks": tasks, **record}
+
+
+def data_name(data) -> str:
+    """A task's data as a config records it: a path, or a description of rows given in memory."""
+    return data.description() if isinstance(data, Rows) else str(data)
 
 
 def multi_task_manifest(config: MultiConfig) -> dict:

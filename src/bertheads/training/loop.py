@@ -410,11 +410,13 @@ class Loop:
         elif self.out is not None and self.main:
             checkpoint.start_fresh(self.out)
         if self.out is not None and self.main:
-            self.log = RunLog(self.out, s.tensorboard, after_step=self.step if s.resume else None)
+            self.log = RunLog(self.out, s, after_step=self.step if s.resume else None)
+            self.log.params((self.extra_manifest or {}).get("settings") or asdict(s))
         previous = signal.getsignal(signal.SIGINT)
         handled = threading.current_thread() is threading.main_thread()
         if handled:
             signal.signal(signal.SIGINT, self.on_interrupt)
+        status = "FAILED"  # what the trackers are told if the loop does not finish
         try:
             while self.epoch <= s.epochs and not self.stop:
                 record = train_epoch(self.run, self.model, self.data, s, self.epoch, self.batch, self.after_step)
@@ -426,17 +428,24 @@ class Loop:
                 self.epoch, self.batch = self.epoch + 1, 0
                 if s.save_every is None and self.epoch <= s.epochs and not self.stop:
                     self.save_checkpoint()
+            status = "FINISHED"
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
         finally:
             if handled:
                 signal.signal(signal.SIGINT, previous)
-            if self.log is not None:
-                self.log.close()
+            if self.log is not None and status != "FINISHED":
+                self.log.close(status)
         if self.out is not None and self.main:
             checkpoint.remove(self.out)  # the run is complete
         self.run.accelerator.wait_for_everyone()
         if self.run.accelerator.device.type != "cpu":
             self.model.to("cpu")
-        return metrics_file(self.data, self.kept, self.history)
+        result = metrics_file(self.data, self.kept, self.history)
+        if self.log is not None:
+            self.log.close("FINISHED", result, self.out)
+        return result
 
     def after_step(self, number: int, loss: float, examples: int) -> bool:
         s = self.settings

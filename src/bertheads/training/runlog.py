@@ -1,5 +1,5 @@
-"""A training run's log: `OUT/log.jsonl`, one JSON object a line, and optional TensorBoard
-event files in `OUT/tensorboard/`.
+"""A training run's log: `OUT/log.jsonl`, one JSON object a line, and the trackers the run
+asked for (`--track`: MLflow, TensorBoard; see `bertheads.training.trackers`).
 
 ```
 {"type": "train", "step": 20, "epoch": 0.5, "loss": 0.41, "lr": 4.9e-05, "examples_per_second": 61.2}
@@ -12,21 +12,21 @@ of the batches), the learning rate after the step and the examples per second of
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
-from bertheads.base.extras import require
 from bertheads.store.atomic import atomic_write_text
+from bertheads.training.trackers import Tracker, open_trackers
 
 LOG = "log.jsonl"
 
 
 class RunLog:
-    """Appends to `OUT/log.jsonl` (main process only). `after_step`: a resumed run first drops
-    the lines of steps after its checkpoint's (they are run again)."""
+    """Appends to `OUT/log.jsonl` (main process only) and tells the trackers the same figures.
+    `after_step`: a resumed run first drops the lines of steps after its checkpoint's (they are
+    run again)."""
 
-    def __init__(self, out: Path, tensorboard: bool = False, after_step: int | None = None) -> None:
+    def __init__(self, out: Path, settings=None, after_step: int | None = None) -> None:
         self.path = Path(out) / LOG
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if after_step is not None and self.path.is_file():
@@ -35,16 +35,16 @@ class RunLog:
         self.losses: list[float] = []
         self.examples = 0
         self.since = time.perf_counter()
-        self.writer = None
-        if tensorboard:
-            require("track", "--tensorboard")
-            from torch.utils.tensorboard import SummaryWriter
-            purge = after_step + 1 if after_step is not None else None  # events of steps run again go
-            self.writer = SummaryWriter(str(Path(out) / "tensorboard"), purge_step=purge)
+        self.trackers: list[Tracker] = open_trackers(Path(out), settings, after_step) if settings is not None else []
 
     def write(self, record: dict) -> None:
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(record, default=str) + "\n")
+
+    def params(self, settings: dict) -> None:
+        """The run's resolved settings (what config.yaml holds), for the trackers."""
+        for tracker in self.trackers:
+            tracker.params(settings)
 
     def train(self, step: int, epoch: float, loss: float, lr: float, examples: int, every: int) -> None:
         self.losses.append(loss)
@@ -55,23 +55,21 @@ class RunLog:
         record = {"type": "train", "step": step, "epoch": round(epoch, 6), "loss": sum(self.losses) / len(self.losses),
                   "lr": float(lr), "examples_per_second": round(self.examples / max(now - self.since, 1e-9), 3)}
         self.write(record)
-        if self.writer is not None:
-            for key in ("loss", "lr", "examples_per_second"):
-                self.writer.add_scalar(f"train/{key}", record[key], step)
+        for tracker in self.trackers:
+            tracker.train(step, {key: record[key] for key in ("loss", "lr", "examples_per_second")})
         self.losses, self.examples, self.since = [], 0, now
 
     def evaluation(self, step: int, epoch: float, dev: dict, kept: bool) -> None:
         self.write({"type": "eval", "step": step, "epoch": round(float(epoch), 6), "dev": dev, "kept": kept})
-        if self.writer is not None:
-            for head, metrics in dev.items():
-                for name, value in metrics.items():
-                    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                        self.writer.add_scalar(f"dev/{head}/{name}", value, step)
+        for tracker in self.trackers:
+            tracker.evaluation(step, dev, kept)
         self.since = time.perf_counter()  # evaluation time is not training speed
 
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+    def close(self, status: str = "FINISHED", result: dict | None = None, out: Path | None = None) -> None:
+        """The run ended (FINISHED with its `result` and saved model `out`, FAILED or KILLED)."""
+        trackers, self.trackers = self.trackers, []  # closed once
+        for tracker in trackers:
+            tracker.finish(status, result, out)
 
 
 def line_step(line: str) -> int:

@@ -86,8 +86,16 @@ class TrainSettings:
                                      "is refused", group="checkpoints and logs", tags=("not-compared", "not-recorded"))
     log_every: int = setting(10, "steps between lines of OUT/log.jsonl", type=positive_int,
                              group="checkpoints and logs", tags=("not-compared",))
-    tensorboard: bool = setting(False, "also write TensorBoard event files to OUT/tensorboard",
-                                group="checkpoints and logs", tags=("not-compared",))
+    track: list[str] = setting(help="also send the run's settings, figures and saved model to a tracker: "
+                                    "mlflow, tensorboard (OUT/tensorboard); repeat for several; none: only "
+                                    "OUT/log.jsonl", factory=list, append=True, metavar="TRACKER", group="checkpoints and logs", tags=("not-compared",))
+    track_uri: str | None = setting(None, "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else MLflow's own, "
+                                          "sqlite:///mlflow.db in the current directory)",
+                                    group="checkpoints and logs", tags=("not-compared", "not-recorded", "where"))
+    track_experiment: str = setting("bertheads", "MLflow experiment the run is filed under",
+                                    group="checkpoints and logs", tags=("not-compared", "where"))
+    tensorboard: bool = setting(False, "the same as --track tensorboard", group="checkpoints and logs",
+                                tags=("not-compared",))
 
 
 def layer_text(value):

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from bertheads.base.errors import UserError, where
+from bertheads.base.errors import UserError, header, where
 from bertheads.tasks.classify.spec import PROBLEMS, ClassifySpec
 from bertheads.text.readers import (
     BadLine,
@@ -23,6 +23,7 @@ from bertheads.text.readers import (
     read_table,
     source_name,
 )
+from bertheads.text.rows import Rows
 
 TEXT_COLUMNS = ["sentence", "text", "sentence1", "#1 string", "premise", "question1", "text_a", "sentence_a",
                 "question", "content", "review"]
@@ -52,8 +53,8 @@ def iter_file(path, spec: ClassifySpec, fmt: str | None = None, need_labels: boo
               keep: tuple[str, ...] = (), bad: BadLine | None = None) -> Iterator[ClassifyExample]:
     """Examples as they are read (the columns of JSON lines are the first record's keys). A record's `id` and the `keep` fields go into `extra`; `bad` is told of
     a bad record, which is then skipped (default: raised)."""
-    kind = file_format(source_name(path), fmt)
     name = source_name(path)
+    kind = "rows" if isinstance(path, Rows) else file_format(name, fmt)
     if kind == "lines":
         if need_labels:
             raise UserError(f"{where(name)}: plain text has no labels; use TSV, CSV or JSONL with a label column")
@@ -66,11 +67,11 @@ def iter_file(path, spec: ClassifySpec, fmt: str | None = None, need_labels: boo
                 continue
             yield ClassifyExample(text, pair if "\t" in line else None, None, line_no)
         return
-    if kind in ("tsv", "csv"):
-        columns, rows = read_table(path, kind, bad)
+    if kind in ("tsv", "csv", "rows"):
+        columns, rows = (path.columns, path.rows()) if kind == "rows" else read_table(path, kind, bad)
         for field_name in keep:
             if field_name not in columns:
-                raise UserError(f"{where(name, 1)}: --keep-fields: no column {field_name!r} "
+                raise UserError(f"{header(name)}: --keep-fields: no column {field_name!r} "
                                 f"(columns: {', '.join(columns)})")
     else:
         rows = read_jsonl(path, bad)
@@ -103,14 +104,19 @@ def row_example(row: dict, line_no: int, path, text_col: str, pair_col: str | No
     text = row.get(text_col)
     if text is None:
         raise UserError(f"{where(path, line_no)}: missing field {text_col!r}")
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        raise UserError(f"{where(path, line_no)}: expected text in column {text_col!r}, got {type(text).__name__}")
+    if not text.strip():
         raise UserError(f"{where(path, line_no)}: empty text in column {text_col!r}")
     pair = None
     if pair_col:
         pair = row.get(pair_col)
         if pair is None:
             raise UserError(f"{where(path, line_no)}: missing field {pair_col!r}")
-        if not isinstance(pair, str) or not pair.strip():
+        if not isinstance(pair, str):
+            raise UserError(f"{where(path, line_no)}: expected text in column {pair_col!r}, "
+                            f"got {type(pair).__name__}")
+        if not pair.strip():
             raise UserError(f"{where(path, line_no)}: empty text in column {pair_col!r}")
     label = row.get(label_col) if label_col else None
     if label_col and need_labels and (label is None or (isinstance(label, str) and not label.strip())):
@@ -134,7 +140,7 @@ def detect_columns(columns: list[str], spec: ClassifySpec, path, need_labels: bo
     if not spec.text_column and "question" in lower and "sentence" in lower:  # QNLI
         text_col = columns[lower.index("question")]
     if text_col is None:
-        raise UserError(f"{where(path, 1)}: no text column found (columns: {', '.join(columns)}); "
+        raise UserError(f"{header(path)}: no text column found (columns: {', '.join(columns)}); "
                         f"name one with --text-column")
     if spec.pair_column:
         pair_col = find_column(columns, [], spec.pair_column, path, "second text")
@@ -143,14 +149,14 @@ def detect_columns(columns: list[str], spec: ClassifySpec, path, need_labels: bo
     else:
         pair_col = find_column(columns, PAIR_COLUMNS, None, path, "second text")
     if spec.pair and pair_col is None:
-        raise UserError(f"{where(path, 1)}: the model reads text pairs but no second text column was found "
+        raise UserError(f"{header(path)}: the model reads text pairs but no second text column was found "
                         f"(columns: {', '.join(columns)}); name one with --pair-column")
     if not need_labels and spec.label_column and spec.label_column not in columns:
         label_col = None  # labels are optional for predict
     else:
         label_col = find_column(columns, LABEL_COLUMNS, spec.label_column, path, "label")
     if need_labels and label_col is None:
-        raise UserError(f"{where(path, 1)}: no label column found (columns: {', '.join(columns)}); "
+        raise UserError(f"{header(path)}: no label column found (columns: {', '.join(columns)}); "
                         f"name one with --label-column")
     spec.text_column, spec.pair_column = text_col, pair_col
     if label_col:

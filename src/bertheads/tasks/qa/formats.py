@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from bertheads.base.errors import UserError, where
 from bertheads.text.readers import BadLine, open_lines, parse_json, read_jsonl, source_name
+from bertheads.text.rows import Rows
 
 
 @dataclass
@@ -57,6 +58,9 @@ def iter_examples(path, need_labels: bool = True, strict: bool = True, fmt: str 
     if fmt not in (None, "auto", "json", "jsonl", "squad"):
         raise UserError(f"--format {fmt}: the qa task reads SQuAD JSON or JSON lines")
     name = source_name(path)
+    if isinstance(path, Rows):
+        yield from question_examples(jsonl_records(path, name, bad), need_labels, strict, keep, bad, skipped)
+        return
     lines = open_lines(path)
     head: list[str] = []
     for line in lines:
@@ -71,6 +75,11 @@ def iter_examples(path, need_labels: bool = True, strict: bool = True, fmt: str 
         records = squad_records("".join(head) + "".join(lines), name)
     else:
         records = jsonl_records(itertools.chain(head, lines), name, bad)
+    yield from question_examples(records, need_labels, strict, keep, bad, skipped)
+
+
+def question_examples(records, need_labels: bool, strict: bool, keep: tuple[str, ...], bad: BadLine | None,
+                      skipped: list[str] | None) -> Iterator[QAExample]:
     for record, qid, has_id, obj, context in records:
         try:
             ex = make_example(record, qid, has_id, obj, context, need_labels, strict)
@@ -126,7 +135,7 @@ def squad_records(text: str, path):
 
 def jsonl_records(path, name: str | None = None, bad: BadLine | None = None):
     name = name or source_name(path)
-    for line, obj in read_jsonl(path, bad, name):
+    for line, obj in path.rows() if isinstance(path, Rows) else read_jsonl(path, bad, name):
         yield where(name, line), obj.get("id", line), "id" in obj, obj, obj.get("context")
 
 

@@ -25,16 +25,22 @@ class QAOutput:
     null_score: float
     scores: np.ndarray  # [n]
     spans: np.ndarray  # [n, 2] character start and end in the context
+    probabilities: np.ndarray | None = None  # [n] P(start) * P(end) in the span's own window
+    null_probability: float | None = None  # P(start) * P(end) of [CLS], the least over the windows
 
 
-def best_spans(logits: list[np.ndarray], context: np.ndarray, n_best: int, max_answer_length: int):
+def best_spans(logits: list[np.ndarray], context: np.ndarray, n_best: int, max_answer_length: int,
+               with_norm: bool = False):
     """The n best spans of each window, vectorized over windows and candidate pairs.
 
     `logits[w]` is `[T_w, 2]`, `context[w]` the first and last passage token. Spans start and
     end inside the passage, end >= start, at most `max_answer_length` tokens; a span's score is
     start + end logit. Returns scores `[W, n]` (-inf where fewer exist), start and end tokens
     `[W, n]`, and the null score `[W]` ([CLS] start + end). A window whose n best starts and
-    ends make no valid pair gets its exact best span instead.
+    ends make no valid pair gets its exact best span instead. `with_norm`: also each window's
+    log normaliser `[W]`, the log-sum-exp of the start scores plus that of the end scores over
+    its passage tokens and [CLS] (a span's probability, as the transformers pipeline gives it,
+    is `exp(score - norm)`).
     """
     num = len(logits)
     width = max(len(x) for x in logits)
@@ -45,6 +51,9 @@ def best_spans(logits: list[np.ndarray], context: np.ndarray, n_best: int, max_a
     null = start[:, 0] + end[:, 0]
     pos = np.arange(width)
     inside = (pos >= context[:, :1]) & (pos <= context[:, 1:])
+    if with_norm:
+        counted = inside | (pos == 0)[None, :]
+        norm = log_sum_exp(np.where(counted, start, -np.inf)) + log_sum_exp(np.where(counted, end, -np.inf))
     start, end = np.where(inside, start, -np.inf), np.where(inside, end, -np.inf)
     k = min(n_best, width)
     top_start = np.argpartition(-start, k - 1, axis=1)[:, :k]
@@ -64,7 +73,17 @@ def best_spans(logits: list[np.ndarray], context: np.ndarray, n_best: int, max_a
         scores[w], starts[w], ends[w] = -np.inf, 0, 0
         s, e, v = exact_best_span(start[w], end[w], max_answer_length)
         scores[w, 0], starts[w, 0], ends[w, 0] = v, s, e
+    if with_norm:
+        return scores, starts, ends, null, norm
     return scores, starts, ends, null
+
+
+def log_sum_exp(x: np.ndarray) -> np.ndarray:
+    """log(sum(exp(x))) of each row, in float64."""
+    x = x.astype(np.float64)
+    top = np.max(x, axis=1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    return (top + np.log(np.sum(np.exp(x - top), axis=1, keepdims=True)))[:, 0]
 
 
 def exact_best_span(start: np.ndarray, end: np.ndarray, max_answer_length: int) -> tuple[int, int, float]:
@@ -132,30 +151,32 @@ def span_context(starts: np.ndarray, ends: np.ndarray, context: np.ndarray, firs
 def merge_windows(parts: list[tuple], n_best: int, relative: bool = False) -> QAOutput:
     """One question's spans from all its windows: best first, each character span once.
 
-    `parts` holds (scores, character spans, window null score, context or None) per window. A
-    span that several overlapping windows find keeps its best score, or, when the context is
-    given, its score in the window where it has the most context. With `relative` scores
-    (span minus its window's null score) the question's null score is 0.
+    `parts` holds (scores, character spans, window null score, context or None) per window,
+    and optionally each span's probability and the window's null probability. A span that
+    several overlapping windows find keeps its best score, or, when the context is given, its
+    score in the window where it has the most context (its probability is that window's). With
+    `relative` scores (span minus its window's null score) the question's null score is 0.
     """
     null = 0.0 if relative else min(p[2] for p in parts)
     scores = np.concatenate([p[0] for p in parts])
     spans = np.concatenate([p[1] for p in parts]).reshape(-1, 2)
+    given = len(parts[0]) > 5
+    probs = np.concatenate([p[4] for p in parts]) if given else np.zeros(len(scores))
     if len(parts) > 1 and len(parts[0]) > 3 and parts[0][3] is not None:
         room = np.concatenate([p[3] for p in parts])
         by_room = np.lexsort((-scores, -room, spans[:, 1], spans[:, 0]))  # each span: most context first
         _, first = np.unique(spans[by_room], axis=0, return_index=True)
         keep = by_room[first]
-        scores, spans = scores[keep], spans[keep]
-        order = np.argsort(-scores, kind="stable")
-        scores, spans = scores[order], spans[order]
+        order = keep[np.argsort(-scores[keep], kind="stable")]
     else:
         order = np.argsort(-scores, kind="stable")
-        scores, spans = scores[order], spans[order]
         if len(parts) > 1:  # overlapping windows find the same span: keep its best score
-            _, first = np.unique(spans, axis=0, return_index=True)
-            keep = np.sort(first)
-            scores, spans = scores[keep], spans[keep]
-    return QAOutput(float(null), scores[:n_best].astype(np.float64), spans[:n_best].astype(np.int64))
+            _, first = np.unique(spans[order], axis=0, return_index=True)
+            order = order[np.sort(first)]
+    scores, spans, probs = scores[order], spans[order], probs[order]
+    return QAOutput(float(null), scores[:n_best].astype(np.float64), spans[:n_best].astype(np.int64),
+                    probs[:n_best].astype(np.float64) if given else None,
+                    min(float(p[5]) for p in parts) if given else None)
 
 
 def null_minus_best(o: QAOutput) -> float:

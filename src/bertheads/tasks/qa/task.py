@@ -345,8 +345,10 @@ class QATask(Task):
         for lo in range(0, len(features), chunk):
             part = range(lo, min(lo + chunk, len(features)))
             ctx = np.array([features[i]["_context"] for i in part], dtype=np.int64)
-            scores, starts, ends, null = best_spans([feature_outputs[i] for i in part], ctx,
-                                                    spec.n_best, spec.max_answer_length)
+            scores, starts, ends, null, norm = best_spans([feature_outputs[i] for i in part], ctx,
+                                                          spec.n_best, spec.max_answer_length, with_norm=True)
+            probs = np.exp(scores - norm[:, None])  # before the scores are made relative or weighed
+            null_probs = np.exp(null - norm)
             if relative:
                 scores = scores - null[:, None]
             if gaps is not None:
@@ -357,7 +359,8 @@ class QATask(Task):
                 offsets = features[i]["_offsets"]
                 chars = np.stack([offsets[starts[j][keep], 0], offsets[ends[j][keep], 1]], axis=1)
                 per_example[owner[i]].append((scores[j][keep], chars, float(null[j]),
-                                              room[j][keep] if by_context else None))
+                                              room[j][keep] if by_context else None, probs[j][keep],
+                                              float(null_probs[j])))
         return [merge_windows(parts, spec.n_best, relative) for parts in per_example]
 
     # -- loss and decoding ---------------------------------------------------------------
@@ -379,16 +382,23 @@ class QATask(Task):
 
     def decode(self, outputs: list[QAOutput], examples: list[QAExample], null_threshold: float | None = None,
                **_) -> list[dict]:
-        """`{"answer", "start", "end", "score"}` with `context[start:end] == answer`; an empty
-        answer (start = end = 0, score = the null score) when the model answers nothing."""
+        """`{"answer", "start", "end", "score", "raw_score"}` with `context[start:end] == answer`:
+        `score` is the span's probability, P(start) * P(end) in its window as the transformers
+        pipeline reports it, `raw_score` the score spans are ranked and thresholded by (start +
+        end logits; relative to the window's null score with `window_choice` relative). An
+        empty answer (start = end = 0) when the model answers nothing, with [CLS]'s probability
+        and the null score."""
         threshold = self.threshold(null_threshold)
         out = []
         for o, e in zip(outputs, examples):
             if answers_nothing(o, threshold):
-                pred = {"answer": "", "start": 0, "end": 0, "score": round(o.null_score, 4)}
+                pred = {"answer": "", "start": 0, "end": 0, "score": probability(o.null_probability),
+                        "raw_score": round(o.null_score, 4)}
             else:
                 s, t = (int(x) for x in o.spans[0])
-                pred = {"answer": e.context[s:t], "start": s, "end": t, "score": round(float(o.scores[0]), 4)}
+                pred = {"answer": e.context[s:t], "start": s, "end": t,
+                        "score": probability(None if o.probabilities is None else o.probabilities[0]),
+                        "raw_score": round(float(o.scores[0]), 4)}
             out.append({**({"id": e.id} if e.has_id else {}), **e.extra, **pred})
         return out
 
@@ -528,6 +538,10 @@ def answer_tokens(feature: dict, example: QAExample) -> tuple[int, int]:
     return c0 + start, c0 + min(end, len(offsets) - 1)
 
 
+def probability(value) -> float | None:
+    return None if value is None else round(float(value), 6)
+
+
 def line_of(record: str) -> int | None:
     """The line number in a "FILE:LINE" record name, if it has one."""
     tail = record.rpartition(":")[2]
@@ -536,12 +550,15 @@ def line_of(record: str) -> int | None:
 
 def write_predictions(path: str, preds: list[str], outputs: list[QAOutput], examples: list[QAExample]) -> None:
     """`{id: answer}` (what the official scripts read), and beside it `NAME.nbest.json`:
-    `{id: [{"text", "start", "end", "score"}, ...]}` with the null score."""
+    `{id: [{"text", "start", "end", "score", "probability"}, ...]}` with the null score."""
     target = Path(path)
     answers = {e.id: p for e, p in zip(examples, preds)}
     atomic_write_text(target, json.dumps(answers, ensure_ascii=False, indent=1) + "\n")
     nbest = {e.id: {"null_score": round(o.null_score, 4),
                     "spans": [{"text": e.context[int(s):int(t)], "start": int(s), "end": int(t),
-                               "score": round(float(v), 4)} for v, (s, t) in zip(o.scores, o.spans)]}
+                               "score": round(float(v), 4),
+                               **({} if o.probabilities is None else {"probability": probability(p)})}
+                              for v, p, (s, t) in zip(o.scores, o.probabilities if o.probabilities is not None
+                                                      else o.scores, o.spans)]}
              for o, e in zip(outputs, examples)}
     atomic_write_text(target.with_name(target.stem + ".nbest.json"), json.dumps(nbest, ensure_ascii=False) + "\n")

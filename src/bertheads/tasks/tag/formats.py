@@ -17,6 +17,7 @@ from bertheads.text.readers import (
     read_lines,
     source_name,
 )
+from bertheads.text.rows import Rows
 
 COLUMN_SPLIT = re.compile(r"[ \t]+")  # CoNLL columns; other white space belongs to the word
 DOCSTART = "-DOCSTART-"
@@ -47,7 +48,7 @@ def read_tagged(path: str | None, spec, fmt: str | None, need_labels: bool) -> l
     `.conll`/`.iob`/`.bio`/`.tsv`-like files, are CoNLL; anything else to predict is raw text."""
     examples = list(iter_tagged(path, spec, fmt, need_labels))
     if not examples:
-        kind = tagged_format(source_name(path), fmt, need_labels)
+        kind = "rows" if isinstance(path, Rows) else tagged_format(source_name(path), fmt, need_labels)
         raise UserError(f"{where(source_name(path))}: {'no sentences' if kind == 'conll' else 'no records'}")
     return examples
 
@@ -69,8 +70,8 @@ def iter_tagged(path, spec, fmt: str | None, need_labels: bool, keep: tuple[str,
     and the `keep` fields into `extra`; `bad` is told of a bad record (a CoNLL sentence with a
     bad line), which is then skipped (default: raised)."""
     name = source_name(path)
-    kind = tagged_format(name, fmt, need_labels)
-    if kind == "jsonl":
+    kind = "rows" if isinstance(path, Rows) else tagged_format(name, fmt, need_labels)
+    if kind in ("jsonl", "rows"):
         yield from iter_tag_jsonl(path, need_labels, keep, bad)
         return
     if keep:
@@ -151,7 +152,7 @@ def iter_conll(path, spec, need_labels: bool, bad: BadLine | None = None) -> Ite
 def iter_tag_jsonl(path, need_labels: bool, keep: tuple[str, ...] = (),
                    bad: BadLine | None = None) -> Iterator[TagExample]:
     name = source_name(path)
-    for line_no, obj in read_jsonl(path, bad):
+    for line_no, obj in path.rows() if isinstance(path, Rows) else read_jsonl(path, bad):
         try:
             example = tag_record(obj, name, line_no, need_labels)
         except UserError as exc:
