@@ -117,6 +117,9 @@ def test_evaluate_json_has_per_class_and_min_score_abstains(sentiment_model, cap
     assert set(out["per_class"]) == {"0", "1"} and sum(v["support"] for v in out["per_class"].values()) == 16
     assert np.sum(out["confusion"]["matrix"]) == 16
     model = bertheads.load(d / "model")
+    named = bertheads.load(d / "model")
+    named.task().spec.label_names = ["negative", "positive"]  # as --label-names sets them
+    assert set(named.evaluate(str(d / "train.tsv"))["per_class"]) == {"negative", "positive"}
     preds = model.predict(["a fine film", "a dull film"])
     top = max(max(p["scores"].values()) for p in preds)
     abstained = model.predict(["a fine film", "a dull film"], min_score=min(top + 1e-6, 1.0))

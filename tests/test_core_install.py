@@ -36,5 +36,8 @@ def test_core_install_trains_predicts_evaluates(tmp_path):
     assert predicted.returncode == 0 and '"label"' in predicted.stdout, predicted.stderr
     evaluated = run("evaluate", str(model), "--data", str(examples / "dev.tsv"), "--json")
     assert evaluated.returncode == 0 and '"accuracy"' in evaluated.stdout, evaluated.stderr
+    tracked = run("train", "classify", "--train", str(examples / "train.tsv"), "--out", str(tmp_path / "t"),
+                  "--track", "mlflow")
+    assert tracked.returncode == 2 and "pip install 'bertheads[track]'" in tracked.stderr, tracked.stderr
     served = run("serve", str(model))
     assert served.returncode == 2 and "pip install 'bertheads[serve]'" in served.stderr, served.stderr

@@ -180,3 +180,20 @@ def test_an_unknown_flag_is_refused_with_the_closest_one(argv, hint, capsys):
         main(argv)
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and len(err) == 1 and "unrecognized arguments" in err[0] and hint in err[0], err
+
+
+def test_python_train_takes_the_kinds_own_defaults(monkeypatch):
+    """`bertheads.train("qa", ...)` trains with the batch size `bertheads train qa` has."""
+    import bertheads.api as api
+
+    seen = {}
+
+    def fake_train_tasks(config, out, model, settings, *rest, **kw):
+        seen["settings"] = settings
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(api, "train_tasks", fake_train_tasks)
+    for kind, given, batch in (("qa", {}, 16), ("classify", {}, 32), ("qa", {"batch_size": 4}, 4)):
+        with pytest.raises(RuntimeError):
+            api.train(kind, "train.json", **given)
+        assert seen["settings"].batch_size == batch, kind

@@ -227,8 +227,8 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
     train, dev = as_rows(train, "train") or train, as_rows(dev, "dev") or dev
     given = check_names_for(kind, options)
     config = single_task(kind, train, dev, {k: v for k, v in given.items() if k not in names(TrainSettings)}, limit)
-    settings, _, _ = run_settings(config, settings or TrainSettings(),
-                                  {k: v for k, v in given.items() if k in names(TrainSettings)})
+    # no settings given: the kind's own defaults (qa: batches of 16), as on the command line
+    settings, _, _ = run_settings(config, settings, {k: v for k, v in given.items() if k in names(TrainSettings)})
     net, result = train_tasks(config, out, model, settings)
     return trained(net, out, result)
 

@@ -62,7 +62,7 @@ from bertheads.training.flags import (
 )
 from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit, resolved_settings
 from bertheads.training.settings import SPEC_FIELD, HeadOptions, RunSettings
-from bertheads.training.trackers import chosen as chosen_trackers
+from bertheads.training.trackers import check_trackers
 
 log = logging.getLogger("bertheads")
 TASK_FIELDS = ("kind", "train", "dev", "limit")
@@ -305,7 +305,7 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
     `on_epoch` is passed to `train.fit`. Returns the trained network and what metrics.json holds."""
     settings = settings or TrainSettings()
     settings.sampling, settings.temperature = config.sampling, config.temperature
-    if chosen_trackers(settings) and out is None:  # (an unknown tracker is refused before any data is read)
+    if check_trackers(settings) and out is None:  # (an unknown tracker is refused before any data is read)
         raise UserError("--track: a tracked run needs an output directory (--out; out= in Python)")
     if out is not None:
         checkpoint.claim_out(out, settings.resume, settings.overwrite)

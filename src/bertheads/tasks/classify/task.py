@@ -373,7 +373,7 @@ class ClassifyTask(Task):
                            during_training: bool = False, **_) -> dict:
         arr = np.concatenate([p[0] for p in parts])
         gold = [g for p in parts for g in p[1]]
-        names = [str(label) for label in self.spec.labels]
+        names = [str(label) for label in self.spec.shown_labels()]  # per_class keyed as predictions name them
         if self.spec.problem == "regression":
             return regression_metrics(arr[:, 0], np.asarray(gold, dtype=float))
         if self.spec.problem == "multi_label":

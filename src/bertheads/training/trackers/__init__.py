@@ -3,6 +3,13 @@
 line below."""
 
 from bertheads.training.trackers import mlflow, tensorboard  # noqa: F401  (they register themselves)
-from bertheads.training.trackers.base import TRACKERS, Tracker, chosen, open_trackers, register
+from bertheads.training.trackers.base import (
+    TRACKERS,
+    Tracker,
+    check_trackers,
+    chosen,
+    open_trackers,
+    register,
+)
 
-__all__ = ["TRACKERS", "Tracker", "chosen", "open_trackers", "register"]
+__all__ = ["TRACKERS", "Tracker", "check_trackers", "chosen", "open_trackers", "register"]

@@ -20,6 +20,10 @@ class Tracker:
 
     name: ClassVar[str] = ""
 
+    @classmethod
+    def check(cls) -> None:
+        """Refuse, in one line, a tracker whose library is not installed (before the run starts)."""
+
     def __init__(self, out: Path, settings: Any, after_step: int | None) -> None:
         """`after_step`: a resumed run's checkpoint step (None for a fresh run)."""
 
@@ -50,6 +54,14 @@ def chosen(settings: Any) -> list[str]:
         if n not in TRACKERS:
             raise UserError(f"--track: unknown tracker {n!r} (known: {', '.join(TRACKERS)}, none)")
     return list(dict.fromkeys(names))
+
+
+def check_trackers(settings: Any) -> list[str]:
+    """The chosen trackers, each checked to be usable (see `Tracker.check`)."""
+    names = chosen(settings)
+    for name in names:
+        TRACKERS[name].check()
+    return names
 
 
 def open_trackers(out: Path, settings: Any, after_step: int | None) -> list[Tracker]:

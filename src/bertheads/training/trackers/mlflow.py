@@ -26,8 +26,12 @@ BATCH = 100  # parameters per log_batch call (MLflow's limit)
 class MLflowTracker(Tracker):
     name = "mlflow"
 
-    def __init__(self, out: Path, settings, after_step: int | None) -> None:
+    @classmethod
+    def check(cls) -> None:
         require("track", "--track mlflow")
+
+    def __init__(self, out: Path, settings, after_step: int | None) -> None:
+        self.check()
         import mlflow
         from mlflow.tracking import MlflowClient
 

@@ -12,8 +12,12 @@ from bertheads.training.trackers.base import Tracker, numbers, register
 class TensorBoardTracker(Tracker):
     name = "tensorboard"
 
-    def __init__(self, out: Path, settings, after_step: int | None) -> None:
+    @classmethod
+    def check(cls) -> None:
         require("track", "--track tensorboard")
+
+    def __init__(self, out: Path, settings, after_step: int | None) -> None:
+        self.check()
         from torch.utils.tensorboard import SummaryWriter
 
         purge = after_step + 1 if after_step is not None else None  # events of steps run again go
