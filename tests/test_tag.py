@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -309,3 +310,9 @@ def test_unseen_tag_at_evaluation_names_the_line(tagger, write, capsys):
     assert main(["evaluate", tagger, "--data", path]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "dev.txt:3: tag 'B-COMPANY' was not seen in training" in err
+
+
+def test_dev_loss_after_loading_is_the_one_training_reported(tagger, tag_data):
+    """The dev loss is a mean per labelled token, not scaled by the training set's statistics."""
+    saved = json.loads((Path(tagger) / "metrics.json").read_text())["dev"]["loss"]  # the kept epoch's
+    assert bertheads.load(tagger).evaluate(str(tag_data / "dev.txt"))["loss"] == pytest.approx(saved, rel=1e-5)

@@ -65,7 +65,7 @@ class BertHeads(nn.Module):
         device = self.device
         batch = {k: v.to(device) for k, v in collate(features, self.pad_id).items()}
         out = self(batch, heads)
-        losses = {name: float(self.tasks[name].loss(out[name], batch)) for name in heads} if with_loss else {}
+        losses = {name: float(self.tasks[name].dev_loss(out[name], batch)) for name in heads} if with_loss else {}
         return {name: out[name].float().cpu().numpy() for name in heads}, losses
 
 

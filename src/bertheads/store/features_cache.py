@@ -311,7 +311,7 @@ class CachedHead:
         states = [s.to(self.device) for s in states] if isinstance(states, list) else states.to(self.device)
         batch = {k: v.to(self.device) for k, v in batch.items()}
         logits = self.head(states, batch)
-        losses = {self.name: float(self.task.loss(logits, batch))} if with_loss else {}
+        losses = {self.name: float(self.task.dev_loss(logits, batch))} if with_loss else {}
         return {self.name: logits.float().cpu().numpy()}, losses
 
 

@@ -295,6 +295,11 @@ class Task:
     def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
 
+    def dev_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The loss an evaluation reports (the same during training and after loading): by default
+        the training loss."""
+        return self.loss(logits, batch)
+
 
 def copy_linear(target: nn.Module, source: nn.Linear, what: str) -> None:
     """Copy a linear layer's weights into `target`, a linear layer of the same shape."""

@@ -369,6 +369,12 @@ class TagTask(Task):
             return total / (labels.size(0) * per_window)
         return total / (labels != -100).sum().clamp(min=1)
 
+    def dev_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The mean cross-entropy per labelled token: it does not depend on the training set's
+        statistics, so a model evaluated after loading reports what training reported."""
+        labels = batch["tok_labels"][:, : logits.size(1)]
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=-100)
+
     def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples, features) -> list[WordScores]:
         """One row of tag scores per word: from the example's only window, or from the window
         where the word's first piece has the most context."""
