@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -312,7 +311,14 @@ def test_unseen_tag_at_evaluation_names_the_line(tagger, write, capsys):
     assert err.count("\n") == 1 and "dev.txt:3: tag 'B-COMPANY' was not seen in training" in err
 
 
-def test_dev_loss_after_loading_is_the_one_training_reported(tagger, tag_data):
-    """The dev loss is a mean per labelled token, not scaled by the training set's statistics."""
-    saved = json.loads((Path(tagger) / "metrics.json").read_text())["dev"]["loss"]  # the kept epoch's
-    assert bertheads.load(tagger).evaluate(str(tag_data / "dev.txt"))["loss"] == pytest.approx(saved, rel=1e-5)
+def test_dev_loss_after_loading_is_the_one_training_reported(tiny_bert, tag_data, tmp_path):
+    """The dev loss is a mean per labelled token, not scaled by the training set's statistics
+    (here the dev sentences are twice as long as the training ones)."""
+    dev = tmp_path / "dev.txt"
+    pairs = sentences(8, seed=2)
+    dev.write_text(conll([a + b for a, b in zip(pairs[::2], pairs[1::2])]))
+    out = tmp_path / "m"
+    bertheads.train("tag", str(tag_data / "train.txt"), str(dev), out, model=tiny_bert,
+                    settings=bertheads.TrainSettings(epochs=1, batch_size=8, progress=False))
+    saved = json.loads((out / "metrics.json").read_text())["dev"]["loss"]
+    assert bertheads.load(out).evaluate(str(dev))["loss"] == pytest.approx(saved, rel=1e-5)
