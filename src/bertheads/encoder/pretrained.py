@@ -253,8 +253,19 @@ class Encoder(nn.Module):
             found = lazy_parts(name_or_path)
             if found is not None:
                 config, pooler = found
-                return cls(None, load_tokenizer(name_or_path), config, pooler, source=name_or_path)
-        return cls(load_encoder_model(name_or_path, strict), load_tokenizer(name_or_path))
+                encoder = cls(None, load_tokenizer(name_or_path), config, pooler, source=name_or_path)
+                encoder.checkpoint_dir = resolve_model(name_or_path)
+                return encoder
+        encoder = cls(load_encoder_model(name_or_path, strict), load_tokenizer(name_or_path))
+        encoder.checkpoint_dir = resolve_model(name_or_path)
+        return encoder
+
+    def checkpoint_tensors(self, prefix: str) -> dict[str, torch.Tensor]:
+        """The checkpoint's own weights under `prefix` (prefix removed), read from a local
+        directory's safetensors files; these include weights the bare encoder drops (a task
+        head's pooler, a masked-LM head). Empty when there are none or the files are remote."""
+        directory = Path(str(getattr(self, "checkpoint_dir", "") or ""))
+        return read_checkpoint_tensors(directory, prefix) if directory.is_dir() else {}
 
     def forward(
         self,
@@ -292,6 +303,25 @@ class Encoder(nn.Module):
             self.tokenizer.save_pretrained(str(directory))
 
 
+def read_checkpoint_tensors(directory: Path, prefix: str) -> dict[str, torch.Tensor]:
+    """fp32 tensors under `prefix` (or under it after one model prefix such as `bert.`) in the
+    directory's safetensors files, prefix removed."""
+    from safetensors import safe_open
+
+    found: dict[str, torch.Tensor] = {}
+    for path in sorted(directory.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), "pt") as st:
+                for key in st.keys():
+                    head, _, rest = key.partition(".")
+                    name = key if key.startswith(prefix) else rest if rest.startswith(prefix) and head else None
+                    if name is not None:
+                        found.setdefault(name[len(prefix):], st.get_tensor(key).float())
+        except Exception:  # an unreadable file: the head starts fresh
+            continue
+    return found
+
+
 def encoder_hash(encoder: Encoder) -> str:
     """Content hash of the encoder weights (names, shapes and values)."""
     digest = hashlib.sha256()
@@ -310,56 +340,97 @@ def weights_hash(encoder: Encoder) -> str:
 
 
 def install_first_token_layer(model: nn.Module, flag: threading.local) -> bool:
-    """Let the last layer of a BERT-style encoder run for the first token only while
-    `flag.on` is set (per thread, so a server's concurrent requests do not mix).
+    """Let the last layer of the encoder run for the first token only while `flag.on` is set
+    (per thread, so a server's concurrent requests do not mix).
 
-    The layer's forward is wrapped on the instance: weights, state dict and saved
-    checkpoints are unchanged. Architectures whose layers are not built like BERT's
-    (query/key/value, attention output, feed-forward chunk) keep the full pass.
+    The layer's forward is wrapped on the instance: weights, state dict and saved checkpoints
+    are unchanged. Layers built like BERT's (BERT, RoBERTa, XLM-R, ELECTRA, MiniLM) and
+    DistilBERT's get it; the others keep the full pass: DeBERTa (its disentangled relative
+    attention adds position-to-content scores over every query, which transformers computes
+    only for a full set of queries), ModernBERT (pre-norm layers with a fused query/key/value
+    projection, rotary positions and local attention on most layers; and its classify head may
+    mean-pool every token), and any architecture not listed.
     """
-    layers = getattr(getattr(model, "encoder", None), "layer", None)
-    if not isinstance(layers, nn.ModuleList) or not len(layers):
+    found = first_token_target(model)
+    if found is None:
         return False
-    layer = layers[-1]
-    attention = getattr(layer, "attention", None)
-    self_attention = getattr(attention, "self", None)
-    if not (all(isinstance(getattr(self_attention, n, None), nn.Linear) for n in ("query", "key", "value"))
-            and hasattr(attention, "output") and hasattr(layer, "feed_forward_chunk")
-            and hasattr(self_attention, "attention_head_size")
-            and getattr(model.config, "position_embedding_type", "absolute") == "absolute"
-            and not getattr(model.config, "is_decoder", False)):
-        return False
+    layer, fast = found
     full_forward = layer.forward
 
     @functools.wraps(full_forward)
     def forward(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, *args, **kwargs):
         if not getattr(flag, "on", False):
             return full_forward(hidden_states, attention_mask, *args, **kwargs)
-        return first_token_layer(layer, hidden_states, attention_mask)
+        return fast(layer, hidden_states, attention_mask)
 
     layer.forward = forward
     return True
 
 
+def first_token_target(model: nn.Module):
+    """(last layer, its first-token forward) for the architectures that have one, else None."""
+    config = model.config
+    if getattr(config, "is_decoder", False):
+        return None
+    layers = getattr(getattr(model, "encoder", None), "layer", None)
+    if isinstance(layers, nn.ModuleList) and len(layers):  # BERT-style
+        layer = layers[-1]
+        attention = getattr(layer, "attention", None)
+        self_attention = getattr(attention, "self", None)
+        if (all(isinstance(getattr(self_attention, n, None), nn.Linear) for n in ("query", "key", "value"))
+                and hasattr(attention, "output") and hasattr(layer, "feed_forward_chunk")
+                and hasattr(self_attention, "attention_head_size")
+                and getattr(config, "position_embedding_type", "absolute") == "absolute"):
+            return layer, first_token_layer
+        return None
+    layers = getattr(getattr(model, "transformer", None), "layer", None)
+    if config.model_type == "distilbert" and isinstance(layers, nn.ModuleList) and len(layers):
+        layer = layers[-1]
+        attention = getattr(layer, "attention", None)
+        if all(isinstance(getattr(attention, n, None), nn.Linear) for n in ("q_lin", "k_lin", "v_lin", "out_lin")) \
+                and hasattr(layer, "sa_layer_norm") and hasattr(layer, "output_layer_norm"):
+            return layer, distilbert_first_token_layer
+    return None
+
+
+def first_token_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The attention mask of the first query: `[batch, 1, 1, tokens]` (boolean or additive)."""
+    if mask is None:
+        return None
+    if mask.dim() == 2:  # [batch, tokens] of 0/1
+        return mask[:, None, None, :].bool()
+    return mask[:, :, :1, :]  # [batch, 1, queries, tokens]
+
+
+def first_token_attention(hidden: torch.Tensor, mask, query: nn.Linear, key: nn.Linear, value: nn.Linear,
+                          heads: int, dropout: float) -> torch.Tensor:
+    """Scaled dot-product attention of position 0 over every position: `[batch, 1, hidden]`."""
+    batch, length, _ = hidden.shape
+    size = query.out_features // heads
+    q = query(hidden[:, :1]).view(batch, 1, heads, size).transpose(1, 2)
+    k = key(hidden).view(batch, length, heads, size).transpose(1, 2)
+    v = value(hidden).view(batch, length, heads, size).transpose(1, 2)
+    context = F.scaled_dot_product_attention(q, k, v, attn_mask=first_token_mask(mask), dropout_p=dropout,
+                                             scale=size**-0.5)
+    return context.transpose(1, 2).reshape(batch, 1, heads * size)
+
+
 def first_token_layer(layer: nn.Module, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """A BERT layer computed for position 0 only: `[batch, 1, hidden]`."""
     attention = layer.attention.self
-    batch, length, _ = hidden.shape
-    heads, size = attention.num_attention_heads, attention.attention_head_size
-    first = hidden[:, :1]
-    query = attention.query(first).view(batch, 1, heads, size).transpose(1, 2)
-    key = attention.key(hidden).view(batch, length, heads, size).transpose(1, 2)
-    value = attention.value(hidden).view(batch, length, heads, size).transpose(1, 2)
-    if mask is not None:
-        if mask.dim() == 2:  # [batch, tokens] of 0/1
-            mask = mask[:, None, None, :].bool()
-        else:  # [batch, 1, queries, tokens], boolean or additive
-            mask = mask[:, :, :1, :]
-    context = F.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask, dropout_p=attention.dropout.p if layer.training else 0.0,
-        scale=size**-0.5)
-    context = context.transpose(1, 2).reshape(batch, 1, heads * size)
-    return layer.feed_forward_chunk(layer.attention.output(context, first))
+    context = first_token_attention(hidden, mask, attention.query, attention.key, attention.value,
+                                    attention.num_attention_heads,
+                                    attention.dropout.p if layer.training else 0.0)
+    return layer.feed_forward_chunk(layer.attention.output(context, hidden[:, :1]))
+
+
+def distilbert_first_token_layer(layer: nn.Module, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """A DistilBERT block computed for position 0 only: `[batch, 1, hidden]`."""
+    attention = layer.attention
+    context = first_token_attention(hidden, mask, attention.q_lin, attention.k_lin, attention.v_lin,
+                                    attention.n_heads, attention.dropout.p if layer.training else 0.0)
+    attended = layer.sa_layer_norm(attention.out_lin(context) + hidden[:, :1])
+    return layer.output_layer_norm(layer.ffn(attended) + attended)
 
 
 def take_pooler(model: nn.Module) -> dict[str, torch.Tensor] | None:
