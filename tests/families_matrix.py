@@ -44,7 +44,7 @@ def cell(family: str, kind: str, feature: str) -> str:
         if kind != "classify":
             return TOKEN_KINDS
         if family == "modernbert":
-            return "no: mean pooling in this checkpoint's config; with CLS pooling " + NO_FAST_PATH[family][4:]
+            return "no: mean pooling (this config) reads every token; with CLS pooling, " + NO_FAST_PATH[family][4:]
         return NO_FAST_PATH.get(family, "yes")
     return "yes"
 
@@ -81,7 +81,7 @@ def render() -> str:
              "`export hf`: the transformers class's logits equal the head's (within 1e-4) and",
              "`pipeline(\"text-classification\" | \"token-classification\")` gives our scores; qa loads in",
              "`AutoModelForQuestionAnswering` with our start/end scores. `export onnx`: ONNX Runtime's",
-             "outputs equal torch's (within 1e-4).", ""]
+             "outputs equal torch's (within 1e-4; a slow test: one export per family).", ""]
     for kind in KINDS:
         lines += [f"### {kind}", "", "| family | " + " | ".join(FEATURES) + " |",
                   "|---|" + "---|" * len(FEATURES)]

@@ -12,14 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from families_matrix import FAMILIES, MATRIX, checkpoint, render
+from families_matrix import FAMILIES, MATRIX, checkpoint, render, tiny_checkpoint
+from safetensors.torch import load_file, save_file
 
 import bertheads
+from bertheads.encoder.pretrained import Encoder
 from bertheads.export.hf import export_hf
 from bertheads.export.onnx import export_onnx
 from bertheads.model import run_heads
+from bertheads.tasks import TASKS
 from bertheads.tasks.families import FAMILIES as HEAD_FAMILIES
-from bertheads.tasks.families import family_of_config
+from bertheads.tasks.families import family_of_config, settle_family, start_weights
 
 TEXTS = ["The Eiffel Tower stands in Paris.", "a warm , funny film", "bad film"]
 QUESTIONS = [("What is the capital?", "The old town has many bridges. The capital is Rome. Rivers run through it.")]
@@ -149,6 +152,7 @@ def test_export_hf_pipelines_agree(family_run):
             np.testing.assert_allclose(got.end_logits[0].numpy(), logits[0][:, 1], atol=1e-4)
 
 
+@pytest.mark.slow  # one dynamo export per family, about 10 s each on 2 cores
 def test_export_onnx_runtime_agrees(family_run):
     """One graph of the three heads; ONNX Runtime gives torch's outputs and predictions."""
     family, _, _, root, model = family_run
@@ -186,3 +190,53 @@ def test_families_doc_is_current():
     """docs/families.md is the matrix's table (regenerate: python tests/families_matrix.py > docs/families.md)."""
     path = Path(__file__).resolve().parent.parent / "docs" / "families.md"
     assert path.read_text() == render()
+
+
+def test_heads_saved_before_families_keep_bert_layout(tmp_path):
+    """A manifest without `head_family` (saved before) loads BERT's head on any encoder and
+    predicts as saved; on RoBERTa that head still exports to RobertaForSequenceClassification."""
+    source = tiny_checkpoint("roberta", tmp_path / "roberta")
+    data = write_data(tmp_path / "data")
+    model = bertheads.train("classify", str(data["classify"]), None, tmp_path / "m", model=source,
+                            head_family="bert", settings=bertheads.TrainSettings(**SETTINGS))
+    assert sorted(model.net.heads["classify"].state_dict()) == ["out.bias", "out.weight", "pooler.bias",
+                                                                "pooler.weight"]
+    before = model.predict(TEXTS)
+    path = tmp_path / "m" / "bertheads.json"
+    manifest = json.loads(path.read_text())
+    del manifest["heads"]["classify"]["spec"]["head_family"]
+    path.write_text(json.dumps(manifest))
+    again = bertheads.load(tmp_path / "m")
+    assert again.task("classify").spec.head_family == "bert" and again.predict(TEXTS) == before
+    info = export_hf(tmp_path / "m", tmp_path / "hf")
+    assert info["class"] == "RobertaForSequenceClassification" and info["max_abs_diff"] <= 1e-4
+    fresh = bertheads.train("classify", str(data["classify"]), None, None, model=source,
+                            settings=bertheads.TrainSettings(**SETTINGS))
+    assert fresh.task("classify").spec.head_family == "roberta"
+    assert fresh.net.heads["classify"].dropout_first and not model.net.heads["classify"].dropout_first
+
+
+def test_head_starts_from_the_checkpoints_own_weights(tmp_path):
+    """ModernBERT's heads start from its masked-LM `head`; DeBERTa's from a `pooler.dense` the
+    checkpoint has; RoBERTa's as transformers initialises it (not from its unused pooler)."""
+    modern = Encoder.load(tiny_checkpoint("modernbert", tmp_path / "modernbert"))
+    mlm = load_file(str(tmp_path / "modernbert" / "model.safetensors"))
+    for kind, spec in (("classify", {"labels": [0, 1]}), ("tag", {"tags": ["O", "B-X"]}), ("qa", {})):
+        cls = TASKS[kind]
+        spec = cls.spec_type(**spec)
+        task = cls.build(spec, modern, start_weights(settle_family(spec, modern), modern))
+        dense = task.head.pooler if kind == "classify" else task.head.dense
+        assert torch.equal(dense.weight, mlm["head.dense.weight"]) and torch.equal(task.head.norm.weight,
+                                                                                   mlm["head.norm.weight"])
+    deberta_dir = Path(tiny_checkpoint("deberta-v2", tmp_path / "deberta"))
+    weights = load_file(str(deberta_dir / "model.safetensors"))
+    pooler = {"pooler.dense.weight": torch.randn(32, 32), "pooler.dense.bias": torch.randn(32)}
+    save_file({**weights, **pooler}, str(deberta_dir / "model.safetensors"), metadata={"format": "pt"})
+    deberta = Encoder.load(str(deberta_dir))
+    cls = TASKS["classify"]
+    spec = cls.spec_type(labels=[0, 1])
+    task = cls.build(spec, deberta, start_weights(settle_family(spec, deberta), deberta))
+    assert torch.equal(task.head.pooler.weight, pooler["pooler.dense.weight"])
+    roberta = Encoder.load(tiny_checkpoint("roberta", tmp_path / "roberta"))
+    spec = cls.spec_type(labels=[0, 1])
+    assert roberta.pooler_state is not None and start_weights(settle_family(spec, roberta), roberta) is None

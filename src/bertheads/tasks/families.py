@@ -42,7 +42,8 @@ class Family:
     pooling: str = "cls"  # "cls" or "config:ATTR" (ModernBERT: classifier_pooling)
     init: str = "normal"  # "bert" (std 0.02, as bertheads always did), "normal" (initializer_range), "modernbert"
     start_from: str | None = None  # prefix of the checkpoint's weights the sequence head starts from
-    sequence_keys: dict = field(default_factory=dict)  # our key prefix -> the transformers class's
+    sequence_keys: dict | tuple = field(default_factory=dict)  # our key prefix -> the transformers class's
+    # (a tuple: maps tried in order, the first whose layers the class has wins)
     token_keys: dict = field(default_factory=lambda: {"out.": "classifier."})
     span_keys: dict = field(default_factory=lambda: {"out.": "qa_outputs."})
     dense_bias: str | None = None  # config attribute saying whether the dense layer has a bias
@@ -54,8 +55,10 @@ ROBERTA_KEYS = {"pooler.": "classifier.dense.", "out.": "classifier.out_proj."}
 MODERNBERT_KEYS = {"pooler.": "head.dense.", "norm.": "head.norm.", "out.": "classifier."}
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
+    # BERT's head computes RoBERTa's too (the two differ in dropout only), so a BERT-layout head
+    # saved on another family's checkpoint still exports to that family's class where it matches
     Family("bert", ("bert",), init="bert", start_from="pooler",
-           sequence_keys={"pooler.": BASE + "pooler.dense.", "out.": "classifier."}),
+           sequence_keys=({"pooler.": BASE + "pooler.dense.", "out.": "classifier."}, ROBERTA_KEYS)),
     Family("roberta", ("roberta", "xlm-roberta", "camembert"), dropout_first=True, sequence_keys=ROBERTA_KEYS),
     Family("electra", ("electra",), activation="gelu", dropout_first=True, sequence_keys=ROBERTA_KEYS),
     Family("deberta", ("deberta-v2", "deberta"), activation="config:pooler_hidden_act", dropout_first=True,
@@ -176,10 +179,17 @@ def copy_start(dense: nn.Linear, norm: nn.LayerNorm | None, state: dict | None) 
                 target.copy_(value)
 
 
-def copy_into(model: nn.Module, head: nn.Module, keys: dict[str, str], what: str) -> None:
-    """Load the head's weights into the transformers model's head by the family's key map;
-    refuse (UserError) a head whose layers that model does not have, or that leaves part of
-    that model's head unset."""
+def copy_into(model: nn.Module, head: nn.Module, keys: dict[str, str] | tuple, what: str) -> None:
+    """Load the head's weights into the transformers model's head by the family's key map (the
+    first of several that fits); refuse (UserError) a head whose layers that model does not
+    have, or that leaves part of that model's head unset."""
+    if isinstance(keys, tuple):
+        for i, option in enumerate(keys):
+            try:
+                return copy_into(model, head, option, what)
+            except UserError:
+                if i == len(keys) - 1:
+                    raise
     base = model.base_model_prefix
     theirs = model.state_dict()
     mapped = {}
