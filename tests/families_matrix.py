@@ -33,7 +33,6 @@ FEATURES = ("train", "predict", "evaluate", "features mode", "export hf", "expor
 
 # What each cell is: "yes", or why not. The tests check every "yes" (and every refusal's reason).
 NO_FAST_PATH = {
-    "deberta-v2": "no: relative attention (the last layer runs in full)",
     "modernbert": "no: local/global attention, rotary positions and a fused QKV projection",
 }
 TOKEN_KINDS = "no: token-level head (every position is read)"

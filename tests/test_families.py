@@ -186,6 +186,23 @@ def test_first_token_last_layer(family_run):
     torch.testing.assert_close(first[:, 0], full[:, 0], atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # two dynamo exports
+@pytest.mark.parametrize("family", ["distilbert", "deberta-v2"])
+def test_first_token_graph(family, tmp_path):
+    """The ONNX graph of a [CLS]-only model runs the last layer for [CLS] alone on the families
+    whose fast path is new, and ONNX Runtime gives torch's scores."""
+    from helpers_multi import save_heads
+
+    source = tiny_checkpoint(family, tmp_path / "checkpoint")
+    model_dir = save_heads(source, tmp_path / "model", {"sentiment": ("classify", 1, {"labels": ["a", "b"]})})
+    ours, _ = bertheads.load(model_dir), export_onnx(model_dir)
+    assert ours.net.encoder.first_token_ready
+    theirs = bertheads.load(model_dir, runtime="onnx")
+    _, a = raw(ours, "sentiment", TEXTS)
+    _, b = raw(theirs, "sentiment", TEXTS)
+    np.testing.assert_allclose(np.stack(b), np.stack(a), atol=1e-4, rtol=0)
+
+
 def test_families_doc_is_current():
     """docs/families.md is the matrix's table (regenerate: python tests/families_matrix.py > docs/families.md)."""
     path = Path(__file__).resolve().parent.parent / "docs" / "families.md"
