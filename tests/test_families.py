@@ -257,3 +257,20 @@ def test_head_starts_from_the_checkpoints_own_weights(tmp_path):
     roberta = Encoder.load(tiny_checkpoint("roberta", tmp_path / "roberta"))
     spec = cls.spec_type(labels=[0, 1])
     assert roberta.pooler_state is not None and start_weights(settle_family(spec, roberta), roberta) is None
+
+
+def test_bert_head_is_computed_as_before(tiny_bert):
+    """BERT's classify head keeps its weights' names, its start from the pooler and its sum
+    (tanh of the pooler over [CLS], then the linear layer), bit for bit."""
+    encoder = Encoder.load(tiny_bert).eval()
+    cls = TASKS["classify"]
+    spec = cls.spec_type(labels=[0, 1])
+    torch.manual_seed(3)
+    head = cls.build(spec, encoder, start_weights(settle_family(spec, encoder), encoder)).head.eval()
+    assert spec.head_family == "bert" and sorted(head.state_dict()) == ["out.bias", "out.weight", "pooler.bias",
+                                                                        "pooler.weight"]
+    assert torch.equal(head.pooler.weight, encoder.pooler_state["weight"])
+    states = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        assert torch.equal(head(states, {}), head.out(torch.tanh(head.pooler(states[:, 0]))))
+    assert head.out.weight.std() < 0.05 and torch.equal(head.out.bias, torch.zeros(2))
