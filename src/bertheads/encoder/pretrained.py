@@ -261,10 +261,22 @@ class Encoder(nn.Module):
         return encoder
 
     def checkpoint_tensors(self, prefix: str) -> dict[str, torch.Tensor]:
-        """The checkpoint's own weights under `prefix` (prefix removed), read from a local
-        directory's safetensors files; these include weights the bare encoder drops (a task
-        head's pooler, a masked-LM head). Empty when there are none or the files are remote."""
-        directory = Path(str(getattr(self, "checkpoint_dir", "") or ""))
+        """The checkpoint's own weights under `prefix` (prefix removed), read from its
+        safetensors files (a local directory, or a hub checkpoint's cached `model.safetensors`);
+        these include weights the bare encoder drops (a task head's pooler, a masked-LM head).
+        Empty when there are none."""
+        source = str(getattr(self, "checkpoint_dir", "") or "")
+        directory = Path(source)
+        if source and not directory.is_dir():
+            try:
+                from transformers.utils import cached_file
+
+                found = cached_file(source, "model.safetensors", _raise_exceptions_for_missing_entries=False)
+            except Exception:  # no network, no such file: the head starts fresh
+                found = None
+            if not found:
+                return {}
+            directory = Path(found).parent
         return read_checkpoint_tensors(directory, prefix) if directory.is_dir() else {}
 
     def forward(
@@ -360,14 +372,20 @@ def install_first_token_layer(model: nn.Module, flag: threading.local) -> bool:
     def forward(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, *args, **kwargs):
         if not getattr(flag, "on", False):
             return full_forward(hidden_states, attention_mask, *args, **kwargs)
-        return fast(layer, hidden_states, attention_mask, **kwargs)
+        if fast == "deberta":
+            return deberta_first_token_layer(layer, hidden_states, attention_mask, kwargs.get("relative_pos"),
+                                             kwargs.get("rel_embeddings"))
+        if fast == "distilbert":
+            return distilbert_first_token_layer(layer, hidden_states, attention_mask)
+        return first_token_layer(layer, hidden_states, attention_mask)
 
     layer.forward = forward
     return True
 
 
 def first_token_target(model: nn.Module):
-    """(last layer, its first-token forward) for the architectures that have one, else None."""
+    """(last layer, which first-token forward: "bert", "distilbert" or "deberta") for the
+    architectures that have one, else None."""
     config = model.config
     if getattr(config, "is_decoder", False):
         return None
@@ -380,11 +398,11 @@ def first_token_target(model: nn.Module):
                 and hasattr(attention, "output") and hasattr(layer, "feed_forward_chunk")
                 and hasattr(self_attention, "attention_head_size")
                 and getattr(config, "position_embedding_type", "absolute") == "absolute"):
-            return layer, first_token_layer
+            return layer, "bert"
         if (config.model_type == "deberta-v2" and hasattr(self_attention, "query_proj")
                 and hasattr(self_attention, "disentangled_attention_bias")
                 and (len(layers) > 1 or getattr(model.encoder, "conv", None) is None)):
-            return layer, deberta_first_token_layer
+            return layer, "deberta"
         return None
     layers = getattr(getattr(model, "transformer", None), "layer", None)
     if config.model_type == "distilbert" and isinstance(layers, nn.ModuleList) and len(layers):
@@ -392,7 +410,7 @@ def first_token_target(model: nn.Module):
         attention = getattr(layer, "attention", None)
         if all(isinstance(getattr(attention, n, None), nn.Linear) for n in ("q_lin", "k_lin", "v_lin", "out_lin")) \
                 and hasattr(layer, "sa_layer_norm") and hasattr(layer, "output_layer_norm"):
-            return layer, distilbert_first_token_layer
+            return layer, "distilbert"
     return None
 
 
@@ -418,7 +436,7 @@ def first_token_attention(hidden: torch.Tensor, mask, query: nn.Linear, key: nn.
     return context.transpose(1, 2).reshape(batch, 1, heads * size)
 
 
-def first_token_layer(layer: nn.Module, hidden: torch.Tensor, mask: torch.Tensor | None, **_) -> torch.Tensor:
+def first_token_layer(layer: nn.Module, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """A BERT layer computed for position 0 only: `[batch, 1, hidden]`."""
     attention = layer.attention.self
     context = first_token_attention(hidden, mask, attention.query, attention.key, attention.value,
@@ -427,8 +445,7 @@ def first_token_layer(layer: nn.Module, hidden: torch.Tensor, mask: torch.Tensor
     return layer.feed_forward_chunk(layer.attention.output(context, hidden[:, :1]))
 
 
-def distilbert_first_token_layer(layer: nn.Module, hidden: torch.Tensor, mask: torch.Tensor | None,
-                                 **_) -> torch.Tensor:
+def distilbert_first_token_layer(layer: nn.Module, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """A DistilBERT block computed for position 0 only: `[batch, 1, hidden]`."""
     attention = layer.attention
     context = first_token_attention(hidden, mask, attention.q_lin, attention.k_lin, attention.v_lin,
@@ -438,8 +455,8 @@ def distilbert_first_token_layer(layer: nn.Module, hidden: torch.Tensor, mask: t
 
 
 def deberta_first_token_layer(layer: nn.Module, hidden: torch.Tensor, mask: torch.Tensor | None,
-                              relative_pos: torch.Tensor | None = None, rel_embeddings: torch.Tensor | None = None,
-                              **_) -> tuple[torch.Tensor, None]:
+                              relative_pos: torch.Tensor | None = None,
+                              rel_embeddings: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
     """A DeBERTa-v2/v3 layer computed for position 0 only: its content and relative-position
     scores (content-to-position and position-to-content) for that one query."""
     att = layer.attention.self
