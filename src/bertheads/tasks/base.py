@@ -55,6 +55,7 @@ class HeadSettings:
     layers: list[int] = field(default_factory=lambda: [-1])
     combine: str = "concat"
     dropout: float = 0.1
+    head_family: str | None = None  # whose head layout (`tasks/families.py`); None: the encoder's, settled at build
 
 
 class Task:
@@ -186,7 +187,10 @@ class Task:
 
     @classmethod
     def spec_from_dict(cls, data: dict) -> Any:
+        """A saved spec; one saved before head families has BERT's head layout."""
         names = {f.name for f in fields(cls.spec_type)}
+        if "head_family" in names:
+            data = {"head_family": "bert", **data}
         return cls.spec_type(**{k: v for k, v in data.items() if k in names})
 
     @classmethod

@@ -16,7 +16,7 @@ from torch.nn import functional as F
 from bertheads.base.errors import UserError, where
 from bertheads.base.values import fraction, non_negative_int
 from bertheads.encoder.layers import LayerCombine
-from bertheads.tasks.base import HeadSettings, Task, TextInput, copy_linear, init_linear, option, softmax
+from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear, option, softmax
 from bertheads.tasks.classify.formats import (  # noqa: F401  (infer_labels, normalise_label: bench and tests)
     ClassifyExample,
     check_label_names,
@@ -36,6 +36,18 @@ from bertheads.tasks.classify.metrics import (  # noqa: F401  (label_metrics: be
 )
 from bertheads.tasks.classify.report import classify_section
 from bertheads.tasks.classify.spec import LONG_INPUTS, POOLS, PROBLEMS, ClassifySpec
+from bertheads.tasks.families import (
+    FAMILIES,
+    Family,
+    activation,
+    copy_into,
+    copy_start,
+    dense_block,
+    init_head_linear,
+    pooling,
+    settle_family,
+    start_weights,
+)
 from bertheads.text.encoding import encode_texts, encode_windows
 from bertheads.text.readers import (
     BadLine,
@@ -63,27 +75,49 @@ class ClassifyOptions:
 
 
 class ClassifyHead(nn.Module):
-    """The BERT recipe: pooler (dense + tanh over [CLS]), dropout, linear layer to the outputs."""
+    """The sequence head of the checkpoint's family (`tasks/families.py`): BERT's pooler (dense
+    + tanh over [CLS]), dropout and a linear layer; RoBERTa's, ELECTRA's, DeBERTa's, DistilBERT's
+    or ModernBERT's own layout for those checkpoints."""
 
     token_level = False
 
-    def __init__(self, hidden_size: int, num_outputs: int, settings: HeadSettings, pooler_state=None) -> None:
+    def __init__(self, hidden_size: int, num_outputs: int, settings: HeadSettings, pooler_state=None,
+                 family: Family | None = None, config=None) -> None:
         super().__init__()
+        family = family or FAMILIES["bert"]
         self.layers = tuple(settings.layers)
         self.combine = LayerCombine(len(self.layers), settings.combine)
         size = self.combine.output_size(hidden_size)
-        self.pooler = init_linear(nn.Linear(size, size))
-        if pooler_state is not None and tuple(pooler_state["weight"].shape) == (size, size):
-            with torch.no_grad():
-                self.pooler.weight.copy_(pooler_state["weight"])
-                self.pooler.bias.copy_(pooler_state["bias"])
+        if family.init == "bert":  # as bertheads always built it (same weights for the same seed)
+            self.pooler = init_linear(nn.Linear(size, size))
+            self.norm = None
+        else:
+            dense, self.norm = dense_block(family, config, size)
+            self.pooler = init_head_linear(dense, family, config, "dense")
+        copy_start(self.pooler, self.norm, pooler_state)
+        self.activation = activation(family, config)
+        self.dropout_first = family.dropout_first
+        self.mean = pooling(family, config) == "mean"
+        self.reads_cls = not self.mean
         self.dropout = nn.Dropout(settings.dropout)
-        self.out = init_linear(nn.Linear(size, num_outputs))
+        if family.init == "bert":
+            self.out = init_linear(nn.Linear(size, num_outputs))
+        else:
+            self.out = init_head_linear(nn.Linear(size, num_outputs), family, config, "out")
 
     def forward(self, hidden, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         states = self.combine(hidden)
-        cls = states[:, 0]
-        return self.out(self.dropout(torch.tanh(self.pooler(cls))))
+        if self.mean:  # ModernBERT's mean pooling: every token the mask keeps, specials included
+            mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
+            cls = (states * mask).sum(1) / mask.sum(1)
+        else:
+            cls = states[:, 0]
+        if self.dropout_first:
+            cls = self.dropout(cls)
+        pooled = self.activation(self.pooler(cls))
+        if self.norm is not None:
+            pooled = self.norm(pooled)
+        return self.out(self.dropout(pooled))
 
 
 class ClassifyTask(Task):
@@ -127,8 +161,12 @@ class ClassifyTask(Task):
 
     @classmethod
     def build(cls, spec: ClassifySpec, encoder, pooler_state=None) -> ClassifyTask:
+        """A fresh head of the encoder's family (or the family the spec records); `pooler_state`:
+        the checkpoint's weights its dense layer (and norm) start from."""
         outputs = 1 if spec.problem == "regression" else len(spec.labels)
-        return cls(spec, ClassifyHead(encoder.info.hidden_size, outputs, spec, pooler_state))
+        family = settle_family(spec, encoder)
+        return cls(spec, ClassifyHead(encoder.info.hidden_size, outputs, spec, pooler_state, family,
+                                      getattr(encoder, "config", None)))
 
     # -- reading ------------------------------------------------------------------------
     read_file = staticmethod(read_file)
@@ -158,7 +196,7 @@ class ClassifyTask(Task):
             counts = np.bincount([spec.labels.index(normalise_label(e.label)) for e in examples],
                                  minlength=len(spec.labels))
             spec.label_weights = [round(len(examples) / (len(spec.labels) * int(c)), 8) for c in counts]
-        return cls.build(spec, encoder, encoder.pooler_state), examples
+        return cls.build(spec, encoder, start_weights(settle_family(spec, encoder), encoder)), examples
 
     def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None,
              **_) -> list[ClassifyExample]:
@@ -273,7 +311,7 @@ class ClassifyTask(Task):
     def report_section(self, outputs: list, examples: list, metrics: dict, section) -> None:
         classify_section(self, outputs, examples, metrics, section)
 
-    # -- export --to hf: the pooler into the model's pooler, the linear layer into the classifier --
+    # -- export --to hf: the head's layers into the family's own class (`families.py` key maps) --
     def hf_labels(self) -> list[str]:
         return ["value"] if self.spec.problem == "regression" else [str(label) for label in self.spec.labels]
 
@@ -282,19 +320,8 @@ class ClassifyTask(Task):
         config.problem_type = HF_PROBLEM_TYPES[self.spec.problem]
 
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
-        base = getattr(model, model.base_model_prefix)
-        pooler = getattr(getattr(base, "pooler", None), "dense", None)
-        classifier = getattr(model, "classifier", None)
-        what = f"head {name!r}"
-        if isinstance(pooler, nn.Linear) and isinstance(classifier, nn.Linear):  # BERT layout
-            copy_linear(pooler, self.head.pooler, what)
-            copy_linear(classifier, self.head.out, what)
-        elif hasattr(classifier, "dense") and hasattr(classifier, "out_proj"):  # RoBERTa layout
-            copy_linear(classifier.dense, self.head.pooler, what)
-            copy_linear(classifier.out_proj, self.head.out, what)
-        else:
-            raise UserError(f"head {name!r}: {type(model).__name__} has no pooler + linear classifier "
-                            f"(dense, tanh, linear), so the head has no equivalent")
+        family = FAMILIES[self.spec.head_family or "bert"]
+        copy_into(model, self.head, family.sequence_keys, f"head {name!r}")
 
     # -- plain inputs for `extract`: classify's tables are the generic reader -----------------
     text_formats = ("tsv", "csv", "jsonl")

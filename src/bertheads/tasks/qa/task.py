@@ -31,7 +31,18 @@ from bertheads.base.errors import UserError
 from bertheads.base.values import non_negative_float, non_negative_int, positive_int
 from bertheads.encoder.layers import LayerCombine
 from bertheads.store.atomic import atomic_write_text
-from bertheads.tasks.base import HeadSettings, Task, TextInput, copy_linear, init_linear, option
+from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear, option
+from bertheads.tasks.families import (
+    FAMILIES,
+    Family,
+    activation,
+    copy_into,
+    copy_start,
+    init_head_linear,
+    settle_family,
+    start_weights,
+    token_block,
+)
 from bertheads.tasks.qa.formats import QAExample, check_text, iter_examples, read_examples
 from bertheads.tasks.qa.metrics import (
     best_threshold,
@@ -102,17 +113,28 @@ class QAHead(nn.Module):
 
     token_level = True
 
-    def __init__(self, hidden_size: int, settings: HeadSettings) -> None:
+    def __init__(self, hidden_size: int, settings: HeadSettings, family: Family | None = None, config=None) -> None:
         super().__init__()
         self.layers = tuple(settings.layers)
         self.combine = LayerCombine(len(self.layers), settings.combine)
         # BERT's QA head has no dropout of its own when the encoder is fine-tuned (the encoder
         # has its own); on frozen features dropout is the head's only regulariser.
         self.dropout = nn.Dropout(settings.dropout if settings.mode == "features" else 0.0)
-        self.out = init_linear(nn.Linear(self.combine.output_size(hidden_size), 2))
+        size = self.combine.output_size(hidden_size)
+        self.dense = self.norm = None  # the family's block before the span scores (ModernBERT)
+        if family is not None and family.token_dense:
+            self.dense, self.norm = token_block(family, config, size)
+            self.activation = activation(family, config)
+        if family is None or family.init == "bert":
+            self.out = init_linear(nn.Linear(size, 2))
+        else:
+            self.out = init_head_linear(nn.Linear(size, 2), family, config, "out")
 
     def forward(self, hidden, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.out(self.dropout(self.combine(hidden)))  # [B, T, 2]: start, end
+        states = self.combine(hidden)
+        if self.dense is not None:
+            states = self.norm(self.activation(self.dense(states)))
+        return self.out(self.dropout(states))  # [B, T, 2]: start, end
 
 
 class QATask(Task):
@@ -175,7 +197,12 @@ class QATask(Task):
 
     @classmethod
     def build(cls, spec: QASpec, encoder, pooler_state=None) -> QATask:
-        return cls(spec, QAHead(encoder.info.hidden_size, spec))
+        """A fresh head; `pooler_state`: the checkpoint's weights a family's token block starts from."""
+        family = settle_family(spec, encoder)
+        head = QAHead(encoder.info.hidden_size, spec, family, getattr(encoder, "config", None))
+        if head.dense is not None:
+            copy_start(head.dense, head.norm, pooler_state)
+        return cls(spec, head)
 
     @classmethod
     def prepare(cls, path: str, spec: QASpec, encoder):
@@ -187,7 +214,9 @@ class QATask(Task):
             spec.tune_threshold = False
         elif spec.unanswerable:
             spec.null_threshold = 0.0
-        return cls.build(spec, encoder), examples
+        family = settle_family(spec, encoder)  # ModernBERT's token block starts from its masked-LM head
+        start = start_weights(family, encoder) if family.token_dense else None
+        return cls.build(spec, encoder, start), examples
 
     # -- reading ------------------------------------------------------------------------
     def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None,
@@ -301,7 +330,7 @@ class QATask(Task):
         return ["start", "end"]
 
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
-        copy_linear(getattr(model, "qa_outputs", None), self.head.out, f"head {name!r}")
+        copy_into(model, self.head, FAMILIES[self.spec.head_family or "bert"].span_keys, f"head {name!r}")
 
     def hf_outputs(self, out) -> torch.Tensor:
         return torch.stack([out.start_logits, out.end_logits], dim=-1)

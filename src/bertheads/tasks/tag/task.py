@@ -26,7 +26,18 @@ from torch.nn import functional as F
 from bertheads.base.errors import UserError, where
 from bertheads.base.values import non_negative_int, positive_int
 from bertheads.encoder.layers import LayerCombine
-from bertheads.tasks.base import HeadSettings, Task, TextInput, copy_linear, init_linear, softmax
+from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear, softmax
+from bertheads.tasks.families import (
+    FAMILIES,
+    Family,
+    activation,
+    copy_into,
+    copy_start,
+    init_head_linear,
+    settle_family,
+    start_weights,
+    token_block,
+)
 from bertheads.tasks.tag.formats import (
     CONLL_SUFFIXES,
     TagExample,
@@ -76,22 +87,33 @@ class TagHead(nn.Module):
 
     token_level = True
 
-    def __init__(self, hidden_size: int, num_tags: int, settings: TagSpec) -> None:
+    def __init__(self, hidden_size: int, num_tags: int, settings: TagSpec, family: Family | None = None,
+                 config=None) -> None:
         super().__init__()
         self.layers = tuple(settings.layers)
         self.combine = LayerCombine(len(self.layers), settings.combine)
         size = self.combine.output_size(hidden_size)
         self.dropout = nn.Dropout(settings.dropout)
         self.lstm = None
+        # the family's token block before the classifier (ModernBERT: dense, act, norm)
+        self.dense = self.norm = None
         if settings.head_type == "bilstm":
             lstm_size = settings.lstm_size or hidden_size
             self.lstm = nn.LSTM(size, lstm_size, num_layers=2, bidirectional=True, batch_first=True,
                                 dropout=settings.dropout)
             size = 2 * lstm_size
-        self.out = init_linear(nn.Linear(size, num_tags))
+        elif family is not None and family.token_dense:
+            self.dense, self.norm = token_block(family, config, size)
+            self.activation = activation(family, config)
+        if family is None or family.init == "bert":
+            self.out = init_linear(nn.Linear(size, num_tags))
+        else:
+            self.out = init_head_linear(nn.Linear(size, num_tags), family, config, "out")
 
     def forward(self, hidden, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         states = self.combine(hidden).to(self.out.weight.dtype)
+        if self.dense is not None:
+            states = self.norm(self.activation(self.dense(states)))
         if self.lstm is not None:
             states = self.dropout(states)
             mask = batch.get("attention_mask")
@@ -130,7 +152,12 @@ class TagTask(Task):
 
     @classmethod
     def build(cls, spec: TagSpec, encoder, pooler_state=None) -> TagTask:
-        return cls(spec, TagHead(encoder.info.hidden_size, len(spec.tags), spec))
+        """A fresh head; `pooler_state`: the checkpoint's weights a family's token block starts from."""
+        family = settle_family(spec, encoder)
+        head = TagHead(encoder.info.hidden_size, len(spec.tags), spec, family, getattr(encoder, "config", None))
+        if head.dense is not None:
+            copy_start(head.dense, head.norm, pooler_state)
+        return cls(spec, head)
 
     @classmethod
     def prepare(cls, path: str, spec: TagSpec, encoder):
@@ -141,7 +168,9 @@ class TagTask(Task):
         spec.tags = tag_list(examples, spec.label_subwords == "all")
         if len(spec.tags) < 2:
             raise UserError(f"{where(path)}: training data has only one tag ({spec.tags[0]!r}); need at least two")
-        return cls.build(spec, encoder), examples
+        family = settle_family(spec, encoder)  # ModernBERT's token block starts from its masked-LM head
+        start = start_weights(family, encoder) if family.token_dense else None
+        return cls.build(spec, encoder, start), examples
 
     # -- reading ------------------------------------------------------------------------
     def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None, **_) -> list[TagExample]:
@@ -235,7 +264,7 @@ class TagTask(Task):
                             f"(its packed sequences have no ONNX form); use the torch runtime")
 
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
-        copy_linear(getattr(model, "classifier", None), self.head.out, f"head {name!r}")
+        copy_into(model, self.head, FAMILIES[self.spec.head_family or "bert"].token_keys, f"head {name!r}")
 
     def hf_pipeline_options(self) -> dict:
         return {"aggregation_strategy": "first"}
