@@ -101,29 +101,26 @@ def report(error: UserError, bad: BadLine | None) -> None:
 
 def row_example(row: dict, line_no: int, path, text_col: str, pair_col: str | None, label_col: str | None,
                 need_labels: bool) -> ClassifyExample:
-    text = row.get(text_col)
-    if text is None:
-        raise UserError(f"{where(path, line_no)}: missing field {text_col!r}")
-    if not isinstance(text, str):
-        raise UserError(f"{where(path, line_no)}: expected text in column {text_col!r}, got {type(text).__name__}")
-    if not text.strip():
-        raise UserError(f"{where(path, line_no)}: empty text in column {text_col!r}")
-    pair = None
-    if pair_col:
-        pair = row.get(pair_col)
-        if pair is None:
-            raise UserError(f"{where(path, line_no)}: missing field {pair_col!r}")
-        if not isinstance(pair, str):
-            raise UserError(f"{where(path, line_no)}: expected text in column {pair_col!r}, "
-                            f"got {type(pair).__name__}")
-        if not pair.strip():
-            raise UserError(f"{where(path, line_no)}: empty text in column {pair_col!r}")
+    text = column_text(row, text_col, path, line_no)
+    pair = column_text(row, pair_col, path, line_no) if pair_col else None
     label = row.get(label_col) if label_col else None
     if label_col and need_labels and (label is None or (isinstance(label, str) and not label.strip())):
         raise UserError(f"{where(path, line_no)}: missing label in column {label_col!r}")
     if isinstance(label, str):
         label = label.strip()
     return ClassifyExample(text, pair, label, line_no)
+
+
+def column_text(row: dict, column: str, path, line_no: int) -> str:
+    """A row's text in `column`: missing, not text or blank is a one-line error."""
+    text = row.get(column)
+    if text is None:
+        raise UserError(f"{where(path, line_no)}: missing field {column!r}")
+    if not isinstance(text, str):
+        raise UserError(f"{where(path, line_no)}: expected text in column {column!r}, got {type(text).__name__}")
+    if not text.strip():
+        raise UserError(f"{where(path, line_no)}: empty text in column {column!r}")
+    return text
 
 
 def detect_columns(columns: list[str], spec: ClassifySpec, path, need_labels: bool):
