@@ -6,12 +6,16 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 DATA = Path(os.environ.get("BERTHEADS_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 OUT = Path(__file__).resolve().parent / "out"
+SRC = Path(__file__).resolve().parents[1] / "src"
+if SRC.is_dir() and str(SRC) not in sys.path:  # the benchmarks measure this checkout's code
+    sys.path.insert(0, str(SRC))
 
 
 @contextmanager
@@ -32,26 +36,17 @@ def environment() -> dict:
 
     return {"python": platform.python_version(), "torch": torch.__version__,
             "transformers": transformers.__version__, "threads": torch.get_num_threads(),
-            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
-
-
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
+            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "machine": cpu_line()}
 
 
 def cpu_line() -> str:
-    """The CPU a result ran on: model name, the flags that matter for bf16/int8, cores (every
-    benchmark row names them: sessions run on different CPUs)."""
-    name, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and name in ("", platform.machine(), platform.processor()):
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    shown = " ".join(f for f in CPU_FLAGS if f in flags) or "none of " + ",".join(CPU_FLAGS)
-    return f"CPU: {name}; flags: {shown}; {os.cpu_count()} cores"
+    """The machine a result ran on (`bertheads.base.machine`, what `bertheads env` prints): CPU
+    model, the flags that matter for bf16/int8, cores, threads, GPUs (every benchmark row names
+    them: sessions run on different machines)."""
+    from bertheads.base.machine import machine
+
+    return machine().line()
 
 
 def matmul_peak_gflops(n: int = 1024, repeats: int = 5, clock=time.perf_counter) -> float:

@@ -11,7 +11,7 @@ import torch
 
 from bertheads.base.errors import UserError
 from bertheads.base.schema import check_names, names, new_names
-from bertheads.export.onnx_runtime import check_runtime, load_onnx
+from bertheads.export.select import open_model
 from bertheads.model import BertHeads, head_outputs, pick_head
 from bertheads.running.analyze import analyze
 from bertheads.running.report import report
@@ -23,7 +23,6 @@ from bertheads.running.stream import (
     predict_chunks,
     predict_stream,
 )
-from bertheads.saved import bundle
 from bertheads.saved.combine import combine as combine_models
 from bertheads.text.batching import INFERENCE_BATCH
 from bertheads.text.readers import carried_fields
@@ -47,6 +46,7 @@ class Model:
         self.net = net
         self.directory = Path(directory) if directory else None
         self.metrics: dict | None = None  # what training returned, for a model not saved
+        self.mode = None  # the export.modes.Mode it runs in (device, runtime, precision, why)
 
     @property
     def heads(self) -> dict[str, str]:
@@ -167,17 +167,20 @@ class Model:
         return analyze_stream(self.net, path, None if output is None else str(output), settings, write)
 
 
-def load(directory: str | Path, device: str | torch.device | None = None, verify: bool = True,
-         runtime: str = "torch", precision: str = "fp32") -> Model:
+def load(directory: str | Path, device: str | torch.device | None = "auto", verify: bool = True,
+         runtime: str = "auto", precision: str = "auto", gate_data: str | None = None) -> Model:
     """Load a model directory written by `bertheads train` (or `train(...)`); `verify=False`
     skips the check of the encoder's weights against the hash saved with them.
 
-    `runtime="onnx"` runs it with ONNX Runtime from its `DIR/onnx/` export (`bertheads export
-    DIR --to onnx`), in `precision` "fp32" or "int8"."""
-    check_runtime(runtime, precision)
-    if runtime == "onnx":
-        return Model(load_onnx(directory, precision), directory)
-    return Model(bundle.load(directory, device, verify), directory)
+    `device`: auto (the first GPU when there is one), cpu, cuda[:N], mps. `runtime`: torch,
+    onnx (ONNX Runtime) or openvino, the last two from the `DIR/onnx/` export (`bertheads export
+    DIR --to onnx`); `precision`: fp32, bf16, fp16 or int8. `auto` takes the fastest mode this
+    machine has whose lower precision passed the gate on the model's dev data (or `gate_data`);
+    `Model.mode` says which ran and why."""
+    net, mode = open_model(directory, device, runtime, precision, verify, gate_data)
+    model = Model(net, directory)
+    model.mode = mode
+    return model
 
 
 def records_given(inputs) -> bool:
@@ -204,7 +207,7 @@ def evaluate(model: Model | str | Path, data, head: str | None = None, **options
 
 def trained(net: BertHeads, out: str | Path | None, result: dict) -> Model:
     if out is not None:
-        return load(out)
+        return load(out, runtime="torch", precision="fp32")
     model = Model(net)
     model.metrics = result
     return model

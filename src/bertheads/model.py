@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import torch
@@ -51,6 +51,7 @@ class BertHeads(nn.Module):
 
     # the `text.runner.Runner` members: a batch of features through `forward`
     workers = None  # batches side by side as torch's threads allow (`cpu_workers`)
+    autocast: torch.dtype | None = None  # inference in bf16 or fp16 autocast (None: fp32)
 
     @property
     def pad_id(self) -> int:
@@ -64,7 +65,9 @@ class BertHeads(nn.Module):
         """Each head's outputs for a batch (and its loss on it, with `with_loss`)."""
         device = self.device
         batch = {k: v.to(device) for k, v in collate(features, self.pad_id).items()}
-        out = self(batch, heads)
+        # autocast is per thread: entered here, on the worker thread that runs the batch
+        with torch.autocast(device.type, dtype=self.autocast) if self.autocast else nullcontext():
+            out = self(batch, heads)
         losses = {name: float(self.tasks[name].dev_loss(out[name], batch)) for name in heads} if with_loss else {}
         return {name: out[name].float().cpu().numpy() for name in heads}, losses
 

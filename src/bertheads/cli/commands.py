@@ -10,9 +10,11 @@ from pathlib import Path
 from bertheads.api import combine, load, train_multi
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
+from bertheads.base.machine import machine, resolve_device, runtimes, training_precision
 from bertheads.base.schema import vars_for
 from bertheads.export.hf import export_hf
-from bertheads.export.onnx import export_onnx
+from bertheads.export.modes import RuntimeSettings, candidates
+from bertheads.export.select import export_checked
 from bertheads.running.extract import ExtractSettings, extract
 from bertheads.running.stream import StreamSettings
 from bertheads.saved.bundle import MANIFEST, encoder_location
@@ -78,7 +80,7 @@ def cmd_train_multi(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
+    model = load(args.model_dir, verify=not args.no_verify, **vars_for(RuntimeSettings, args))
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size,
                               skip_bad_lines=args.skip_bad_lines)
     metrics = model.evaluate(args.data, head=args.head, settings=settings, **given_options(args, "evaluate"))
@@ -100,7 +102,7 @@ def cmd_evaluate(args) -> int:
 def cmd_predict(args) -> int:
     if args.output:
         check_output_file(args.output)
-    model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
+    model = load(args.model_dir, verify=not args.no_verify, **vars_for(RuntimeSettings, args))
     options = given_options(args, "predict")
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
                               skip_bad_lines=args.skip_bad_lines, progress=bool(args.output) and not args.no_progress)
@@ -114,7 +116,7 @@ def cmd_predict(args) -> int:
 def cmd_analyze(args) -> int:
     if args.output:
         check_output_file(args.output)
-    model = load(args.model_dir, verify=not args.no_verify, runtime=args.runtime, precision=args.precision)
+    model = load(args.model_dir, verify=not args.no_verify, **vars_for(RuntimeSettings, args))
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
                               skip_bad_lines=args.skip_bad_lines)
     report = model.analyze_stream(args.input, args.output, settings=settings)
@@ -135,7 +137,7 @@ def cmd_export(args) -> int:
         return 0
     if args.head:
         raise UserError("--head: only with --to hf (the ONNX graph holds every head)")
-    meta = export_onnx(args.model_dir, args.out, args.quantize, log=log.info)
+    meta = export_checked(args.model_dir, args.out, args.quantize, args.gate_data, say=log.info)
     graphs = ", ".join(f"{g['file']} ({g['bytes'] / 1e6:.1f} MB)" for g in meta["graphs"].values())
     log.info(f"saved {args.out or os.path.join(args.model_dir, 'onnx')}: {graphs}")
     return 0
@@ -195,7 +197,41 @@ def cmd_serve(args) -> int:
     from bertheads.serve.app import serve, settings_from_args  # the web stack loads only for this command
 
     serve(args.model_dir, args.host, args.port, settings_from_args(args), verify=not args.no_verify,
-          runtime=args.runtime, precision=args.precision, options=given_options(args, "serve"))
+          options=given_options(args, "serve"), **vars_for(RuntimeSettings, args))
+    return 0
+
+
+def environment_facts() -> dict:
+    """What `bertheads env` shows: the machine, the runtimes, and what `auto` picks here."""
+    m = machine()
+    device = resolve_device("auto")
+    precision, why = training_precision("auto", device)
+    ladder = candidates("auto", "auto", device)
+    return {"machine": m.to_dict(), "line": m.line(), "runtimes": runtimes(),
+            "training": {"device": str(device), "precision": precision, "why": why},
+            "inference": {"device": str(device), "tried_in_order": [
+                {"runtime": r, "precision": p, "why": w} for r, p, w in ladder],
+                "without_export": ladder[-1][:2]}}
+
+
+def cmd_env(args) -> int:
+    facts = environment_facts()
+    if args.json:
+        print(json.dumps(facts))
+        return 0
+    m = facts["machine"]
+    print(facts["line"])
+    print(f"torch CPU kernels: {m['capability']}; CUDA devices: {len(m['cuda'])}; MPS: {'yes' if m['mps'] else 'no'}")
+    for name, info in facts["runtimes"].items():
+        more = info.get("providers") or ", ".join(f"{d} ({' '.join(c)})" for d, c in info.get("devices", {}).items())
+        print(f"runtime {name} {info['version']}" + (f": {', '.join(more) if isinstance(more, list) else more}"
+                                                     if more else ""))
+    t = facts["training"]
+    print(f"train --device auto --precision auto: {t['device']}, {t['precision']} ({t['why']})")
+    print(f"predict --device auto --runtime auto --precision auto, on {facts['inference']['device']}, tries in order "
+          f"(a lower precision only once it passed the gate on the model's dev data):")
+    for step in facts["inference"]["tried_in_order"]:
+        print(f"  {step['runtime']} {step['precision']}: {step['why']}")
     return 0
 
 

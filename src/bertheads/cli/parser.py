@@ -11,6 +11,7 @@ from bertheads.base.schema import add_flags, add_override_flags
 from bertheads.cli.commands import (
     cmd_analyze,
     cmd_combine,
+    cmd_env,
     cmd_evaluate,
     cmd_export,
     cmd_extract,
@@ -21,6 +22,7 @@ from bertheads.cli.commands import (
     cmd_train_multi,
     cmd_tune,
 )
+from bertheads.export.modes import RuntimeSettings
 from bertheads.running.extract import INPUT_FORMATS, ExtractSettings
 from bertheads.running.stream import CHUNK_SIZE
 from bertheads.serve.settings import ServeSettings
@@ -117,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_extract(sub, common)
     add_combine(sub, common)
     add_serve(sub, common)
+    env = sub.add_parser("env", help="this machine: CPU flags, GPUs, runtimes, and what --device/--precision auto pick",
+                         parents=[common])
+    env.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    env.set_defaults(handler=cmd_env)
     for name in INFERENCE_COMMANDS:
         add_option_flags(sub.choices[name], name)
         add_runtime_flags(sub.choices[name])
@@ -213,10 +219,8 @@ def add_combine(sub, common) -> None:
 
 
 def add_runtime_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("runtime")
-    g.add_argument("--runtime", choices=("torch", "onnx"), default="torch",
-                   help="onnx: run DIR/onnx/ (written by `bertheads export DIR --to onnx`) with ONNX Runtime")
-    g.add_argument("--precision", choices=("fp32", "int8"), default="fp32", help="int8: the quantized ONNX graph")
+    """--device, --runtime, --precision, --gate-data (export.modes.RuntimeSettings)."""
+    add_flags(p, RuntimeSettings)
 
 
 def add_export(sub, common) -> None:
@@ -226,7 +230,10 @@ def add_export(sub, common) -> None:
     p.add_argument("--to", required=True, choices=("hf", "onnx"), help="the format to write")
     p.add_argument("--out", help="hf: the new directory (required); onnx: default MODEL_DIR/onnx")
     p.add_argument("--head", help="hf: the head to export (required when the model has several)")
-    p.add_argument("--quantize", choices=("int8",), help="onnx: also write the int8 graph")
+    p.add_argument("--quantize", choices=("int8",), help="onnx: also write the int8 graphs (dynamic for ONNX Runtime; "
+                                                         "static QDQ, calibrated on dev data, for OpenVINO)")
+    p.add_argument("--gate-data", help="onnx: labelled file the lower precisions are checked (and int8 calibrated) on; "
+                                       "default: the model's own dev file")
     p.set_defaults(handler=cmd_export)
 
 

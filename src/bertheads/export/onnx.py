@@ -34,11 +34,12 @@ from bertheads.base.extras import require
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.saved import bundle
 from bertheads.store.atomic import atomic_directory, check_replaceable
+from bertheads.text.encoding import encoder_batch
 
 ONNX_DIR = "onnx"
 META = "export.json"
 EXPORT_FORMAT = 1
-GRAPHS = {"fp32": "model.onnx", "int8": "model.int8.onnx"}
+GRAPHS = {"fp32": "model.onnx", "int8": "model.int8.onnx", "qdq": "model.qdq.onnx"}
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 PRECISIONS = ("fp32", "int8")
 # Outputs of ORT and torch on the check batch written at export time may differ by this much.
@@ -216,14 +217,64 @@ def quantize(src: Path, dst: Path, settings: Int8Settings) -> dict:
             "fp32_ops_left": {k: v for k, v in ops.items() if k in ("Attention", "MatMul", "Gemm")}}
 
 
-def session(path: Path, threads: int = 1):
+CALIBRATION_EXAMPLES = 256  # dev inputs per head whose activations set the static int8 ranges
+
+
+@dataclass
+class QdqSettings:
+    """Static quantization to a QDQ graph (ONNX Runtime `quantize_static`), which OpenVINO
+    reads and runs with its int8 kernels: weights per channel and activations symmetric int8,
+    their ranges from the min/max over calibration batches of dev data; heads stay fp32."""
+
+    per_channel: bool = True
+    op_types: tuple[str, ...] = ("MatMul",)
+    batch_size: int = 16
+
+
+def calibration_batches(net, data: dict[str, str], declared: set[str], batch_size: int) -> list[dict]:
+    """Padded input batches from the first `CALIBRATION_EXAMPLES` inputs of each head's data."""
+    batches = []
+    pad = net.encoder.tokenizer.pad_token_id or 0
+    for name, path in data.items():
+        task = net.tasks[name]
+        examples = task.read(path, need_labels=False)[:CALIBRATION_EXAMPLES]
+        features, _ = task.encode_for_inference(examples, net.encoder.tokenizer)
+        for i in range(0, len(features), batch_size):
+            batch = encoder_batch(features[i : i + batch_size], pad, torch.device("cpu"))
+            batches.append({k: batch[k].numpy() for k in INPUTS if k in declared})
+    return batches
+
+
+def quantize_qdq(src: Path, dst: Path, batches: list[dict], settings: QdqSettings) -> dict:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.left = iter(batches)
+
+        def get_next(self):
+            return next(self.left, None)
+
+    heads = head_nodes(src)
+    excluded = heads + [f"{name}_MatMul" for name in heads]
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=settings.per_channel,
+                    op_types_to_quantize=list(settings.op_types), activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8, nodes_to_exclude=excluded,
+                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    ops = op_counts(dst)
+    return {**asdict(settings), "op_types": list(settings.op_types), "calibration_batches": len(batches),
+            "heads_kept_fp32": len(heads),
+            "quantized_ops": {k: v for k, v in ops.items() if k in ("QuantizeLinear", "DequantizeLinear")}}
+
+
+def session(path: Path, threads: int = 1, providers: list | None = None):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), options, providers=providers or ["CPUExecutionProvider"])
 
 
 def max_difference(net, path: Path) -> float:
@@ -246,8 +297,9 @@ def max_difference(net, path: Path) -> float:
 
 
 def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_to: str | None = None,
-                log: Callable[[str], None] | None = None) -> dict:
-    """Export the model in `directory` to `out` (default DIR/onnx); returns export.json's content."""
+                log: Callable[[str], None] | None = None, calibration: dict[str, str] | None = None) -> dict:
+    """Export the model in `directory` to `out` (default DIR/onnx); returns export.json's content.
+    With int8 and `calibration` (head -> labelled file), also the static QDQ graph for OpenVINO."""
     require("export", "export --to onnx")
     directory = Path(directory)
     manifest = bundle.read_manifest(directory)
@@ -287,6 +339,16 @@ def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_t
             meta["graphs"]["int8"] = {"file": GRAPHS["int8"], "quantization": info, "bytes": int8.stat().st_size}
             say("int8: " + ", ".join(f"{k} {v}" for k, v in info["quantized_ops"].items())
                 + f"; {info['heads_kept_fp32']} head nodes kept in fp32")
+            if calibration:
+                qdq = tmp / GRAPHS["qdq"]
+                declared = {i.name for i in session(fp32).get_inputs()}
+                batches = calibration_batches(net, calibration, declared, QdqSettings.batch_size)
+                info = quantize_qdq(fp32, qdq, batches, QdqSettings())
+                meta["graphs"]["qdq"] = {"file": GRAPHS["qdq"], "quantization": info, "bytes": qdq.stat().st_size}
+                say(f"int8 QDQ (static, {len(batches)} calibration batches of "
+                    f"{', '.join(sorted(set(calibration.values())))}): for --runtime openvino --precision int8")
+            else:
+                say("int8 QDQ graph (OpenVINO) not written: no dev data to calibrate on (--gate-data FILE)")
         import onnxruntime
 
         meta["onnxruntime"] = onnxruntime.__version__

@@ -27,35 +27,27 @@ from bertheads.saved import bundle
 from bertheads.text.batching import MAX_CPU_WORKERS
 from bertheads.text.encoding import Feature, encoder_batch
 
-RUNTIMES = ("torch", "onnx")
-
 
 @dataclass
 class OnnxSettings:
     """How the session runs. `workers`: batches run side by side on that many threads, each
     with a single-threaded session call (None: one per torch thread, as the torch path);
     `threads`: intra-op threads of the session (None: 1 with several workers, else the torch
-    thread count)."""
+    thread count); `device`: cpu, or cuda[:N] (ONNX Runtime's CUDA provider, from
+    onnxruntime-gpu)."""
 
     precision: str = "fp32"
     workers: int | None = None
     threads: int | None = None
+    device: str = "cpu"
 
 
-def check_runtime(runtime: str, precision: str) -> None:
-    if runtime not in RUNTIMES:
-        raise UserError(f"--runtime: expected torch or onnx, got {runtime!r}")
-    if precision not in PRECISIONS:
-        raise UserError(f"--precision: expected fp32 or int8, got {precision!r}")
-    if runtime == "torch" and precision != "fp32":
-        raise UserError(f"--precision {precision} needs --runtime onnx (the torch runtime runs in fp32)")
-
-
-def read_export(directory: Path, precision: str) -> tuple[dict, Path]:
-    """export.json and the graph for `precision`, checked against the model's manifest."""
+def read_export(directory: Path, graph: str) -> tuple[dict, Path]:
+    """export.json and the graph `graph` (fp32, int8, qdq), checked against the model's manifest."""
+    precision = graph
     onnx_dir = directory / ONNX_DIR
     meta_path = onnx_dir / META
-    export_cmd = f"bertheads export {directory} --to onnx" + (" --quantize int8" if precision == "int8" else "")
+    export_cmd = f"bertheads export {directory} --to onnx" + (" --quantize int8" if graph != "fp32" else "")
     if not meta_path.is_file():
         raise UserError(f"{onnx_dir}: no ONNX export of this model; run `{export_cmd}`")
     try:
@@ -79,11 +71,11 @@ class OnnxNet:
 
     runtime = "onnx"
 
-    def __init__(self, directory: str | Path, settings: OnnxSettings | None = None) -> None:
+    def __init__(self, directory: str | Path, settings: OnnxSettings | None = None, graph: str | None = None) -> None:
         self.settings = settings or OnnxSettings()
         directory = Path(directory)
         manifest = bundle.read_manifest(directory)
-        meta, path = read_export(directory, self.settings.precision)
+        meta, path = read_export(directory, graph or self.settings.precision)
         tokenizer = load_tokenizer(str(directory / "encoder"))
         config = json.loads((directory / "encoder" / "config.json").read_text())
         info = EncoderInfo(hidden_size=int(config.get("hidden_size", config.get("dim", 0))),
@@ -100,19 +92,25 @@ class OnnxNet:
         self.meta = meta
         self.path = path
         self.precision = self.settings.precision
-        _, threads = self.parallelism()
-        self.session = session(path, threads)
-        self.input_names = [i.name for i in self.session.get_inputs()]
-        outputs = {o.name for o in self.session.get_outputs()}
+        outputs = self.open(path)
         missing = [n for n in self.tasks if n not in outputs]
         if missing or set(self.input_names) - set(INPUTS):
             raise UserError(f"{path}: the graph does not match the model (heads {', '.join(self.tasks)}; graph "
                             f"outputs {', '.join(sorted(outputs))}); run `bertheads export {directory} --to onnx`")
         self.token_levels = {name: bool(meta["heads"][name]["token_level"]) for name in self.tasks}
 
+    def open(self, path: Path) -> set[str]:
+        """Start the runtime on the graph at `path`; the graph's output names."""
+        _, threads = self.parallelism()
+        self.session = session(path, threads, providers(self.settings.device))
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        return {o.name for o in self.session.get_outputs()}
+
     def parallelism(self) -> tuple[int, int]:
         """(workers, intra-op threads per session call)."""
         cpus = torch.get_num_threads() or os.cpu_count() or 1
+        if self.device.type != "cpu":
+            return 1, cpus
         workers = self.settings.workers or min(cpus, MAX_CPU_WORKERS)
         threads = self.settings.threads or max(1, cpus // workers)
         return workers, threads
@@ -124,7 +122,7 @@ class OnnxNet:
 
     @property
     def device(self) -> torch.device:
-        return torch.device("cpu")
+        return torch.device(self.settings.device)
 
     @property
     def workers(self) -> int:
@@ -136,16 +134,29 @@ class OnnxNet:
     def run(self, features: Sequence[Feature], rows: Sequence[int], heads: Sequence[str],
             with_loss: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """Each head's outputs for a batch; the graph gives no loss."""
-        batch = encoder_batch(features, self.pad_id, self.device)
+        batch = encoder_batch(features, self.pad_id, torch.device("cpu"))
         outputs = self.session.run(list(heads), {k: batch[k].numpy() for k in self.input_names})
         return dict(zip(heads, outputs)), {}
 
 
+def providers(device: str) -> list[str]:
+    """ONNX Runtime's execution providers for `device` (cuda needs onnxruntime-gpu)."""
+    if not device.startswith("cuda"):
+        return ["CPUExecutionProvider"]
+    import onnxruntime
+
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        raise UserError(f"--runtime onnx --device {device}: this onnxruntime has no CUDA provider; install "
+                        f"onnxruntime-gpu, or use --runtime torch")
+    index = device.partition(":")[2] or "0"
+    return [("CUDAExecutionProvider", {"device_id": int(index)}), "CPUExecutionProvider"]  # type: ignore[list-item]
+
+
 def load_onnx(directory: str | Path, precision: str = "fp32", settings: OnnxSettings | None = None) -> OnnxNet:
     """The ONNX Runtime model of a saved model directory (its `DIR/onnx/` export)."""
-    check_runtime("onnx", precision)
+    if precision not in PRECISIONS:
+        raise UserError(f"--runtime onnx --precision {precision}: the ONNX Runtime graphs are fp32 and int8")
     require("export", "--runtime onnx")
     settings = settings or OnnxSettings()
     settings.precision = precision
     return OnnxNet(directory, settings)
-

@@ -25,9 +25,9 @@ from dataclasses import InitVar, dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from bertheads.base.errors import UserError, where
+from bertheads.base.machine import resolve_device
 from bertheads.base.schema import renamed, setting, warn
 from bertheads.base.values import positive_int
 from bertheads.encoder.layers import LayerCombine, parse_layers
@@ -65,6 +65,8 @@ class ExtractSettings:
     tokens: bool = setting(True, "write only the pooled vectors", negate=True)
     batch_size: int = setting(INFERENCE_BATCH, "inputs per batch", type=positive_int)
     progress: bool = setting(True, "no progress bar", negate=True)
+    device: str = setting("auto", "auto (the first GPU when there is one, else MPS, else the CPU), cpu, cuda, cuda:N "
+                                  "or mps")
     combine: InitVar[str | None] = None
     pool: InitVar[str | None] = None
     format: InitVar[str | None] = None
@@ -233,7 +235,7 @@ def run_encoder(encoder, features: list[dict], layers: tuple[int, ...], combine:
     """Encoder over length-sorted batches (side by side on a CPU: `packing.run_batches`); each
     text's rows go straight to their place on disk."""
     encoder.eval()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = resolve_device(settings.device)
     encoder.to(device)
     pad_id = encoder.tokenizer.pad_token_id or 0
     lengths = [len(f["input_ids"]) for f in features]

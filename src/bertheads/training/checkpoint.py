@@ -43,6 +43,8 @@ DIRECTORY = "checkpoint"
 FORMAT = 1
 # settings that do not change what a run computes: a resume may give other values
 NOT_COMPARED = tagged(TrainSettings, "not-compared")
+# what a setting added later was in a checkpoint written before it existed
+BEFORE = {"precision": "fp32"}
 
 
 def identity(model, data: list, settings, world: int) -> dict:
@@ -78,8 +80,9 @@ def mismatch(saved: dict, current: dict) -> str | None:
     if saved.get("encoder") != current["encoder"] or saved.get("heads") != current["heads"]:
         return "it was made from another start model (--model)"
     for key, value in current["settings"].items():
-        if saved.get("settings", {}).get(key) != value:
-            return f"it was made with --{key.replace('_', '-')} {saved.get('settings', {}).get(key)}, this run has {value}"
+        made = saved.get("settings", {}).get(key, BEFORE.get(key))
+        if made != value:
+            return f"it was made with --{key.replace('_', '-')} {made}, this run has {value}"
     if saved.get("processes") != current["processes"]:
         return f"it was made by {saved.get('processes')} processes, this run has {current['processes']}"
     return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import random
 import signal
 import sys
@@ -28,6 +29,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertheads.base.errors import SystemFault, UserError
+from bertheads.base.machine import DTYPES, resolve_device, training_precision
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.model import BertHeads, evaluate_head
 from bertheads.saved import bundle
@@ -132,6 +134,7 @@ class Run:
     frozen: bool
     rank: int
     world: int
+    autocast: torch.dtype | None = None  # the forward pass's autocast dtype (None: fp32)
 
 
 @dataclass
@@ -147,10 +150,19 @@ class Choice:
 
 
 def resolved_settings(settings: TrainSettings, frozen: bool) -> TrainSettings:
-    """The settings with the defaults that depend on the mode filled in: the learning rate."""
-    if settings.lr is not None:
-        return settings
-    return replace(settings, lr=FEATURES_LR if frozen else FINETUNE_LR)
+    """The settings with the defaults that depend on the mode and the machine filled in: the
+    learning rate and the precision `auto` gives on the run's device (so a resume elsewhere
+    that would train in another precision is told apart)."""
+    precision, why = training_precision(settings.precision, resolve_device(settings.device))
+    if settings.precision == "auto":
+        log.debug(f"--precision auto: {precision} ({why})")
+    lr = settings.lr if settings.lr is not None else (FEATURES_LR if frozen else FINETUNE_LR)
+    return replace(settings, lr=lr, precision=precision)
+
+
+def float_outputs(out):
+    """Head outputs as fp32 (autocast leaves them in bf16/fp16), so losses are computed in fp32."""
+    return out.float() if isinstance(out, torch.Tensor) and out.is_floating_point() else out
 
 
 def set_up(model: BertHeads, data: list[TaskData], settings: TrainSettings) -> Run:
@@ -160,8 +172,15 @@ def set_up(model: BertHeads, data: list[TaskData], settings: TrainSettings) -> R
     from transformers import get_linear_schedule_with_warmup
 
     handlers = [DistributedDataParallelKwargs(find_unused_parameters=len(data) > 1)]
-    # On a machine without CUDA, cpu=True lets Accelerate set up gloo when torchrun starts several processes.
-    accelerator = Accelerator(kwargs_handlers=handlers, cpu=not torch.cuda.is_available())
+    device = resolve_device(settings.device)
+    if device.type == "cuda" and device.index and "LOCAL_RANK" not in os.environ:
+        torch.cuda.set_device(device)  # one process on cuda:N (under torchrun each rank has its own)
+    # On the CPU, cpu=True lets Accelerate set up gloo when torchrun starts several processes.
+    # Mixed precision: autocast around the forward pass (`train_step`; the weights, gradients and
+    # optimizer stay fp32), and for fp16 Accelerate's gradient scaler.
+    precision = training_precision(settings.precision, device)[0]
+    accelerator = Accelerator(kwargs_handlers=handlers, cpu=device.type == "cpu",
+                              mixed_precision="fp16" if precision == "fp16" else "no")
     set_seed(settings.seed)
     rank, world = accelerator.process_index, accelerator.num_processes
     frozen = all(d.cached is not None for d in data)
@@ -179,7 +198,7 @@ def set_up(model: BertHeads, data: list[TaskData], settings: TrainSettings) -> R
     # their gradients are averaged); the cached states stand in for the encoder's output.
     wrapped, optimizer = accelerator.prepare(HeadRunner(model.heads) if frozen else model, optimizer)
     return Run(accelerator, wrapped, optimizer, scheduler, [p for p in model.parameters() if p.requires_grad],
-               model.encoder.tokenizer.pad_token_id or 0, frozen, rank, world)
+               model.encoder.tokenizer.pad_token_id or 0, frozen, rank, world, DTYPES.get(precision))
 
 
 def train_step(run: Run, data: list[TaskData], settings: TrainSettings, t: int, idx: list[int]) -> float:
@@ -192,16 +211,17 @@ def train_step(run: Run, data: list[TaskData], settings: TrainSettings, t: int, 
     for j, part in enumerate(parts):
         last = j == len(parts) - 1
         with nullcontext() if last else run.accelerator.no_sync(run.wrapped):
-            if d.cached is not None:
-                batch = d.cached.batch(part, d.train_features)
-                states = batch.pop("states")
-                states = [s.to(device) for s in states] if isinstance(states, list) else states.to(device)
-                batch = {k: v.to(device) for k, v in batch.items()}
-                logits = run.wrapped(d.name, states, batch)
-            else:
-                batch = collate([d.train_features[i] for i in part], run.pad_id)
-                batch = {k: v.to(device) for k, v in batch.items()}
-                logits = run.wrapped(batch, [d.name])[d.name]
+            with torch.autocast(device.type, dtype=run.autocast) if run.autocast else nullcontext():
+                if d.cached is not None:
+                    batch = d.cached.batch(part, d.train_features)
+                    states = batch.pop("states")
+                    states = [s.to(device) for s in states] if isinstance(states, list) else states.to(device)
+                    batch = {k: v.to(device) for k, v in batch.items()}
+                    logits = float_outputs(run.wrapped(d.name, states, batch))
+                else:
+                    batch = collate([d.train_features[i] for i in part], run.pad_id)
+                    batch = {k: v.to(device) for k, v in batch.items()}
+                    logits = float_outputs(run.wrapped(batch, [d.name])[d.name])
             loss = d.task.loss(logits, batch)
             share = len(part) / len(idx)
             run.accelerator.backward(loss if len(parts) == 1 else loss * share)
@@ -510,8 +530,10 @@ class Loop:
 
     # -- checkpoints ------------------------------------------------------------------------
     def progress(self) -> dict:
+        scaler = getattr(self.run.accelerator, "scaler", None)  # fp16: the gradient scaler's scale
         return {"epoch": self.epoch, "batch": self.batch, "step": self.step, "kept": asdict(self.kept),
-                "history": self.history, "best": self.best, "waited": self.waited}
+                "history": self.history, "best": self.best, "waited": self.waited,
+                **({"scaler": scaler.state_dict()} if scaler is not None else {})}
 
     def save_checkpoint(self) -> None:
         if self.out is None:
@@ -538,6 +560,9 @@ class Loop:
         self.kept, self.history = Choice(**p["kept"]), list(p["history"])
         self.best = tuple(p["best"]) if p.get("best") else None
         self.waited = int(p.get("waited", 0))
+        scaler = getattr(self.run.accelerator, "scaler", None)
+        if scaler is not None and p.get("scaler"):
+            scaler.load_state_dict(p["scaler"])
         if self.main:
             tqdm.write(f"resuming at step {self.step} (epoch {self.epoch}, batch {self.batch})")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bertheads.base.machine import TRAIN_PRECISIONS
 from bertheads.base.schema import setting
 from bertheads.base.values import fraction, non_negative_float, positive_float, positive_int
 from bertheads.encoder.layers import COMBINES
@@ -75,6 +76,12 @@ class TrainSettings:
                                      type=positive_int, group="training")
     patience: int | None = setting(None, "stop after N evaluations without improvement (needs --dev)",
                                    type=positive_int, group="training")
+    device: str = setting("auto", "where to train: auto (the first GPU when there is one, else MPS, else the CPU), "
+                                  "cpu, cuda, cuda:N or mps; several processes: torchrun/accelerate launch",
+                          group="device", tags=("not-compared",))
+    precision: str = setting("auto", "autocast precision, fp32 master weights: auto (bf16 on a GPU with it, else fp16; "
+                                     "bf16 on a CPU with AMX or AVX512_BF16; else fp32), fp32, bf16, fp16 (CUDA "
+                                     "only, with a gradient scaler)", choices=TRAIN_PRECISIONS, group="device")
     progress: bool = setting(True, "no progress bars", negate=True, group="training",
                              tags=("not-compared", "not-recorded"))
     save_every: int | None = setting(None, "write OUT/checkpoint every N steps (default: after each epoch); removed "

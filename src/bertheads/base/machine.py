@@ -1,0 +1,203 @@
+"""What this machine has: the CPU and the flags that matter for bf16 and int8, threads, CUDA
+devices, MPS and the installed inference runtimes; and the device a `--device` names.
+
+`machine()` detects once and caches; `pretend(Machine(...))` replaces it for a block (tests).
+Runtime packages (onnxruntime, openvino) are imported only by `runtimes()`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from bertheads.base.errors import UserError
+
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
+DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The facts a device or precision choice depends on."""
+
+    cpu: str = "unknown"
+    flags: frozenset[str] = frozenset()
+    cores: int = 1
+    threads: int = 1
+    capability: str = "DEFAULT"  # torch's CPU kernel level (torch.backends.cpu.get_cpu_capability)
+    cuda: tuple[str, ...] = ()  # one name per CUDA device
+    cuda_bf16: bool = False
+    mps: bool = False
+    installed: frozenset[str] = field(default_factory=frozenset)  # runtime packages: onnxruntime, openvino
+
+    @property
+    def cpu_bf16(self) -> bool:
+        """bf16 matrix units (AMX) or instructions (AVX512_BF16)."""
+        return bool({"amx_bf16", "avx512_bf16"} & self.flags)
+
+    @property
+    def cpu_int8(self) -> bool:
+        """int8 dot-product units (AMX, AVX512_VNNI or AVX_VNNI)."""
+        return bool({"amx_int8", "avx512_vnni", "avx_vnni"} & self.flags)
+
+    def flag_text(self) -> str:
+        shown = [f for f in CPU_FLAGS if f in self.flags]
+        return " ".join(shown) or "none of " + ",".join(CPU_FLAGS)
+
+    def line(self) -> str:
+        """One line naming the CPU, its bf16/int8 flags, cores and GPUs (every benchmark row has it)."""
+        gpus = f"; GPU: {', '.join(self.cuda)}" if self.cuda else ""
+        return f"CPU: {self.cpu}; flags: {self.flag_text()}; {self.cores} cores, {self.threads} threads{gpus}"
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.update(flags=[f for f in CPU_FLAGS if f in self.flags], installed=sorted(self.installed), cuda=list(self.cuda),
+                   cpu_bf16=self.cpu_bf16, cpu_int8=self.cpu_int8)
+        return out
+
+
+def read_cpuinfo(text: str) -> tuple[str, frozenset[str]]:
+    """The model name and flags of the first CPU in /proc/cpuinfo's text."""
+    name, flags = "", frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and not name:
+            name = value.strip()
+        elif key == "flags" and not flags:
+            flags = frozenset(value.split())
+    return name, flags
+
+
+def detect() -> Machine:
+    """This machine, from /proc/cpuinfo, torch and the installed packages."""
+    name, flags = "", frozenset()
+    try:
+        name, flags = read_cpuinfo(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        pass
+    cuda: tuple[str, ...] = ()
+    bf16 = False
+    if torch.cuda.is_available():
+        cuda = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        bf16 = bool(torch.cuda.is_bf16_supported())
+    mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+    installed = frozenset(p for p in ("onnxruntime", "openvino") if importlib.util.find_spec(p) is not None)
+    return Machine(cpu=name or platform.processor() or platform.machine(), flags=flags, cores=os.cpu_count() or 1,
+                   threads=torch.get_num_threads(), capability=torch.backends.cpu.get_cpu_capability(),
+                   cuda=cuda, cuda_bf16=bf16, mps=mps, installed=installed)
+
+
+_PRETENDED: list[Machine] = []
+
+
+@lru_cache(maxsize=1)
+def detected() -> Machine:
+    return detect()
+
+
+def machine() -> Machine:
+    """This machine (or the one `pretend` set)."""
+    return _PRETENDED[-1] if _PRETENDED else detected()
+
+
+@contextmanager
+def pretend(fake: Machine) -> Iterator[Machine]:
+    """`machine()` is `fake` inside the block."""
+    _PRETENDED.append(fake)
+    try:
+        yield fake
+    finally:
+        _PRETENDED.pop()
+
+
+def runtimes() -> dict[str, dict]:
+    """Each installed inference runtime: its version and its providers (onnxruntime) or devices
+    (openvino)."""
+    out: dict[str, dict] = {"torch": {"version": torch.__version__}}
+    if importlib.util.find_spec("onnxruntime") is not None:
+        import onnxruntime
+
+        out["onnxruntime"] = {"version": onnxruntime.__version__, "providers": onnxruntime.get_available_providers()}
+    if importlib.util.find_spec("openvino") is not None:
+        import openvino
+
+        core = openvino.Core()
+        devices = {d: core.get_property(d, "OPTIMIZATION_CAPABILITIES") for d in core.available_devices}
+        out["openvino"] = {"version": openvino.__version__, "devices": {d: list(c) for d, c in devices.items()}}
+    return out
+
+
+def resolve_device(name: str | torch.device | None, fake: Machine | None = None) -> torch.device:
+    """The device `--device` names: auto (the first GPU, else MPS, else the CPU), cpu, cuda,
+    cuda:N or mps; one that this machine lacks is a UserError."""
+    m = fake or machine()
+    if isinstance(name, torch.device):
+        name = str(name)
+    text = (name or "auto").strip().lower()
+    if text == "auto":
+        if m.cuda:
+            return torch.device("cuda", 0)
+        return torch.device("mps") if m.mps else torch.device("cpu")
+    if text == "cpu":
+        return torch.device("cpu")
+    if text == "mps":
+        if not m.mps:
+            raise UserError("--device mps: this machine has no MPS device (Apple GPU)")
+        return torch.device("mps")
+    kind, _, index = text.partition(":")
+    if kind == "cuda" and (not index or index.isdigit()):
+        number = int(index or 0)
+        if not m.cuda:
+            raise UserError(f"--device {text}: this machine has no CUDA device (torch {torch.__version__}"
+                            f"{'' if torch.version.cuda else ', a CPU-only build'})")
+        if number >= len(m.cuda):
+            raise UserError(f"--device {text}: this machine has {len(m.cuda)} CUDA device(s) (cuda:0 to "
+                            f"cuda:{len(m.cuda) - 1})")
+        return torch.device("cuda", number)
+    raise UserError(f"--device: expected one of {', '.join(DEVICES)}, got {name!r}")
+
+
+TRAIN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+def training_precision(requested: str, device: torch.device, fake: Machine | None = None) -> tuple[str, str]:
+    """The autocast precision a training run on `device` uses, and why: `auto` takes bf16 on a
+    GPU that has it (else fp16, with a gradient scaler) and on a CPU with AMX or AVX512_BF16,
+    fp32 elsewhere. bf16 asked for on a CPU without them, or fp16 off CUDA, is a UserError."""
+    m = fake or machine()
+    if requested not in TRAIN_PRECISIONS:
+        raise UserError(f"--precision: expected one of {', '.join(TRAIN_PRECISIONS)}, got {requested!r}")
+    kind = device.type
+    if requested == "auto":
+        if kind == "cuda":
+            if m.cuda_bf16:
+                return "bf16", "the GPU has bf16"
+            return "fp16", "the GPU has no bf16: fp16 with a gradient scaler"
+        if kind == "cpu" and m.cpu_bf16:
+            return "bf16", "the CPU has " + ("AMX" if "amx_bf16" in m.flags else "AVX512_BF16")
+        return "fp32", ("the CPU has neither AMX nor AVX512_BF16 (bf16 would be slower)" if kind == "cpu"
+                        else f"{kind}: fp32")
+    if requested == "bf16":
+        if kind == "cpu" and not m.cpu_bf16:
+            raise UserError("--precision bf16: this CPU has neither AMX nor AVX512_BF16 (flags: "
+                            f"{m.flag_text()}); bf16 would run slower than fp32 here; use fp32 or auto")
+        if kind == "cuda" and not m.cuda_bf16:
+            raise UserError("--precision bf16: this GPU has no bf16; use fp16 or auto")
+        if kind == "mps":
+            raise UserError("--precision bf16: not on mps; use fp32")
+    if requested == "fp16" and kind != "cuda":
+        raise UserError(f"--precision fp16: only on CUDA (a gradient scaler keeps fp16 gradients from "
+                        f"underflowing); this run is on {kind}; use fp32 or auto")
+    return requested, "asked for"
+
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

@@ -1,0 +1,133 @@
+"""Opening a saved model in a mode: the device, the runtime and the precision `--device`,
+`--runtime` and `--precision` name, or, for `auto`, the fastest this machine runs whose lower
+precision passed the gate (`export/gate.py`), tried in the order `modes.candidates` gives.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from bertheads.base.errors import UserError
+from bertheads.base.machine import DTYPES, resolve_device
+from bertheads.export import gate
+from bertheads.export.modes import GRAPH_OF, TOLERANCE, Mode, candidates, check_mode
+from bertheads.export.onnx import META, ONNX_DIR, export_onnx
+from bertheads.export.onnx_runtime import OnnxSettings, load_onnx
+from bertheads.export.openvino_runtime import load_openvino
+from bertheads.saved import bundle
+
+log = logging.getLogger("bertheads")
+
+
+def has_graph(directory: Path, graph: str) -> bool:
+    import json
+
+    path = directory / ONNX_DIR / META
+    try:
+        return graph in json.loads(path.read_text()).get("graphs", {})
+    except (OSError, ValueError):
+        return False
+
+
+def open_runner(directory: Path, mode: Mode, verify: bool, reference=None):
+    """The runner of `mode` (torch: the model, in autocast for bf16/fp16; onnx, openvino: a
+    session of the export)."""
+    if mode.runtime == "torch":
+        net = reference if reference is not None else bundle.load(directory, mode.device, verify)
+        net.to(mode.device)
+        net.autocast = DTYPES.get(mode.precision)
+        return net
+    settings = OnnxSettings(device=str(mode.device))
+    if mode.runtime == "onnx":
+        return load_onnx(directory, mode.precision, settings)
+    return load_openvino(directory, mode.precision, settings)
+
+
+def open_model(directory: str | Path, device: str | torch.device | None = "auto", runtime: str = "auto",
+               precision: str = "auto", verify: bool = True, gate_data: str | None = None,
+               say: Callable[[str], None] | None = None):
+    """(the runner, its `Mode`) of the model in `directory`."""
+    directory = Path(directory)
+    say = say or log.info
+    where = resolve_device(device)
+    ladder = candidates(runtime or "auto", precision or "auto", where)
+    asked = runtime not in (None, "auto") and precision not in (None, "auto")
+    records = gate.read_records(directory)
+    reference = None
+    passed_over = []
+    for r, p, why in ladder:
+        mode = Mode(r, p, where, why)
+        unchecked = None
+        if r != "torch" and runtime in (None, "auto") and not has_graph(directory, GRAPH_OF[(r, p)]):
+            passed_over.append(f"{r} {p}: no export (bertheads export {directory} --to onnx"
+                               f"{' --quantize int8' if p == 'int8' else ''})")
+            continue
+        if p in TOLERANCE:
+            record = records.get(mode.key)
+            if record is None:
+                data = gate.gate_data(directory, bundle.read_manifest(directory)["heads"], gate_data)
+                if data is None:
+                    if asked or (r, p) == ladder[-1][:2]:
+                        unchecked = (f"--precision {p}: not checked against fp32 (no dev data recorded with the "
+                                     f"model; --gate-data FILE checks it)")
+                    else:
+                        passed_over.append(f"{r} {p}: not checked against fp32 (no dev data; --gate-data FILE)")
+                        continue
+                else:
+                    if reference is None:
+                        reference = bundle.load(directory, where, verify)
+                    say(f"checking {r} {p} against fp32 on {', '.join(sorted(set(data.values())))} ...")
+                    candidate = open_runner(directory, mode, verify) if r != "torch" else None
+                    if candidate is None:  # torch: the same weights, in autocast
+                        candidate = bundle.load(directory, where, verify)
+                        candidate.autocast = DTYPES.get(p)
+                    record = gate.verdict(directory, mode, gate.compare(reference, candidate, data))
+                    gate.store(directory, mode.key, record, say)
+            if record is not None and not record["passed"]:
+                line = f"{r} {p} changes the dev metric by more than {TOLERANCE[p]} points ({gate.summary(record)})"
+                if asked:
+                    raise UserError(f"--runtime {r} --precision {p}: refused: {line}; see {directory / gate.GATE}")
+                passed_over.append(line)
+                continue
+            if record is not None:
+                mode = Mode(r, p, where, f"{why}; passed the gate: {gate.summary(record)}")
+        net = open_runner(directory, mode, verify, reference if r == "torch" else None)
+        if unchecked:
+            say(unchecked)
+        if not asked and (len(ladder) > 1 or passed_over):
+            say(f"auto: {r} {p} on {where} ({mode.why})"
+                + (f"; passed over: {'; '.join(passed_over)}" if passed_over else ""))
+        return net, mode
+    raise UserError(f"no mode to run {directory} in: {'; '.join(passed_over)}")
+
+
+def export_checked(directory: str | Path, out: str | Path | None = None, quantize_to: str | None = None,
+                   gate_data: str | None = None, say: Callable[[str], None] | None = None) -> dict:
+    """`bertheads export --to onnx`: the graphs (int8 calibrated on the dev data), then each
+    lower-precision mode of the export this machine runs checked against fp32 (DIR/gate.json)."""
+    directory = Path(directory)
+    say = say or log.info
+    heads = bundle.read_manifest(directory)["heads"]
+    data = gate.gate_data(directory, heads, gate_data)
+    meta = export_onnx(directory, out, quantize_to, say, calibration=data)
+    if data is None or (out is not None and Path(out).resolve() != (directory / ONNX_DIR).resolve()):
+        return meta
+    cpu = torch.device("cpu")
+    reference = None
+    for (runtime, precision), graph in GRAPH_OF.items():
+        if precision not in TOLERANCE or graph not in meta["graphs"]:
+            continue
+        try:
+            check_mode(runtime, precision, cpu)
+        except UserError:
+            continue  # not on this machine (bf16 without AMX/AVX512_BF16, no openvino)
+        mode = Mode(runtime, precision, cpu)
+        reference = reference or bundle.load(directory, cpu)
+        record = gate.verdict(directory, mode, gate.compare(reference, open_runner(directory, mode, True), data))
+        gate.store(directory, mode.key, record, say)
+        say(f"gate {runtime} {precision}: {'passed' if record['passed'] else 'REFUSED'} ({gate.summary(record)})")
+    return meta

@@ -1,0 +1,261 @@
+"""Devices, precisions and runtimes: the machine's facts, what `auto` picks on machines this one
+pretends to be, and the one-line refusals of what a machine lacks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from bertheads.base.errors import UserError
+from bertheads.base.machine import Machine, pretend, read_cpuinfo, resolve_device, training_precision
+from bertheads.cli.main import main
+from bertheads.export.modes import candidates
+
+AVX2 = Machine(cpu="AMD EPYC", flags=frozenset({"avx2"}), cores=2, threads=2, capability="AVX2",
+               installed=frozenset({"onnxruntime", "openvino"}))
+AMX = Machine(cpu="Intel Xeon", flags=frozenset({"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16",
+                                                 "amx_int8"}), cores=2, threads=2, capability="AVX512",
+              installed=frozenset({"onnxruntime", "openvino"}))
+GPU = Machine(cpu="AMD EPYC", flags=frozenset({"avx2"}), cuda=("NVIDIA H200", "NVIDIA H200"), cuda_bf16=True,
+              installed=frozenset({"onnxruntime"}))
+OLD_GPU = Machine(cpu="x", cuda=("Tesla T4",), cuda_bf16=False)
+MAC = Machine(cpu="Apple M2", mps=True)
+
+
+def test_cpuinfo_flags_are_read():
+    text = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum\nflags\t\t: fpu avx2 amx_bf16 avx512_bf16\n" \
+           "processor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n"
+    name, flags = read_cpuinfo(text)
+    assert name == "Intel(R) Xeon(R) Platinum" and {"avx2", "amx_bf16", "avx512_bf16"} <= flags
+    m = Machine(cpu=name, flags=flags, cores=2, threads=2)
+    assert m.cpu_bf16 and not m.cpu_int8
+    assert m.line() == "CPU: Intel(R) Xeon(R) Platinum; flags: avx2 avx512_bf16 amx_bf16; 2 cores, 2 threads"
+
+
+@pytest.mark.parametrize("fake, asked, expected", [
+    (AVX2, "auto", "cpu"), (GPU, "auto", "cuda:0"), (GPU, "cuda:1", "cuda:1"), (GPU, "cuda", "cuda:0"),
+    (MAC, "auto", "mps"), (MAC, "cpu", "cpu"), (GPU, "cpu", "cpu")])
+def test_device_auto_takes_a_gpu_when_there_is_one(fake, asked, expected):
+    assert resolve_device(asked, fake) == torch.device(expected)
+
+
+@pytest.mark.parametrize("fake, asked, message", [
+    (AVX2, "cuda", "no CUDA device"), (GPU, "cuda:2", "has 2 CUDA device"), (AVX2, "mps", "no MPS"),
+    (AVX2, "tpu", "expected one of auto, cpu, cuda")])
+def test_an_absent_device_is_one_line(fake, asked, message):
+    with pytest.raises(UserError, match=message) as err:
+        resolve_device(asked, fake)
+    assert "\n" not in str(err.value)
+
+
+def test_training_precision_auto_and_refusals():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    assert training_precision("auto", cpu, AVX2)[0] == "fp32"
+    assert training_precision("auto", cpu, AMX) == ("bf16", "the CPU has AMX")
+    assert training_precision("auto", cuda, GPU)[0] == "bf16"
+    assert training_precision("auto", cuda, OLD_GPU)[0] == "fp16"
+    assert training_precision("bf16", cpu, AMX)[0] == "bf16"
+    with pytest.raises(UserError, match="neither AMX nor AVX512_BF16"):
+        training_precision("bf16", cpu, AVX2)
+    with pytest.raises(UserError, match="only on CUDA"):
+        training_precision("fp16", cpu, AMX)
+    with pytest.raises(UserError, match="no bf16"):
+        training_precision("bf16", cuda, OLD_GPU)
+
+
+def test_inference_auto_order_per_machine():
+    cpu = torch.device("cpu")
+    order = [(r, p) for r, p, _ in candidates("auto", "auto", cpu, AMX)]
+    assert order == [("openvino", "int8"), ("openvino", "bf16"), ("onnx", "int8"), ("torch", "bf16"),
+                     ("torch", "fp32")]
+    # AVX2 only: nothing but today's torch fp32 (never slower, same outputs)
+    assert [(r, p) for r, p, _ in candidates("auto", "auto", cpu, AVX2)] == [("torch", "fp32")]
+    assert [(r, p) for r, p, _ in candidates("auto", "auto", torch.device("cuda", 0), GPU)] == [
+        ("torch", "bf16"), ("torch", "fp32")]
+    assert [(r, p) for r, p, _ in candidates("openvino", "auto", cpu, AVX2)] == [("openvino", "fp32")]
+    assert [(r, p) for r, p, _ in candidates("auto", "int8", cpu, AVX2)] == [("onnx", "int8")]
+
+
+@pytest.mark.parametrize("runtime, precision, fake, message", [
+    ("torch", "int8", AVX2, "needs --runtime onnx or openvino"),
+    ("openvino", "bf16", AVX2, "neither AMX nor AVX512_BF16"),
+    ("torch", "bf16", AVX2, "neither AMX nor AVX512_BF16"),
+    ("torch", "fp16", AMX, "only on a CUDA device"),
+    ("onnx", "bf16", AMX, "fp32 and int8"),
+    ("openvino", "fp32", GPU, "needs the openvino package"),
+])
+def test_a_mode_the_machine_lacks_is_one_line(runtime, precision, fake, message):
+    with pytest.raises(UserError, match=message) as err:
+        candidates(runtime, precision, torch.device("cpu"), fake)
+    assert "\n" not in str(err.value)
+
+
+def test_env_prints_the_machine_and_what_auto_picks(capsys):
+    with pretend(AMX):
+        assert main(["env", "--json"]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    assert facts["machine"]["flags"] == ["avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8"]
+    assert facts["training"] == {"device": "cpu", "precision": "bf16", "why": "the CPU has AMX"}
+    assert facts["inference"]["tried_in_order"][0]["runtime"] == "openvino"
+    assert "torch" in facts["runtimes"]
+    with pretend(AVX2):
+        assert main(["env"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("CPU: AMD EPYC; flags: avx2; 2 cores, 2 threads")
+    assert "train --device auto --precision auto: cpu, fp32" in out and "torch fp32: this CPU has no bf16" in out
+
+
+def sentiment_file(write) -> str:
+    good, bad = ["great", "lovely", "superb"], ["awful", "dull", "boring"]
+    rows = [f"a {good[i % 3]} film {i}\t1\n" for i in range(12)] + [f"an {bad[i % 3]} film {i}\t0\n" for i in range(12)]
+    return write("train.tsv", "sentence\tlabel\n" + "".join(rows))
+
+
+def test_bf16_training_autocasts_with_fp32_master_weights(tiny_bert, write, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    import bertheads
+    from bertheads.training import loop
+
+    seen = []
+    real = loop.float_outputs
+    monkeypatch.setattr(loop, "float_outputs", lambda out: (seen.append(out.dtype), real(out))[1])
+    path = sentiment_file(write)
+    with pretend(AMX):  # torch runs bf16 autocast on any CPU (slowly): correct, if not fast, here
+        bertheads.train("classify", path, path, tmp_path / "m", model=tiny_bert, epochs=1, batch_size=8, lr=1e-3,
+                        progress=False, precision="auto")
+    assert seen and set(seen) == {torch.bfloat16}  # the head's outputs came out of autocast
+    weights = load_file(str(tmp_path / "m" / "encoder" / "model.safetensors"))
+    assert {t.dtype for t in weights.values()} == {torch.float32}  # fp32 master weights saved
+    assert "precision: bf16" in (tmp_path / "m" / "config.yaml").read_text()
+    seen.clear()
+    with pretend(AVX2):
+        bertheads.train("classify", path, None, tmp_path / "n", model=tiny_bert, epochs=1, batch_size=8,
+                        progress=False)
+    assert set(seen) == {torch.float32}
+
+
+def test_resume_tells_the_precision_auto_gave_apart():
+    from bertheads.training.loop import TrainSettings, resolved_settings
+
+    with pretend(AMX):
+        amx = resolved_settings(TrainSettings(), frozen=False)
+    with pretend(AVX2):
+        avx2 = resolved_settings(TrainSettings(), frozen=False)
+    assert (amx.precision, avx2.precision) == ("bf16", "fp32")  # the checkpoint's identity holds these
+
+
+def test_train_bf16_on_a_cpu_without_it_is_one_line(tiny_bert, write, tmp_path, capsys):
+    path = sentiment_file(write)
+    with pretend(AVX2):
+        code = main(["train", "classify", "--train", path, "--out", str(tmp_path / "m"), "--model", tiny_bert,
+                     "--precision", "bf16", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "neither AMX nor AVX512_BF16" in err and len(err.splitlines()) == 1
+    with pretend(AVX2):
+        code = main(["train", "classify", "--train", path, "--out", str(tmp_path / "m"), "--model", tiny_bert,
+                     "--device", "cuda", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "no CUDA device" in err and len(err.splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def trained_dir(tiny_bert, tmp_path_factory):
+    """A tiny classify model trained with a dev file (the gate's data), exported with int8 graphs."""
+    import bertheads
+    from bertheads.export.select import export_checked
+
+    d = tmp_path_factory.mktemp("gate")
+    good, bad = ["great", "lovely", "superb"], ["awful", "dull", "boring"]
+    rows = [f"a {good[i % 3]} film {i}\t1\n" for i in range(16)] + [f"an {bad[i % 3]} film {i}\t0\n" for i in range(16)]
+    (d / "train.tsv").write_text("sentence\tlabel\n" + "".join(rows))
+    with pretend(AVX2):
+        bertheads.train("classify", str(d / "train.tsv"), str(d / "train.tsv"), d / "model", model=tiny_bert,
+                        epochs=6, batch_size=8, lr=5e-3, progress=False)
+        export_checked(d / "model", quantize_to="int8")
+    return d / "model"
+
+
+def test_auto_on_avx2_is_todays_torch_fp32(trained_dir):
+    import bertheads
+
+    with pretend(AVX2):
+        auto = bertheads.load(trained_dir)
+        fp32 = bertheads.load(trained_dir, runtime="torch", precision="fp32")
+    assert (auto.mode.runtime, auto.mode.precision, auto.mode.device.type) == ("torch", "fp32", "cpu")
+    assert auto.net.autocast is None
+    texts = ["a great film", "an awful film", "superb"]
+    assert auto.predict(texts) == fp32.predict(texts)
+
+
+def test_export_writes_qdq_and_gates_the_int8_modes(trained_dir):
+    from bertheads.export import gate
+
+    meta = json.loads((trained_dir / "onnx" / "export.json").read_text())
+    assert set(meta["graphs"]) == {"fp32", "int8", "qdq"} and meta["graphs"]["qdq"]["quantization"]["quantized_ops"]
+    records = gate.read_records(trained_dir)
+    assert set(records) == {"onnx/int8", "openvino/int8"}  # no bf16 record: this machine (AVX2) has no bf16
+    for record in records.values():
+        head = record["heads"]["classify"]
+        assert head["examples"] == 32 and head["metric"] == "accuracy" and 0 <= head["label_agreement"] <= 1
+        assert record["passed"] == (abs(head["change_points"]) <= 0.5)
+
+
+def test_openvino_fp32_matches_torch_with_its_precision_hint_set(trained_dir):
+    import numpy as np
+
+    import bertheads
+
+    ov = bertheads.load(trained_dir, runtime="openvino", precision="fp32")
+    assert str(ov.net.compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'float32'>"
+    torch_model = bertheads.load(trained_dir, runtime="torch", precision="fp32")
+    texts = ["a great film", "an awful film", "lovely " * 40]
+    a = [p["scores"] for p in torch_model.predict(texts)]
+    b = [p["scores"] for p in ov.predict(texts)]
+    assert np.allclose([list(s.values()) for s in a], [list(s.values()) for s in b], atol=1e-4)
+    int8 = bertheads.load(trained_dir, runtime="openvino", precision="int8")
+    assert len(int8.predict(texts)) == 3 and ov.mode.key == "openvino/fp32"
+
+
+def test_the_gate_refuses_a_broken_mode(trained_dir, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    import bertheads
+    from bertheads.export import gate
+    from bertheads.model import BertHeads
+
+    target = tmp_path / "model"
+    shutil.copytree(trained_dir, target)
+    real = BertHeads.run
+
+    def broken(self, features, rows, heads, with_loss=False):  # a bf16 kernel that flips every score
+        outputs, losses = real(self, features, rows, heads, with_loss)
+        return ({k: -v for k, v in outputs.items()} if self.autocast is not None else outputs), losses
+
+    monkeypatch.setattr(BertHeads, "run", broken)
+    with pretend(AMX), pytest.raises(UserError, match="refused: torch bf16 changes the dev metric") as err:
+        bertheads.load(target, runtime="torch", precision="bf16")
+    assert "\n" not in str(err.value)
+    assert gate.read_records(target)["torch/bf16"]["passed"] is False
+    with pretend(AMX.__class__(**{**AMX.__dict__, "installed": frozenset()})):  # no exported runtimes
+        auto = bertheads.load(target)
+    assert (auto.mode.runtime, auto.mode.precision) == ("torch", "fp32")  # the broken bf16 passed over
+    monkeypatch.setattr(BertHeads, "run", real)
+    (target / "gate.json").unlink()
+    with pretend(AMX.__class__(**{**AMX.__dict__, "installed": frozenset()})):
+        fixed = bertheads.load(target)
+    assert (fixed.mode.runtime, fixed.mode.precision) == ("torch", "bf16") and "passed the gate" in fixed.mode.why
+    assert fixed.net.autocast == torch.bfloat16
+
+
+def test_predict_on_an_absent_device_is_one_line(trained_dir, capsys):
+    with pretend(AVX2):
+        code = main(["predict", str(trained_dir), "--device", "cuda:1", "--input", str(trained_dir / "config.yaml")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "no CUDA device" in err and len(err.splitlines()) == 1
+    with pretend(AVX2):
+        code = main(["evaluate", str(trained_dir), "--data", "x.tsv", "--runtime", "openvino", "--precision", "bf16"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "neither AMX nor AVX512_BF16" in err and len(err.splitlines()) == 1
