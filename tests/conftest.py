@@ -9,6 +9,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Every machine runs the suite as an AVX2-only CPU, so `--precision auto` and `--runtime auto` give
+# torch fp32 on each kind of CPU the suite meets (AVX2, AVX512_BF16, AMX); tests of the other
+# choices pretend to be those machines (`base.machine.pretend`), or read the real flags.
+os.environ["BERTHEADS_CPU_FLAGS"] = "avx2"
 
 
 @pytest.fixture(scope="session")

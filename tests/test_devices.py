@@ -34,6 +34,18 @@ def test_cpuinfo_flags_are_read():
     assert m.line() == "CPU: Intel(R) Xeon(R) Platinum; flags: avx2 avx512_bf16 amx_bf16; 2 cores, 2 threads"
 
 
+def test_the_flags_variable_replaces_the_detected_flags(monkeypatch):
+    from pathlib import Path
+
+    from bertheads.base.machine import detect
+
+    monkeypatch.setenv("BERTHEADS_CPU_FLAGS", "avx2, avx512_vnni")
+    assert detect().flags == {"avx2", "avx512_vnni"} and not detect().cpu_bf16 and detect().cpu_int8
+    monkeypatch.delenv("BERTHEADS_CPU_FLAGS")
+    real = read_cpuinfo(Path("/proc/cpuinfo").read_text())[1] if Path("/proc/cpuinfo").is_file() else frozenset()
+    assert detect().flags == real
+
+
 @pytest.mark.parametrize("fake, asked, expected", [
     (AVX2, "auto", "cpu"), (GPU, "auto", "cuda:0"), (GPU, "cuda:1", "cuda:1"), (GPU, "cuda", "cuda:0"),
     (MAC, "auto", "mps"), (MAC, "cpu", "cpu"), (GPU, "cpu", "cpu")])

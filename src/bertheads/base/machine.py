@@ -2,6 +2,8 @@
 devices, MPS and the installed inference runtimes; and the device a `--device` names.
 
 `machine()` detects once and caches; `pretend(Machine(...))` replaces it for a block (tests).
+`BERTHEADS_CPU_FLAGS` (space- or comma-separated) replaces the CPU flags read from /proc/cpuinfo,
+so `auto` can be kept off units a machine has (the test suite runs as an AVX2-only CPU with it).
 Runtime packages (onnxruntime, openvino) are imported only by `runtimes()`.
 """
 
@@ -21,6 +23,7 @@ import torch
 from bertheads.base.errors import UserError
 
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
+FLAGS_VARIABLE = "BERTHEADS_CPU_FLAGS"
 DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
 
 
@@ -84,6 +87,9 @@ def detect() -> Machine:
         name, flags = read_cpuinfo(Path("/proc/cpuinfo").read_text())
     except OSError:
         pass
+    override = os.environ.get(FLAGS_VARIABLE)
+    if override is not None:
+        flags = frozenset(override.replace(",", " ").split())
     cuda: tuple[str, ...] = ()
     bf16 = False
     if torch.cuda.is_available():
