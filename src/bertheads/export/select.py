@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from bertheads.base.errors import UserError
+from bertheads.base.extras import require
 from bertheads.base.machine import DTYPES, resolve_device
 from bertheads.export import gate
 from bertheads.export.modes import GRAPH_OF, TOLERANCE, Mode, candidates, check_mode
@@ -109,6 +110,7 @@ def export_checked(directory: str | Path, out: str | Path | None = None, quantiz
                    gate_data: str | None = None, say: Callable[[str], None] | None = None) -> dict:
     """`bertheads export --to onnx`: the graphs (int8 calibrated on the dev data), then each
     lower-precision mode of the export this machine runs checked against fp32 (DIR/gate.json)."""
+    require("export", "export --to onnx")  # before the model is read: the missing extra is the first thing to say
     directory = Path(directory)
     say = say or log.info
     heads = bundle.read_manifest(directory)["heads"]
