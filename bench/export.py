@@ -1,9 +1,12 @@
-"""Export and fast-runtime benchmark: torch fp32, ONNX Runtime fp32 and int8, and the Hugging Face
-pipeline on the model exported with `bertheads export --to hf`, on real data, in one run.
+"""Export, runtime and precision benchmark: our modes (torch fp32/bf16, ONNX Runtime fp32/int8,
+OpenVINO fp32/bf16/int8, and `auto`) against the Hugging Face pipeline on the model exported with
+`bertheads export --to hf`, in fp32 and in bf16 (`dtype=torch.bfloat16`), on real data, in one run.
 
     nice -n 10 .venv/bin/python bench/export.py --task classify --model runs/sst2
     nice -n 10 .venv/bin/python bench/export.py --task tag --model runs/conll
     nice -n 10 .venv/bin/python bench/export.py --task qa --model runs/squad
+    .venv/bin/python bench/export.py --task classify --model runs/sst2 \
+        --modes torch-fp32,torch-bf16,onnx-int8,openvino-bf16,openvino-int8,auto,pipeline,pipeline-bf16
 
 Data: classify = SST-2 dev (872 sentences), tag = CoNLL-2003 dev (3,250 sentences; the speed
 runs give the words joined by spaces as raw text, the quality runs the words with their gold
@@ -12,9 +15,11 @@ tags), qa = the first 1,000 questions of squad/eval-split.json for speed (and, w
 (`bertheads export DIR --to onnx --quantize int8`, `bertheads export DIR --to hf --out DIR/hf`);
 `--export` does both first.
 
-1. Quality and parity (not timed): every dev example through torch fp32, ORT fp32 and ORT int8
-   (the same encoding, batching and decoding); the largest difference of the raw head outputs
-   from torch's, identical labels / entities / answers, and the task's metrics per mode.
+1. Quality and parity (not timed): every dev example through torch fp32 and each of our other
+   modes asked for (the same encoding, batching and decoding); the largest difference of the raw
+   head outputs from torch's, identical labels / entities / answers, and the task's metrics per mode.
+   A lower precision is loaded by name, so the gate runs first and a mode it refuses is reported
+   as refused.
 2. Speed: each mode runs in a process of its own, loaded once; the modes take turns, round by
    round (`--rounds`), so load from elsewhere on the shared CPU falls on all of them alike. Each
    round is end to end (inputs in, predictions out). Medians and ratios to the pipeline; each
@@ -42,7 +47,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 MODES = ("torch-fp32", "onnx-fp32", "onnx-int8", "pipeline")
-EXTRA_MODES = ("onnx-fp32-1x2", "onnx-int8-1x2")  # one session with two threads, batches in turn
+EXTRA_MODES = ("torch-bf16", "openvino-fp32", "openvino-bf16", "openvino-int8", "auto", "pipeline-bf16",
+               "onnx-fp32-1x2", "onnx-int8-1x2")  # 1x2: one session with two threads, batches in turn
 PIPELINE = {"classify": "text-classification", "tag": "token-classification", "qa": "question-answering"}
 QA_OPTIONS = {"max_answer_len": 30, "doc_stride": 128, "max_seq_len": 384, "max_question_len": 64}
 
@@ -70,13 +76,15 @@ def compact(task: str, predictions: list) -> list:
     return [[p["answer"], p["start"], p["end"]] for p in predictions]
 
 
-def pipeline_runner(task: str, hf_dir: str):
+def pipeline_runner(task: str, hf_dir: str, bf16: bool = False):
+    import torch
     import transformers
     from transformers import pipeline
 
     transformers.logging.set_verbosity_error()
     pipe = pipeline(PIPELINE[task], model=hf_dir, tokenizer=hf_dir, device=-1,
-                    **({"aggregation_strategy": "first"} if task == "tag" else {}))
+                    **({"aggregation_strategy": "first"} if task == "tag" else {}),
+                    **({"dtype": torch.bfloat16} if bf16 else {}))
 
     def run(inputs: list) -> list:
         if task == "classify":
@@ -90,21 +98,29 @@ def pipeline_runner(task: str, hf_dir: str):
     return run, {"transformers": transformers.__version__}
 
 
-def ours_runner(task: str, model_dir: str, mode: str):
+def load_mode(model_dir, mode: str):
+    """Our model in `mode` (RUNTIME-PRECISION, `auto`, or ONNX's -1x2 variants)."""
     import bertheads
     from bertheads.export.onnx_runtime import OnnxSettings, load_onnx
 
-    if mode == "torch-fp32":
-        model = bertheads.load(model_dir)
-    else:
-        precision = mode.split("-")[1]
-        settings = OnnxSettings(workers=1, threads=2) if mode.endswith("1x2") else None
-        model = bertheads.Model(load_onnx(model_dir, precision, settings), model_dir)
+    if mode == "auto":
+        return bertheads.load(model_dir)
+    if mode.endswith("1x2"):
+        return bertheads.Model(load_onnx(model_dir, mode.split("-")[1], OnnxSettings(workers=1, threads=2)), model_dir)
+    runtime, precision = mode.split("-")[:2]
+    return bertheads.load(model_dir, runtime=runtime, precision=precision)
+
+
+def ours_runner(task: str, model_dir: str, mode: str):
+    import bertheads
+
+    model = load_mode(model_dir, mode)
 
     def run(inputs: list) -> list:
         return compact(task, model.predict(inputs))
 
-    return run, {"bertheads": bertheads.__version__}
+    return run, {"bertheads": bertheads.__version__, "ran": f"{model.mode.runtime} {model.mode.precision}"
+                 if getattr(model, "mode", None) else mode}
 
 
 def worker(mode: str, job_path: str) -> None:
@@ -118,8 +134,8 @@ def worker(mode: str, job_path: str) -> None:
 
         torch.set_num_threads(job["threads"])  # ours: that many workers; the pipeline: that many threads
     started = time.perf_counter()
-    if mode == "pipeline":
-        run, versions = pipeline_runner(task, job["hf"])
+    if mode.startswith("pipeline"):
+        run, versions = pipeline_runner(task, job["hf"], bf16=mode.endswith("bf16"))
     else:
         run, versions = ours_runner(task, job["model"], mode)
     run(inputs[:16])  # warm-up
@@ -163,20 +179,26 @@ def read_inputs(task: str, limit: int | None) -> tuple[list, str]:
     return questions[: limit or 1000], str(path)
 
 
-def quality(task: str, model_dir: Path, dev_path: str, limit: int | None, qa_all: bool) -> dict:
-    """Every dev example through torch fp32, ORT fp32 and ORT int8: metrics, raw-output
-    differences from torch and identical decisions."""
+def quality(task: str, model_dir: Path, dev_path: str, limit: int | None, qa_all: bool, modes: list[str]) -> dict:
+    """Every dev example through torch fp32 and our other `modes`: metrics, raw-output
+    differences from torch and identical decisions (a mode the gate refuses: its reason)."""
     import numpy as np
 
-    import bertheads
+    from bertheads.base.errors import UserError
     from bertheads.model import run_heads
 
     result: dict = {}
     raw: dict = {}
     decided: dict = {}
-    for mode in ("torch-fp32", "onnx-fp32", "onnx-int8"):
-        runtime, precision = ("torch", "fp32") if mode == "torch-fp32" else ("onnx", mode.split("-")[1])
-        model = bertheads.load(model_dir, runtime=runtime, precision=precision)
+    ours = ["torch-fp32"] + [m for m in modes if not m.startswith("pipeline") and not m.endswith("1x2")
+                             and m != "torch-fp32"]
+    for mode in ours:
+        try:
+            model = load_mode(model_dir, mode)
+        except UserError as exc:
+            result[mode] = {"refused": str(exc)}
+            log(f"quality {mode}: refused: {exc}")
+            continue
         name = model.head_name(None)
         task_obj = model.task()
         examples = task_obj.read(dev_path, need_labels=True)
@@ -193,7 +215,7 @@ def quality(task: str, model_dir: Path, dev_path: str, limit: int | None, qa_all
         result[mode] = {"metrics": {k: v for k, v in metrics.items() if not isinstance(v, dict)},
                         "seconds": round(time.perf_counter() - start, 2), "examples": len(examples)}
         log(f"quality {mode}: {result[mode]['metrics']}")
-    for mode in ("onnx-fp32", "onnx-int8"):
+    for mode in (m for m in ours[1:] if m in raw):
         diffs = [float(np.abs(a - b).max()) for a, b in zip(raw["torch-fp32"], raw[mode])]
         same = [a == b for a, b in zip(decided["torch-fp32"], decided[mode])]
         result[mode]["max_abs_diff_vs_torch"] = max(diffs)
@@ -208,9 +230,9 @@ def compact_decisions(task: str, predictions: list) -> list:
 
 
 def start_worker(mode: str, job: Path, peer_python: Path | None) -> tuple[subprocess.Popen, dict]:
-    python = str(peer_python) if mode == "pipeline" and peer_python else sys.executable
+    python = str(peer_python) if mode.startswith("pipeline") and peer_python else sys.executable
     env = dict(os.environ)
-    if mode == "pipeline" and peer_python:
+    if mode.startswith("pipeline") and peer_python:
         env.pop("PYTHONPATH", None)
     proc = subprocess.Popen([python, __file__, "--worker", mode, "--job", str(job)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=env)
@@ -250,12 +272,14 @@ def speed(task: str, inputs: list, model_dir: Path, hf_dir: Path, modes: list[st
             proc.wait(timeout=60)
     result = {"inputs": len(inputs), "rounds": rounds, "threads": threads, "loadavg_end": os.getloadavg()}
     pipe_rate = len(inputs) / statistics.median(times["pipeline"]) if "pipeline" in times else None
+    bf16_rate = len(inputs) / statistics.median(times["pipeline-bf16"]) if "pipeline-bf16" in times else None
     for mode in modes:
         rate = len(inputs) / statistics.median(times[mode])
         agree = sum(a == b for a, b in zip(predictions[mode], predictions["torch-fp32"]))
         result[mode] = {"per_second": round(rate, 2), "seconds": times[mode], "cpu_seconds": cpu[mode],
                         "per_cpu_second": round(len(inputs) / statistics.median(cpu[mode]), 2),
                         "vs_pipeline": round(rate / pipe_rate, 3) if pipe_rate else None,
+                        "vs_pipeline_bf16": round(rate / bf16_rate, 3) if bf16_rate else None,
                         "same_as_torch": f"{agree}/{len(inputs)}", **info[mode]}
     return result
 
@@ -272,16 +296,18 @@ def disk_sizes(model_dir: Path, hf_dir: Path) -> dict:
 
 def markdown(task: str, r: dict) -> str:
     unit = {"classify": "sentences", "tag": "sentences", "qa": "questions"}[task]
-    lines = [f"| {task} mode | {unit}/s (median) | x pipeline | {unit}/CPU-s | same as torch | quality | "
-             f"max diff vs torch | size MB | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| {task} mode | {unit}/s (median) | x pipeline | x pipeline bf16 | {unit}/CPU-s | same as torch | "
+             f"quality | max diff vs torch | size MB | peak RSS MB |", "|---|---|---|---|---|---|---|---|---|---|"]
     for mode, s in r["speed"].items():
         if not isinstance(s, dict):
             continue
         q = r["quality"].get(mode, {})
+        mode = f"{mode} ({s['ran']})" if mode == "auto" and s.get("ran") else mode
         metrics = q.get("metrics", {})
         main = {k: round(v * (100 if k in ("accuracy", "f1") and task != "qa" else 1), 2)
                 for k, v in metrics.items() if k in ("accuracy", "f1", "exact_match")}
-        lines.append(f"| {mode} | {s['per_second']} | {s['vs_pipeline']} | {s.get('per_cpu_second')} | "
+        lines.append(f"| {mode} | {s['per_second']} | {s['vs_pipeline']} | {s.get('vs_pipeline_bf16') or '-'} | "
+                     f"{s.get('per_cpu_second')} | "
                      f"{s['same_as_torch']} | {main or '-'} | "
                      f"{q.get('max_abs_diff_vs_torch', '-')} | {r['sizes'].get(mode.replace('-1x2', ''), '-')} | "
                      f"{s.get('peak_rss_mb')} |")
@@ -308,24 +334,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args.worker, args.job)
         return 0
-    from common import OUT, environment, save_json
+    from common import OUT, cpu_line, environment, save_json
 
     model_dir = Path(args.model)
     hf_dir = Path(args.hf) if args.hf else model_dir.parent / f"{model_dir.name}-hf"
     if args.export:
         from bertheads.export.hf import export_hf
-        from bertheads.export.onnx import export_onnx
+        from bertheads.export.select import export_checked
 
         log("exporting")
-        export_onnx(model_dir, quantize_to="int8", log=log)
+        export_checked(model_dir, quantize_to="int8", say=log)  # the graphs, then the gate on this machine
         export_hf(model_dir, hf_dir)
     modes = args.modes.split(",")
     peer = None
-    if args.task == "qa" and "pipeline" in modes and args.rounds:
+    if args.task == "qa" and any(m.startswith("pipeline") for m in modes) and args.rounds:
         subprocess.run(["bash", str(HERE / "setup_peer.sh")], check=True)
         peer = HERE / ".venv-qa-peer" / "bin" / "python"
     inputs, dev_path = read_inputs(args.task, args.limit)
-    record = {"task": args.task, "model": str(model_dir), "environment": environment(),
+    record = {"task": args.task, "model": str(model_dir), "environment": environment(), "machine": cpu_line(),
               "loadavg_start": os.getloadavg(), "modes": modes,
               "command": " ".join([Path(sys.executable).name, *sys.argv])}
     record["sizes"] = disk_sizes(model_dir, hf_dir)
@@ -333,13 +359,18 @@ def main(argv: list[str] | None = None) -> int:
     record["fusions"] = meta["graphs"]["fp32"]["fusions"]
     record["int8"] = meta["graphs"].get("int8", {}).get("quantization")
     record["quality"] = {} if args.skip_quality else quality(args.task, model_dir, dev_path, args.limit,
-                                                             args.qa_quality_all)
+                                                             args.qa_quality_all, modes)
+    modes = [m for m in modes if "refused" not in record["quality"].get(m, {})]
     OUT.mkdir(parents=True, exist_ok=True)
     record["speed"] = speed(args.task, inputs[: args.speed_limit], model_dir, hf_dir, modes, args.rounds, peer, OUT,
                             args.threads) if args.rounds else {}
     save_json(f"export-{args.task}" + (f"-limit{args.limit}" if args.limit else "")
               + (f"-threads{args.threads}" if args.threads else ""), record)
+    print(f"<!-- {record['machine']}; load average {record['loadavg_start'][0]:.1f} at the start -->")
     print(markdown(args.task, record))
+    for mode, q in record["quality"].items():
+        if "refused" in q:
+            print(f"| {mode} | refused by the gate: {q['refused']} |")
     return 0
 
 

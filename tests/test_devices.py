@@ -207,6 +207,16 @@ def test_export_writes_qdq_and_gates_the_int8_modes(trained_dir):
 
     meta = json.loads((trained_dir / "onnx" / "export.json").read_text())
     assert set(meta["graphs"]) == {"fp32", "int8", "qdq"} and meta["graphs"]["qdq"]["quantization"]["quantized_ops"]
+    import onnx
+
+    graph = onnx.load(str(trained_dir / "onnx" / "model.qdq.onnx")).graph
+    made_by = {out: n.op_type for n in graph.node for out in n.output}
+    matmuls = [n for n in graph.node if n.op_type == "MatMul"]
+    after_gelu = [n for n in matmuls if made_by.get(n.input[0]) in ("BiasGelu", "Gelu", "FastGelu")]
+    int8_input = [n for n in matmuls if made_by.get(n.input[0]) == "DequantizeLinear"]
+    # the feed-forward output products read fp32 (one per layer); the other encoder products read int8
+    assert len(after_gelu) == 2 and meta["graphs"]["qdq"]["quantization"]["kept_fp32_after_activation"] == 2
+    assert len(int8_input) >= 4 and not set(map(id, after_gelu)) & set(map(id, int8_input))
     records = gate.read_records(trained_dir)
     assert set(records) == {"onnx/int8", "openvino/int8"}  # no bf16 record: this machine (AVX2) has no bf16
     for record in records.values():
