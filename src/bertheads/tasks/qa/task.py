@@ -512,8 +512,8 @@ class QATask(Task):
 # -- settings ------------------------------------------------------------------------------
 def check_settings(spec: QASpec, encoder) -> None:
     tokenizer = encoder.tokenizer
-    limit = int(getattr(encoder.config, "max_position_embeddings", 512) or 512)
-    if spec.max_length > limit:
+    limit = encoder.info.max_tokens
+    if limit is not None and spec.max_length > limit:
         raise UserError(f"--max-length {spec.max_length}: the encoder reads at most {limit} tokens")
     for name in ("stride", "max_question_length", "n_best", "max_answer_length"):
         if getattr(spec, name) < 1:
