@@ -74,6 +74,28 @@ def render() -> str:
              "| distilbert | WordPiece | [CLS], pre_classifier, ReLU, dropout, linear | dropout, linear | nothing |",
              "| modernbert | byte-level BPE | [CLS] or mean (`classifier_pooling`), dense, act, norm, dropout, "
              "linear | dense, act, norm, dropout, linear | the masked-LM checkpoint's `head` |",
+             "", "## Offsets and packing", "",
+             "- **Character offsets.** Byte-level BPE pieces (RoBERTa, ModernBERT) carry their word's leading",
+             "  space (`Ġand` is \" and\"), SentencePiece pieces (XLM-R, DeBERTa-v2/v3) a `▁` that may be a piece",
+             "  of its own, and a decomposed (NFD) accent may fall outside every piece's offsets.",
+             "  `src/bertheads/text/offsets.py` trims each piece's span of whitespace and stretches it over the",
+             "  accents that follow, so tag entities and qa answers are exact: `text[start:end]` never starts or",
+             "  ends with a space, in cased, uncased, accented, NFD and CJK text and with any whitespace between",
+             "  words (`tests/test_offsets.py` checks every tokenizer kind).",
+             "- **Words.** Raw text for a tag head is split into words as BERT splits it (whitespace, each",
+             "  punctuation mark, each CJK ideograph) whatever the tokenizer, as far as its pieces allow; with",
+             "  WordPiece these are the tokenizer's own words. A marker alone (`▁`, `Ġ`) is never a word's first",
+             "  piece unless it is its only one, and word input keeps one tag per word, even for a word that",
+             "  gives no piece.",
+             "- **Packing.** Pairs take the tokenizer's own template (RoBERTa and XLM-R: `<s> A </s></s> B </s>`);",
+             "  special tokens are found by their role (`cls_token_id`, `sep_token_id`, `pad_token_id`, ...),",
+             "  never by name. Segment ids reach only models that have them (BERT, ELECTRA); RoBERTa and XLM-R",
+             "  (one segment), DeBERTa-v3, DistilBERT and ModernBERT (none) never see them.",
+             "- **Length limit.** `--max-length` is held to what the model can read: its position table less",
+             "  the family's offset (RoBERTa and XLM-R: 514 rows, 512 tokens), ModernBERT's 8,192, none for",
+             "  DeBERTa-v3's relative positions, and the tokenizer's `model_max_length` when it gives one. A",
+             "  longer `--max-length` stops with one line naming the limit; a kind's default above it (qa's",
+             "  384) is lowered to it with a warning.",
              "", "## The test matrix", "",
              "Tiny random checkpoints of each family (hidden 32, 2 layers) with a tokenizer of the family's",
              "kind trained in the test, through every feature, for every task kind (`tests/test_families.py`).",
@@ -105,8 +127,9 @@ def hub_names() -> dict[str, str]:
     return dict(item.split("=", 1) for item in given.split(",") if "=" in item)
 
 
-def train_tokenizer(kind: str, family: str):
-    """A fast tokenizer of `kind` trained on CORPUS, with the family's special tokens and template."""
+def train_tokenizer(kind: str, family: str, corpus: tuple[str, ...] = ()):
+    """A fast tokenizer of `kind` trained on CORPUS (and `corpus`), with the family's special
+    tokens and template."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -136,7 +159,7 @@ def train_tokenizer(kind: str, family: str):
         tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
         tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
         trainer = trainers.UnigramTrainer(vocab_size=VOCAB, special_tokens=names, unk_token=specials["unk_token"])
-    tok.train_from_iterator(CORPUS, trainer)
+    tok.train_from_iterator(CORPUS + list(corpus), trainer)
     cls, sep = specials["cls_token"], specials["sep_token"]
     ids = {t: tok.token_to_id(t) for t in (cls, sep)}
     if roberta_style:

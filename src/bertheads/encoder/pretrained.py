@@ -153,6 +153,38 @@ def lazy_parts(name_or_path: str) -> tuple | None:
     return config, pooler
 
 
+# Model types whose position ids start after the padding index (transformers'
+# `create_position_ids_from_input_ids`): `pad_token_id + 1` rows of the table are never read as a token's.
+PADDING_OFFSET_TYPES = frozenset({"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm",
+                                  "data2vec-text", "longformer", "luke", "xmod"})
+SANE_TOKENIZER_LIMIT = 1_000_000  # a tokenizer's model_max_length above this is transformers' "no limit"
+
+
+def position_limit(config) -> int | None:
+    """How many tokens the checkpoint's position embeddings can read: `max_position_embeddings`
+    less the offset of its family (RoBERTa and XLM-R: 514 rows read 512 tokens); None when
+    it has no absolute positions (DeBERTa-v2/v3 with relative positions only)."""
+    size = getattr(config, "max_position_embeddings", None)
+    if not isinstance(size, int) or size <= 0:
+        return None
+    kind = getattr(config, "model_type", "")
+    if kind in ("deberta", "deberta-v2") and not getattr(config, "position_biased_input", True):
+        return None
+    if kind in PADDING_OFFSET_TYPES:
+        return size - int(getattr(config, "pad_token_id", None) or 0) - 1
+    return size
+
+
+def max_tokens(config, tokenizer) -> int | None:
+    """The most tokens one input may have (special tokens included): the position table's limit
+    and the tokenizer's `model_max_length` when it states a real one; None: no known limit."""
+    limit = position_limit(config)
+    stated = getattr(tokenizer, "model_max_length", None)
+    if isinstance(stated, int) and 0 < stated < SANE_TOKENIZER_LIMIT:
+        limit = stated if limit is None else min(limit, stated)
+    return limit
+
+
 @dataclass
 class EncoderInfo:
     """What heads need to know about the encoder they sit on."""
@@ -160,6 +192,7 @@ class EncoderInfo:
     hidden_size: int
     num_layers: int
     uses_token_types: bool
+    max_tokens: int | None = None  # the most tokens an input may have (`max_tokens`); None: no known limit
 
 
 class Encoder(nn.Module):
@@ -190,6 +223,7 @@ class Encoder(nn.Module):
             num_layers=int(getattr(config, "num_hidden_layers", getattr(config, "n_layers", 0))),
             uses_token_types="token_type_ids" in tokenizer.model_input_names
             and int(getattr(config, "type_vocab_size", 0) or 0) > 1,
+            max_tokens=max_tokens(config, tokenizer),
         )
 
     def _adopt(self, model: nn.Module) -> None:

@@ -143,12 +143,9 @@ def encode_inputs(tokenizer, inputs: list[TextInput], max_length: int) -> list[d
     return out  # type: ignore[return-value]
 
 
-def model_max_length(encoder) -> int:
-    limit = int(getattr(encoder.config, "max_position_embeddings", 512) or 512)
-    tok_limit = getattr(encoder.tokenizer, "model_max_length", None)
-    if isinstance(tok_limit, int) and 0 < tok_limit < 100_000:
-        limit = min(limit, tok_limit)
-    return limit
+def model_max_length(encoder) -> int | None:
+    """The encoder's limit (`encoder.pretrained.max_tokens`; None: none known)."""
+    return encoder.info.max_tokens
 
 
 # -- writing ---------------------------------------------------------------------------
@@ -184,8 +181,8 @@ def extract(model: str, path: str | None, out: str | Path, settings: ExtractSett
         raise UserError(f"{where(path)}: no inputs")
     encoder = encoder or Encoder.load(model)
     limit = model_max_length(encoder)
-    if not 2 < settings.max_length <= limit:
-        raise UserError(f"--max-length: expected 3..{limit} (the model's limit), got {settings.max_length}")
+    if not 2 < settings.max_length <= (limit or settings.max_length):
+        raise UserError(f"--max-length: expected 3..{limit or 'any'} (the model's limit), got {settings.max_length}")
     layers = parse_layers(settings.layers, encoder.info.num_layers)
     combine = LayerCombine(len(layers), settings.layer_combine)
     dim = combine.output_size(encoder.info.hidden_size)

@@ -277,7 +277,23 @@ def make_spec(cls, options: dict, encoder: Encoder):
         spec.layers = list(parse_layers(spec.layers, encoder.info.num_layers))
     if spec.mode not in ("finetune", "features"):
         raise UserError(f"--mode: expected finetune or features, got {spec.mode!r}")
+    fit_max_length(spec, encoder, given=options.get("max_length") != kind_defaults(cls.kind).get("max_length"))
     return spec
+
+
+def fit_max_length(spec, encoder: Encoder, given: bool = True) -> None:
+    """Hold `spec.max_length` to what the encoder can read (`EncoderInfo.max_tokens`): a length
+    asked for beyond it is refused in one line naming the limit; the kind's default is lowered
+    to it, with a warning."""
+    limit = encoder.info.max_tokens
+    if limit is None or int(spec.max_length) <= limit:
+        return
+    kind = getattr(encoder.config, "model_type", None) or "this"
+    if given:
+        raise UserError(f"--max-length {spec.max_length}: the {kind} encoder reads at most {limit} tokens")
+    log.warning(f"--max-length: the {kind} encoder reads at most {limit} tokens; using {limit} "
+                f"(not the default {spec.max_length})")
+    spec.max_length = limit
 
 
 def prepare_task(kind: str, train_path: str, dev_path: str | None, encoder: Encoder, options: dict,

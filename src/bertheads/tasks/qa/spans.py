@@ -109,9 +109,9 @@ def paragraph_match_gaps(features: list[dict], owner: list[int]) -> np.ndarray:
     """Per window: how much worse its paragraph matches the question's words than the question's
     best-matching paragraph does, in [-1, 0]; 0 for every window of a one-paragraph passage.
 
-    A paragraph's match is the idf-weighted share of the question's token types (ids, between
-    [CLS] and the first [SEP]) found among its passage tokens, with the idf taken over the
-    passage's paragraphs (BM25's `log(1 + (N - df + 0.5) / (df + 0.5))`), so that words every
+    A paragraph's match is the idf-weighted share of the question's token types (ids, from the
+    window's `_question` range: its first and last question token) found among its passage
+    tokens, with the idf taken over the passage's paragraphs (BM25's `log(1 + (N - df + 0.5) / (df + 0.5))`), so that words every
     paragraph has count for little. Windows carry their paragraph as `_paragraph` (windows
     without it are one paragraph per question).
     """
@@ -124,7 +124,8 @@ def paragraph_match_gaps(features: list[dict], owner: list[int]) -> np.ndarray:
             continue
         first = features[next(iter(windows.values()))[0]]
         ids = np.asarray(first["input_ids"])
-        question = np.unique(ids[1: max(1, int(first["_context"][0]) - 1)])
+        q0, q1 = first.get("_question", (1, int(first["_context"][0]) - 2))
+        question = np.unique(ids[q0: max(q0, q1 + 1)])
         held = np.stack([np.isin(question, np.concatenate(
             [np.asarray(features[i]["input_ids"])[features[i]["_context"][0]: features[i]["_context"][1] + 1]
              for i in members])) for members in windows.values()])  # [P, Q]

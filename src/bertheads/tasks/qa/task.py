@@ -69,6 +69,7 @@ from bertheads.tasks.qa.spans import (
     window_choice_parts,
 )
 from bertheads.text.encoding import window_count
+from bertheads.text.offsets import char_flags, clean_spans
 from bertheads.text.readers import read_text
 
 
@@ -271,16 +272,23 @@ class QATask(Task):
                         return_token_type_ids=True, return_attention_mask=False)
         piece_of = [int(i) for i in enc["overflow_to_sample_mapping"]]
         feats = []
+        flags: tuple[int, np.ndarray] | None = None  # the current passage's character classes
         for w, p in enumerate(piece_of):
             seq = enc.sequence_ids(w)
             offsets = np.asarray(enc["offset_mapping"][w], dtype=np.int32)
+            question = (seq.index(0), len(seq) - 1 - seq[::-1].index(0)) if 0 in seq else (1, 0)
             if 1 in seq:
                 c0, c1 = seq.index(1), len(seq) - 1 - seq[::-1].index(1)
                 offsets[c0: c1 + 1] += pieces[p][1]  # characters of the whole passage
+                # no leading-space marker's space at either end of a span, no accent cut off
+                context = examples[pieces[p][0]].context
+                if flags is None or flags[0] != pieces[p][0]:  # (an example's windows are consecutive)
+                    flags = (pieces[p][0], char_flags(context))
+                offsets[c0: c1 + 1] = clean_spans(context, offsets[c0: c1 + 1], flags[1])
             else:  # a passage that tokenizes to nothing: an empty range
                 c0, c1 = len(seq) - 1, len(seq) - 2
             feats.append({"input_ids": enc["input_ids"][w], "token_type_ids": enc["token_type_ids"][w],
-                          "_offsets": offsets, "_context": (c0, c1), "_paragraph": p})
+                          "_offsets": offsets, "_context": (c0, c1), "_question": question, "_paragraph": p})
         return feats, [pieces[p][0] for p in piece_of]
 
     def encode(self, examples: list[QAExample], tokenizer, with_labels: bool = True,
@@ -304,6 +312,7 @@ class QATask(Task):
         if with_labels and spec.shared_norm:
             for f, i in zip(feats, owner):
                 f["group"] = i  # which question: its windows are batched together (see `loss`)
+                f["passage"] = list(f["_context"])  # its first and last passage token
         return feats
 
     def encode_for_inference(self, examples: list[QAExample], tokenizer, with_labels: bool = False,
@@ -384,8 +393,8 @@ class QATask(Task):
                 scores = scores + gaps[lo: lo + len(part), None]
             room = span_context(starts, ends, ctx, first[part.start:part.stop], last[part.start:part.stop])
             for j, i in enumerate(part):
-                keep = np.isfinite(scores[j])
                 offsets = features[i]["_offsets"]
+                keep = np.isfinite(scores[j]) & (offsets[ends[j], 1] > offsets[starts[j], 0])  # no empty text
                 chars = np.stack([offsets[starts[j][keep], 0], offsets[ends[j][keep], 1]], axis=1)
                 per_example[owner[i]].append((scores[j][keep], chars, float(null[j]),
                                               room[j][keep] if by_context else None, probs[j][keep],
@@ -503,8 +512,8 @@ class QATask(Task):
 # -- settings ------------------------------------------------------------------------------
 def check_settings(spec: QASpec, encoder) -> None:
     tokenizer = encoder.tokenizer
-    limit = int(getattr(encoder.config, "max_position_embeddings", 512) or 512)
-    if spec.max_length > limit:
+    limit = encoder.info.max_tokens
+    if limit is not None and spec.max_length > limit:
         raise UserError(f"--max-length {spec.max_length}: the encoder reads at most {limit} tokens")
     for name in ("stride", "max_question_length", "n_best", "max_answer_length"):
         if getattr(spec, name) < 1:
@@ -525,10 +534,17 @@ def shared_window_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> 
     """Shared normalisation: for each question (`batch["group"]`) whose answer is in one of its
     windows in the batch, minus the log of the probability of the answer's start (and end),
     under one softmax over the passage tokens of all that question's windows; the mean of
-    start and end over those questions. A window's raw span scores then compare with those of
+    start and end over those questions. The passage tokens are `batch["passage"]`'s ranges
+    (what `encode` gives: tokenizers such as RoBERTa's give no segment ids), else the
+    type-1 tokens. A window's raw span scores then compare with those of
     the question's other windows."""
-    types = batch["token_type_ids"]
-    passage = (types == 1) & F.pad(types[:, 1:] == 1, (0, 1))  # type-1 tokens but the final [SEP]
+    if "passage" in batch:  # each window's first and last passage token (any tokenizer's layout)
+        bounds = batch["passage"].to(logits.device)
+        position = torch.arange(logits.size(1), device=logits.device)[None, :]
+        passage = (position >= bounds[:, :1]) & (position <= bounds[:, 1:])
+    else:  # segment ids: the type-1 tokens but the final separator
+        types = batch["token_type_ids"]
+        passage = (types == 1) & F.pad(types[:, 1:] == 1, (0, 1))
     _, group = torch.unique(batch["group"], return_inverse=True)
     n_groups, rows = int(group.max()) + 1, torch.arange(len(group), device=group.device)
     answered = batch["start_positions"] > 0  # windows that hold the answer

@@ -56,6 +56,7 @@ from bertheads.tasks.tag.scheme import (
     tag_list,
 )
 from bertheads.text.encoding import window_count
+from bertheads.text.offsets import blank_pieces, drop_blank, text_words
 from bertheads.text.readers import source_name
 
 BIG = 1 << 30
@@ -298,9 +299,12 @@ class TagTask(Task):
                        path: str | None = None, for_inference: bool | None = None) -> tuple[list[dict], list[int]]:
         """Features (one per window) and the example each belongs to.
 
-        The whole input is tokenized once with offsets; raw texts take the tokenizer's words,
-        pre-tokenized inputs are joined with spaces and each token is mapped to its word by
-        offset (a word that yields no piece is encoded as the unknown token). A text that fits
+        The whole input is tokenized once with offsets; a raw text is split into words by
+        `text.offsets.text_words` (the same rules whatever the tokenizer; each word's span has no
+        surrounding whitespace), pre-tokenized inputs are joined with spaces and each token is
+        mapped to its word by offset (a word that yields no piece is encoded as the unknown
+        token). A leading-space marker alone (`▁`, `Ġ`) is not a word's first piece unless it is
+        its only one. A text that fits
         gets exactly the ids `packing.encode_texts` gives it. `for_inference` (default: when
         without labels) adds what `collect` needs to put word scores together."""
         if for_inference is None:
@@ -320,11 +324,11 @@ class TagTask(Task):
             ids, tt, offsets = enc["input_ids"][k], enc["token_type_ids"][k], enc["offset_mapping"][k]
             end = len(ids) - n_suffix
             if e.text is not None:
-                word_ids = enc.word_ids(k)[n_prefix:end]
-                word = np.array([-1 if w is None else w for w in word_ids], dtype=np.int64)
-                word, n_words, spans = compact_words(word, np.asarray(offsets[n_prefix:end], dtype=np.int64))
+                word, spans = text_words(e.text, offsets[n_prefix:end], blank_pieces(tokenizer, ids[n_prefix:end]))
+                n_words = len(spans)
             else:
-                word = words_by_offset(e.words, offsets[n_prefix:end])
+                word = drop_blank(words_by_offset(e.words, offsets[n_prefix:end]),
+                                  blank_pieces(tokenizer, ids[n_prefix:end]))
                 if len(word) and (word >= 0).any():
                     n_found = int(np.count_nonzero(np.diff(word[word >= 0]))) + 1
                 else:
@@ -378,7 +382,8 @@ class TagTask(Task):
         patched = [w if i in found else unk for i, w in enumerate(words)]
         enc = tokenize(tokenizer, [" ".join(patched)])
         ids, tt, offsets = enc["input_ids"][0], enc["token_type_ids"][0], enc["offset_mapping"][0]
-        word = words_by_offset(patched, offsets[n_prefix:len(ids) - n_suffix])
+        word = drop_blank(words_by_offset(patched, offsets[n_prefix:len(ids) - n_suffix]),
+                          blank_pieces(tokenizer, ids[n_prefix:len(ids) - n_suffix]))
         if len(set(word[word >= 0].tolist())) < len(words):
             raise UserError(f"a sentence starting {' '.join(words[:5])!r} has words the tokenizer cannot encode")
         return ids, tt, word
@@ -553,20 +558,3 @@ def words_by_offset(words: list[str], offsets) -> np.ndarray:
     word = np.searchsorted(starts, off[:, 0], side="right") - 1
     inside_word = (word >= 0) & (off[:, 0] < starts[word.clip(0)] + lengths[word.clip(0)]) & (off[:, 1] > off[:, 0])
     return np.where(inside_word, word, -1)
-
-
-def compact_words(word: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
-    """Renumber the tokenizer's word ids 0..n-1 and give each word's character span."""
-    valid = word >= 0
-    if not valid.any():
-        return np.full(len(word), -1, dtype=np.int64), 0, np.zeros((0, 2), dtype=np.int64)
-    positions = np.flatnonzero(valid)
-    ids = word[positions]
-    new = np.concatenate([[True], ids[1:] != ids[:-1]])
-    numbered = np.cumsum(new) - 1
-    out = np.full(len(word), -1, dtype=np.int64)
-    out[positions] = numbered
-    last = np.concatenate([ids[1:] != ids[:-1], [True]])
-    spans = np.stack([offsets[positions[new], 0], offsets[positions[last], 1]], axis=1)
-    return out, int(numbered[-1]) + 1, spans
-
