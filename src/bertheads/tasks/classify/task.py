@@ -313,7 +313,9 @@ class ClassifyTask(Task):
 
     # -- export --to hf: the head's layers into the family's own class (`families.py` key maps) --
     def hf_labels(self) -> list[str]:
-        return ["value"] if self.spec.problem == "regression" else [str(label) for label in self.spec.labels]
+        """The labels as predictions show them (their `--label-names` when given), so the
+        transformers pipeline answers with the same names; regression has its one output."""
+        return ["value"] if self.spec.problem == "regression" else [str(label) for label in self.spec.shown_labels()]
 
     def hf_configure(self, config) -> None:
         super().hf_configure(config)
