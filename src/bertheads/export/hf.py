@@ -6,7 +6,10 @@ head and how the class's outputs compare with the head's; the tokenizer goes bes
 `pipeline(task, model=OUT)` load it. Before it is written, the transformers model's outputs
 are compared with the head's on a check batch; a head with no transformers equivalent
 (several layers or a layer mix, a BiLSTM, a classifier layout the architecture does not have)
-is refused. OUT is written into a temporary sibling and renamed into place.
+is refused. The labels are the ones predictions show (a classify head's `--label-names`), so the
+pipeline answers with the same names. OUT also gets a model card (`README.md`) describing the
+head, with the transformers snippet. OUT is written into a temporary sibling and renamed into
+place.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from torch import nn
 
 from bertheads.base.errors import UserError
 from bertheads.model import pick_head
-from bertheads.saved import bundle
+from bertheads.saved import bundle, card
 from bertheads.store.atomic import atomic_directory, check_replaceable
 
 MARKER = "bertheads-export.json"
@@ -108,4 +111,7 @@ def export_hf(directory: str | Path, out: str | Path, head: str | None = None) -
         model.save_pretrained(str(tmp), safe_serialization=True)
         net.encoder.tokenizer.save_pretrained(str(tmp))
         (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n")
+        card.write_card(tmp, lambda: card.build_card(
+            net, net.manifest, card.read_metrics(directory), out.name, card.hf_usage(out.name, task, name, info),
+            heads=[name]), out)
     return info

@@ -7,6 +7,7 @@ DIR/onnx/model.onnx        fp32: inputs input_ids, attention_mask, token_type_id
                            for classify, [batch, seq, tags] for tag, [batch, seq, 2] for qa
 DIR/onnx/model.int8.onnx   with --quantize int8: the encoder's linear layers in int8
 DIR/onnx/export.json       what was exported from which manifest, fusion counts, settings
+DIR/onnx/README.md         the model card: the heads, their raw outputs, ONNX Runtime usage
 ```
 The graph comes from torch's exporter (`torch.onnx.export(..., dynamo=True)`), with dynamic
 batch and sequence axes. It is then optimized with the ONNX Runtime transformer fusions that
@@ -32,7 +33,7 @@ from torch import nn
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.encoder.layers import reads_first_position_only
-from bertheads.saved import bundle
+from bertheads.saved import bundle, card
 from bertheads.store.atomic import atomic_directory, check_replaceable
 from bertheads.text.encoding import encoder_batch
 
@@ -370,4 +371,7 @@ def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_t
 
         meta["onnxruntime"] = onnxruntime.__version__
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
+        card.write_card(tmp, lambda: card.build_card(
+            net, manifest, card.read_metrics(directory), f"{directory.name} (ONNX)",
+            card.onnx_usage(out, directory, bundle.encoder_location(directory), manifest, net.tasks, meta)), out)
     return meta

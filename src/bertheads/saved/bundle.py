@@ -10,6 +10,8 @@ DIR/metrics.json             {"dev": {...}} for one head, {"dev": {NAME: {...}}}
 DIR/config.yaml              how a trained model was made: its full settings (a config file that
                              `bertheads train --config` runs again) and the versions used; the
                              manifest holds the same as `settings` and `made_with`
+DIR/README.md                the model card (`saved/card.py`): front matter for the Hugging Face
+                             Hub, then the heads, labels, data, settings, dev metrics and usage
 DIR/checkpoint/, log.jsonl   while (or after) training: the resumable state and the log
 ```
 A model whose encoder is the unchanged checkpoint it was loaded from (features mode, and
@@ -34,6 +36,7 @@ from safetensors.torch import save_file
 from bertheads.base.errors import UserError
 from bertheads.encoder.pretrained import Encoder, encoder_hash, weights_hash
 from bertheads.model import BertHeads
+from bertheads.saved import card
 from bertheads.saved.manifest import (  # noqa: F401  (MANIFEST, FORMAT_VERSION, HEAD_NAME, read_manifest: re-exported)
     FORMAT_VERSION,
     HEAD_NAME,
@@ -92,6 +95,8 @@ def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: 
             (tmp / CONFIG).write_text(config_text(manifest["settings"], manifest.get("made_with")))
         if metrics is not None:
             (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        card.write_card(tmp, lambda: card.build_card(model, manifest, metrics, out.name,
+                                                     card.saved_usage(out.name, model.tasks)), out)
     return out
 
 

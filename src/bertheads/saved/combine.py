@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from bertheads.base.errors import UserError
 from bertheads.encoder.pretrained import encoder_hash
 from bertheads.model import BertHeads
-from bertheads.saved import bundle
+from bertheads.saved import bundle, card
 
 
 def combine(directories: list[str | Path], out: str | Path, names: list[str] | None = None) -> Path:
@@ -60,11 +59,4 @@ def combine(directories: list[str | Path], out: str | Path, names: list[str] | N
 
 def read_dev_metrics(directory: Path, names: list[str]) -> dict:
     """A saved model's dev metrics per head ({} when it has none)."""
-    path = Path(directory) / "metrics.json"
-    try:
-        dev = json.loads(path.read_text()).get("dev") or {}
-    except (OSError, json.JSONDecodeError, AttributeError):
-        return {}
-    if len(names) == 1 and not (set(dev) == {names[0]} and isinstance(dev.get(names[0]), dict)):
-        return {names[0]: dev}
-    return {n: dev[n] for n in names if isinstance(dev.get(n), dict)}
+    return card.head_metrics(card.read_metrics(directory), names)

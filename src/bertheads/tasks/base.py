@@ -58,6 +58,24 @@ class HeadSettings:
     head_family: str | None = None  # whose head layout (`tasks/families.py`); None: the encoder's, settled at build
 
 
+@dataclass
+class CardText:
+    """What a model card says of one head in its kind's words (`Task.card_text`)."""
+
+    outputs: str  # what one prediction holds
+    raw_outputs: str  # what the head's raw outputs are (an ONNX graph's output)
+    pipeline_tag: str | None = None  # the Hugging Face Hub's task tag (None: none fits)
+    labels: list[str] = field(default_factory=list)  # what the head chooses among (empty: nothing named)
+    labels_title: str = "labels"  # what they are called
+    limits: list[str] = field(default_factory=list)  # what the head cannot do, a sentence each
+    example: Any = "A sample text."  # one input as `Model.predict` takes it
+
+
+EXAMPLES = {"text": "A sample text.", "pair": ("A first text.", "A second text."),
+            "question": {"question": "Where does the tower stand?",
+                         "context": "The tower was finished in 1889 and stands in Paris."}}
+
+
 class Task:
     """A decision kind bound to its settings (`spec`) and its head module.
 
@@ -83,6 +101,8 @@ class Task:
       describe() -> dict                                     what the server's /heads shows
       report_section(outputs, examples, metrics, section)    the report page's figures for the head
       hf_* (see "export")                                    how `export --to hf` writes the head
+      card_text() -> CardText, hf_usage(path) -> str         what the model card (README.md) says
+          of the head: outputs, labels, limits, the Hub's pipeline tag; the transformers snippet
       read_texts(path, fmt) -> list[TextInput]               (classmethod) plain encoder inputs
           from the kind's own file formats, for `extract` (`text_formats` lists them)
 
@@ -260,6 +280,21 @@ class Task:
     def hf_pipeline_options(self) -> dict:
         """Keywords the transformers pipeline should be given for this head."""
         return {}
+
+    # -- the model card (README.md of a saved model and of each export) ----------------------
+    def card_text(self) -> CardText:
+        """What the model card says of this head; by default its help line, the transformers
+        pipeline task as the Hub's tag and an input of its `input_form`."""
+        return CardText(outputs=self.help, raw_outputs="the head's raw scores", pipeline_tag=self.hf_pipeline,
+                        example=EXAMPLES.get(self.input_form, EXAMPLES["text"]))
+
+    def hf_usage(self, path: str) -> str:
+        """Python lines that run the `export --to hf` directory at `path` (a transformers
+        pipeline of `hf_pipeline` with `hf_pipeline_options`, on the card's example)."""
+        options = "".join(f", {k}={v!r}" for k, v in self.hf_pipeline_options().items())
+        return (f"from transformers import pipeline\n\n"
+                f"pipe = pipeline({self.hf_pipeline!r}, model={path!r}{options})\n"
+                f"print(pipe({self.card_text().example!r}))\n")
 
     def encoder_cost(self, tokens: int, second: int | None, question: int | None) -> tuple[tuple, int] | None:
         """The encoder pass one input of this head costs, from its texts' token counts (no special

@@ -16,7 +16,7 @@ from torch.nn import functional as F
 from bertheads.base.errors import UserError, where
 from bertheads.base.values import fraction, non_negative_int
 from bertheads.encoder.layers import LayerCombine
-from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear, option, softmax
+from bertheads.tasks.base import CardText, HeadSettings, Task, TextInput, init_linear, option, softmax
 from bertheads.tasks.classify.formats import (  # noqa: F401  (infer_labels, normalise_label: bench and tests)
     ClassifyExample,
     check_label_names,
@@ -311,9 +311,57 @@ class ClassifyTask(Task):
     def report_section(self, outputs: list, examples: list, metrics: dict, section) -> None:
         classify_section(self, outputs, examples, metrics, section)
 
+    # -- the model card ------------------------------------------------------------------------
+    def card_text(self) -> CardText:
+        spec = self.spec
+        labels = [str(label) for label in spec.shown_labels()]
+        inputs = "texts and pairs" if spec.pair else "texts"
+        longer = (f"{inputs} longer than {spec.max_length} tokens are cut into overlapping windows whose scores "
+                  f"are pooled ({spec.pool})" if spec.long_input == "windows"
+                  else f"{inputs} longer than {spec.max_length} tokens are cut at that length")
+        limits = [longer[0].upper() + longer[1:] + "."]
+        if spec.pair:
+            limits.append("It reads a pair of texts (the second after the separator); a single text is not "
+                          "what it was trained on.")
+        if spec.problem == "regression":
+            return CardText(outputs="`value`: a number on the scale of the training labels",
+                            raw_outputs="`[batch, 1]`: the value", pipeline_tag=self.hf_pipeline,
+                            limits=["The value is learned from the training labels; nothing keeps it within "
+                                    "their range.", *limits], example=self.card_example())
+        if spec.problem == "multi_label":
+            return CardText(outputs="`labels`: every label whose probability passes its threshold, and `scores`: "
+                                    "a probability per label (sigmoid)",
+                            raw_outputs=f"`[batch, {len(labels)}]`: one score (logit) per label, in the order listed",
+                            pipeline_tag=self.hf_pipeline, labels=labels,
+                            limits=["Only the labels of the training file exist; each is chosen when its "
+                                    "probability passes its threshold (tuned on the dev set for F1 unless one "
+                                    "was fixed).", *limits], example=self.card_example())
+        return CardText(outputs="`label`: the most probable label, and `scores`: a probability per label (softmax)",
+                        raw_outputs=f"`[batch, {len(labels)}]`: one score (logit) per label, in the order listed",
+                        pipeline_tag=self.hf_pipeline, labels=labels,
+                        limits=[f"Every input gets one of the {len(labels)} training labels, also an input that "
+                                f"fits none of them (`--min-score` leaves an unsure one without a label).", *limits],
+                        example=self.card_example())
+
+    def card_example(self):
+        return ("A first text.", "A second text.") if self.spec.pair else "A sample text."
+
+    def hf_usage(self, path: str) -> str:
+        """The text-classification pipeline; a pair as `text` and `text_pair`, every label's
+        score for a multi-label head."""
+        example = self.card_example()
+        if isinstance(example, tuple):
+            example = {"text": example[0], "text_pair": example[1]}
+        options = ", top_k=None" if self.spec.problem == "multi_label" else ""
+        return (f"from transformers import pipeline\n\n"
+                f"pipe = pipeline({self.hf_pipeline!r}, model={path!r}{options})\n"
+                f"print(pipe({example!r}))\n")
+
     # -- export --to hf: the head's layers into the family's own class (`families.py` key maps) --
     def hf_labels(self) -> list[str]:
-        return ["value"] if self.spec.problem == "regression" else [str(label) for label in self.spec.labels]
+        """The labels as predictions show them (their `--label-names` when given), so the
+        transformers pipeline answers with the same names; regression has its one output."""
+        return ["value"] if self.spec.problem == "regression" else [str(label) for label in self.spec.shown_labels()]
 
     def hf_configure(self, config) -> None:
         super().hf_configure(config)

@@ -26,7 +26,7 @@ from torch.nn import functional as F
 from bertheads.base.errors import UserError, where
 from bertheads.base.values import non_negative_int, positive_int
 from bertheads.encoder.layers import LayerCombine
-from bertheads.tasks.base import HeadSettings, Task, TextInput, init_linear, softmax
+from bertheads.tasks.base import CardText, HeadSettings, Task, TextInput, init_linear, softmax
 from bertheads.tasks.families import (
     FAMILIES,
     Family,
@@ -250,6 +250,22 @@ class TagTask(Task):
 
     def report_section(self, outputs: list, examples: list, metrics: dict, section) -> None:
         tag_section(self, outputs, examples, metrics, section)
+
+    # -- the model card ------------------------------------------------------------------------
+    def card_text(self) -> CardText:
+        spec = self.spec
+        types = sorted({t.split("-", 1)[1] for t in spec.tags if "-" in t})
+        limits = [f"It finds entities of the types of its training file only ({', '.join(types) or 'none'}), "
+                  f"as spans of whole words ({spec.scheme} tags; a word's tag is read from its first piece).",
+                  f"Texts longer than {spec.max_length} tokens are read in overlapping windows "
+                  f"({spec.stride} tokens shared)."]
+        if spec.head_type == "bilstm":
+            limits.append("Its BiLSTM layer has no transformers or ONNX form: only the torch runtime runs it.")
+        return CardText(outputs="`entities`: each entity's text, type, start and end characters and score (for "
+                                "given words: `tokens`, `tags` and entities by word index)",
+                        raw_outputs=f"`[batch, seq, {len(spec.tags)}]`: one score per tag for each token",
+                        pipeline_tag=self.hf_pipeline, labels=list(spec.tags), labels_title="tags", limits=limits,
+                        example="Angela Merkel visited Paris last week.")
 
     # -- export --to hf: the linear layer into the token classifier ----------------------------
     def hf_check(self, name: str) -> None:
