@@ -197,7 +197,7 @@ def test_auto_on_avx2_is_todays_torch_fp32(trained_dir):
         auto = bertheads.load(trained_dir)
         fp32 = bertheads.load(trained_dir, runtime="torch", precision="fp32")
     assert (auto.mode.runtime, auto.mode.precision, auto.mode.device.type) == ("torch", "fp32", "cpu")
-    assert auto.net.autocast is None
+    assert auto.net.inference_dtype is None
     texts = ["a great film", "an awful film", "superb"]
     assert auto.predict(texts) == fp32.predict(texts)
 
@@ -254,7 +254,7 @@ def test_the_gate_refuses_a_broken_mode(trained_dir, tmp_path, monkeypatch, caps
 
     def broken(self, features, rows, heads, with_loss=False):  # a bf16 kernel that flips every score
         outputs, losses = real(self, features, rows, heads, with_loss)
-        return ({k: -v for k, v in outputs.items()} if self.autocast is not None else outputs), losses
+        return ({k: -v for k, v in outputs.items()} if self.inference_dtype is not None else outputs), losses
 
     monkeypatch.setattr(BertHeads, "run", broken)
     with pretend(AMX), pytest.raises(UserError, match="refused: torch bf16 changes the dev metric") as err:
@@ -269,7 +269,9 @@ def test_the_gate_refuses_a_broken_mode(trained_dir, tmp_path, monkeypatch, caps
     with pretend(AMX.__class__(**{**AMX.__dict__, "installed": frozenset()})):
         fixed = bertheads.load(target)
     assert (fixed.mode.runtime, fixed.mode.precision) == ("torch", "bf16") and "passed the gate" in fixed.mode.why
-    assert fixed.net.autocast == torch.bfloat16
+    assert fixed.net.inference_dtype == torch.bfloat16
+    assert next(fixed.net.encoder.parameters()).dtype == torch.bfloat16  # weights cast once, heads fp32
+    assert next(fixed.net.heads.parameters()).dtype == torch.float32
 
 
 def test_predict_on_an_absent_device_is_one_line(trained_dir, capsys):

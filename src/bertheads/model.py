@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -42,6 +42,8 @@ class BertHeads(nn.Module):
         )
         if isinstance(states, torch.Tensor):
             states = [states]
+        if self.inference_dtype is not None:  # a bf16/fp16 encoder: the heads read fp32 states
+            states = [s.float() for s in states]
         out = {}
         for name in names:
             head = self.heads[name]
@@ -51,7 +53,13 @@ class BertHeads(nn.Module):
 
     # the `text.runner.Runner` members: a batch of features through `forward`
     workers = None  # batches side by side as torch's threads allow (`cpu_workers`)
-    autocast: torch.dtype | None = None  # inference in bf16 or fp16 autocast (None: fp32)
+    inference_dtype: torch.dtype | None = None  # the encoder's weights in bf16 or fp16 (None: fp32)
+
+    def set_inference_dtype(self, dtype: torch.dtype | None) -> None:
+        """Run the encoder with its weights in `dtype` (bf16, fp16; None: fp32), the heads in fp32.
+        Weights cast once run faster than autocast, which casts them again on every call."""
+        self.encoder.to(dtype or torch.float32)
+        self.inference_dtype = dtype
 
     @property
     def pad_id(self) -> int:
@@ -65,9 +73,7 @@ class BertHeads(nn.Module):
         """Each head's outputs for a batch (and its loss on it, with `with_loss`)."""
         device = self.device
         batch = {k: v.to(device) for k, v in collate(features, self.pad_id).items()}
-        # autocast is per thread: entered here, on the worker thread that runs the batch
-        with torch.autocast(device.type, dtype=self.autocast) if self.autocast else nullcontext():
-            out = self(batch, heads)
+        out = self(batch, heads)
         losses = {name: float(self.tasks[name].dev_loss(out[name], batch)) for name in heads} if with_loss else {}
         return {name: out[name].float().cpu().numpy() for name in heads}, losses
 

@@ -35,12 +35,12 @@ def has_graph(directory: Path, graph: str) -> bool:
 
 
 def open_runner(directory: Path, mode: Mode, verify: bool, reference=None):
-    """The runner of `mode` (torch: the model, in autocast for bf16/fp16; onnx, openvino: a
-    session of the export)."""
+    """The runner of `mode` (torch: the model, its encoder's weights in bf16/fp16 for those
+    precisions; onnx, openvino: a session of the export)."""
     if mode.runtime == "torch":
         net = reference if reference is not None else bundle.load(directory, mode.device, verify)
         net.to(mode.device)
-        net.autocast = DTYPES.get(mode.precision)
+        net.set_inference_dtype(DTYPES.get(mode.precision))
         return net
     settings = OnnxSettings(device=str(mode.device))
     if mode.runtime == "onnx":
@@ -83,9 +83,9 @@ def open_model(directory: str | Path, device: str | torch.device | None = "auto"
                         reference = bundle.load(directory, where, verify)
                     say(f"checking {r} {p} against fp32 on {', '.join(sorted(set(data.values())))} ...")
                     candidate = open_runner(directory, mode, verify) if r != "torch" else None
-                    if candidate is None:  # torch: the same weights, in autocast
+                    if candidate is None:  # torch: the same weights, cast to the lower precision
                         candidate = bundle.load(directory, where, verify)
-                        candidate.autocast = DTYPES.get(p)
+                        candidate.set_inference_dtype(DTYPES.get(p))
                     record = gate.verdict(directory, mode, gate.compare(reference, candidate, data))
                     gate.store(directory, mode.key, record, say)
             if record is not None and not record["passed"]:

@@ -1,0 +1,109 @@
+"""Training in bf16 against fp32 on this machine: the same command, `--precision fp32` and
+`--precision bf16`, one epoch each, for classify (SST-2, the first N training sentences) and tag
+(CoNLL-2003, the first N training sentences), on the embedded default checkpoint.
+
+    .venv/bin/python bench/precision_train.py --kinds classify,tag --classify-limit 8000 --tag-limit 4000
+
+Each run is the whole `bertheads train` command, timed from start to exit; the loop's own rate
+(`train_examples_per_second` of metrics.json, evaluation left out) and the dev metric are read
+back. With `--repeats 2` the order alternates (fp32, bf16, then bf16, fp32) so a change of load
+on the shared machine falls on both; the figures are medians. bf16 needs a CPU with AMX or
+AVX512_BF16 (or a GPU): elsewhere `--precision bf16` is refused and its rows say so.
+Results: bench/out/precision-train.json and Markdown rows on stdout, each with the CPU line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import OUT, cpu_line, median, require_data, save_json  # noqa: E402
+
+MAIN_METRIC = {"classify": "accuracy", "tag": "f1"}
+
+
+def subset(kind: str, limit: int) -> tuple[Path, Path]:
+    """The first `limit` training examples of the kind's data, written under bench/out, and its dev file."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    if kind == "classify":
+        lines = require_data("sst2", "train.tsv").read_text(encoding="utf-8").splitlines()
+        path = OUT / f"sst2-train-{limit}.tsv"
+        path.write_text("\n".join(lines[: limit + 1]) + "\n", encoding="utf-8")
+        return path, require_data("sst2", "dev.tsv")
+    blocks = require_data("conll2003", "train.txt").read_text(encoding="utf-8").strip().split("\n\n")
+    path = OUT / f"conll-train-{limit}.txt"
+    path.write_text("\n\n".join(blocks[:limit]) + "\n", encoding="utf-8")
+    return path, require_data("conll2003", "dev.txt")
+
+
+def train_once(kind: str, train: Path, dev: Path, precision: str, out: Path, batch: int) -> dict:
+    command = [sys.executable, "-m", "bertheads", "train", kind, "--model", "default", "--train", str(train),
+               "--dev", str(dev), "--epochs", "1", "--batch-size", str(batch), "--seed", "42",
+               "--precision", precision, "--out", str(out), "--overwrite", "-q"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        return {"refused": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+    metrics = json.loads((out / "metrics.json").read_text())
+    epoch = metrics["history"][-1]
+    name = next(iter(epoch["dev"])) if isinstance(next(iter(epoch["dev"].values())), dict) else None
+    dev_metrics = epoch["dev"][name] if name else epoch["dev"]
+    return {"command_seconds": round(seconds, 1), "train_examples_per_second": epoch["train_examples_per_second"],
+            "metric": MAIN_METRIC[kind], "value": dev_metrics[MAIN_METRIC[kind]], "command": " ".join(command[1:])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kinds", default="classify,tag")
+    parser.add_argument("--classify-limit", type=int, default=8000)
+    parser.add_argument("--tag-limit", type=int, default=4000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+    result: dict = {"machine": cpu_line(), "command": " ".join(sys.argv), "load_average_start": os.getloadavg(),
+                    "kinds": {}}
+    for kind in args.kinds.split(","):
+        limit = args.classify_limit if kind == "classify" else args.tag_limit
+        train, dev = subset(kind, limit)
+        runs: dict[str, list[dict]] = {"fp32": [], "bf16": []}
+        for r in range(args.repeats):
+            for precision in (("fp32", "bf16") if r % 2 == 0 else ("bf16", "fp32")):
+                got = train_once(kind, train, dev, precision, OUT / f"precision-{kind}-{precision}", args.batch_size)
+                print(f"[{time.strftime('%H:%M:%S')}] {kind} {precision}: {got}", file=sys.stderr, flush=True)
+                runs[precision].append(got)
+        result["kinds"][kind] = {"examples": limit, "runs": runs}
+    result["load_average_end"] = os.getloadavg()
+    save_json("precision-train", result)
+    print(f"<!-- {result['machine']}; load average {result['load_average_start'][0]:.1f} -> "
+          f"{result['load_average_end'][0]:.1f} -->")
+    print("| kind (examples, 1 epoch) | precision | train examples/s | whole command s | dev metric | "
+          "loop speed vs fp32 | command vs fp32 |")
+    print("|---|---|---|---|---|---|---|")
+    for kind, entry in result["kinds"].items():
+        ok = {p: [r for r in rs if "refused" not in r] for p, rs in entry["runs"].items()}
+        base = ok["fp32"]
+        for precision, rows in ok.items():
+            if not rows:
+                print(f"| {kind} ({entry['examples']}) | {precision} | refused: {entry['runs'][precision][0]['refused']} "
+                      f"| | | | |")
+                continue
+            rate = median([r["train_examples_per_second"] for r in rows])
+            wall = median([r["command_seconds"] for r in rows])
+            value = median([r["value"] for r in rows])
+            ratio = rate / median([r["train_examples_per_second"] for r in base]) if base else float("nan")
+            wall_ratio = median([r["command_seconds"] for r in base]) / wall if base else float("nan")
+            print(f"| {kind} ({entry['examples']}) | {precision} | {rate:.1f} | {wall:.0f} | "
+                  f"{rows[0]['metric']} {value * 100:.2f} | {ratio:.2f}x | {wall_ratio:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
