@@ -9,7 +9,11 @@
 - CoNLL-2003 dev entity F1: features mode (`-1,-2,-3,-4` concat, `--head bilstm`, and the
   linear head) next to fine-tuning, on the same `--conll-limit` sentences; epoch times;
 - extraction throughput: `bertheads extract` against `pipeline("feature-extraction")` on the
-  same SST-2 texts, and the largest difference between their vectors.
+  same SST-2 texts, and the largest difference between their vectors;
+- `--parts pooling` (not in the default): SST-2 dev accuracy in features mode at the training
+  defaults (last layer, lr 1e-3, 3 epochs, batch 32, max length 128, seed 42) for each
+  `--poolings` value (`cls`: [CLS]; `auto`: the checkpoint's declared pooling, mean for the
+  default), on the same `--pooling-limit` training examples, and `--pooling-variants`.
 
     nice -n 10 .venv/bin/python bench/features.py --limit 300 --conll-limit 200 --memory-limit 2000 \\
         --name features-smoke                                             # quick check
@@ -245,8 +249,14 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--parts", default="memory,sst2,conll,extract",
-                   help="comma-separated: memory, sst2, conll, extract; also last-cls, lstm-size (not in the default)")
+                   help="comma-separated: memory, sst2, conll, extract; also last-cls, lstm-size, pooling "
+                        "(not in the default)")
     p.add_argument("--lstm-sizes", default="128,384", help="BiLSTM sizes per direction for --parts lstm-size")
+    p.add_argument("--poolings", default="cls,auto", help="--parts pooling: the --pooling values compared")
+    p.add_argument("--pooling-limit", type=int, default=None,
+                   help="--parts pooling: the first N SST-2 training examples (default: all)")
+    p.add_argument("--pooling-variants", default="",
+                   help="--parts pooling: also LAYERS@LR runs, ';'-separated, e.g. '-1,-2,-3,-4@3e-3;-1@3e-3'")
     p.add_argument("--cache-dir", default=str(OUT / "feature-cache"))
     p.add_argument("--keep-token-cache", action="store_true")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -333,6 +343,8 @@ def main() -> None:
                 result.setdefault("lstm_size", {})[str(size)] = run
                 log(f"lstm {size}: dev F1 {run['dev']['f1']:.4f}, epoch {median(run['epoch_seconds']):.1f} s")
                 save_json(args.name, result)
+        if "pooling" in parts:
+            pooling_runs(args, sst2, tmp, cache, result)
         if "last-cls" in parts:
             log(f"cache build, [CLS] of the last layer, first {args.limit} SST-2 train sentences: fast path on/off")
             result["last_cls_build"] = last_cls_build(sst2 / "train.tsv", tmp, args.limit, args.repeats)
@@ -348,6 +360,37 @@ def main() -> None:
     path = save_json(args.name, result)
     log(f"wrote {path}")
     print(summary(result))
+
+
+def pooling_runs(args, sst2: Path, tmp: Path, cache: Path, result: dict) -> None:
+    """SST-2 features mode at the training defaults, one run per --pooling value (and per
+    variant), on the same training examples: dev accuracy by epoch, the cache build in the wall time."""
+    import bertheads
+    from bertheads.training.settings import FEATURES_LR
+
+    defaults = bertheads.TrainSettings()
+    train = head_lines(sst2 / "train.tsv", tmp / "sst2-pooling.tsv", args.pooling_limit)
+    runs = [("defaults", None, FEATURES_LR)]
+    for variant in filter(None, args.pooling_variants.split(";")):
+        layers, lr = variant.split("@")
+        runs.append((f"layers {layers}, lr {lr}", layers, float(lr)))
+    out: dict = {"examples": args.pooling_limit or "all", "runs": {}}
+    result["pooling"] = out
+    for label, layers, lr in runs:
+        for pooling in args.poolings.split(","):
+            log(f"SST-2 features mode, {label}, --pooling {pooling}")
+            extra = {"layers": layers} if layers else {}
+            run = train_run("classify", train, sst2 / "dev.tsv", tmp / "m", defaults.epochs, lr, defaults.batch_size,
+                            mode="features", pooling=pooling, cache_dir=str(cache), **extra)
+            out["runs"][f"{label}, --pooling {pooling}"] = run
+            log(f"{label}, --pooling {pooling}: dev accuracy {run['dev']['accuracy']:.4f} "
+                f"(by epoch {[round(accuracy(d), 4) for d in run['dev_by_epoch']]}), wall {run['wall_seconds']} s")
+            save_json(args.name, result)
+
+
+def accuracy(dev: dict) -> float:
+    """The accuracy of an epoch's dev metrics ({task: metrics})."""
+    return next(iter(dev.values()))["accuracy"]
 
 
 def summary(r: dict) -> str:
@@ -392,6 +435,10 @@ def summary(r: dict) -> str:
         rows.append(f"| CoNLL dev F1, features (bilstm {size} per direction), full train, epochs "
                     f"{len(run['epoch_seconds'])} | {run['dev']['f1']:.4f} (by epoch {by_epoch}; "
                     f"epoch {median(run['epoch_seconds']):.1f} s) |")
+    for label, run in r.get("pooling", {}).get("runs", {}).items():
+        by_epoch = ", ".join(f"{accuracy(d):.4f}" for d in run["dev_by_epoch"])
+        rows.append(f"| SST-2 dev accuracy, features, {run['examples']} train, {label} | {run['dev']['accuracy']:.4f} "
+                    f"(by epoch {by_epoch}; wall {run['wall_seconds']} s) |")
     if "extract" in r:
         e = r["extract"]
         rows.append(f"| extract, {e['texts']} texts: ours / pipeline | {e['ours_texts_per_second']} / "

@@ -73,7 +73,9 @@ def test_classify_features_mode_trains_the_head_and_reuses_the_cache(default_mod
     assert count_encoder_calls, "the first run builds the cache with the encoder"
     [entry] = entries(cache)
     meta = json.loads((entry / "meta.json").read_text())
-    assert meta["positions"] == "cls" and meta["rows"] == 32 and meta["layers"] == [6, 5]
+    # the checkpoint declares mean pooling: one pooled row per sentence and layer
+    assert meta["positions"] == "mean" and meta["rows"] == 32 and meta["layers"] == [6, 5]
+    assert model.task().spec.pooling == "mean"
     assert np.load(entry / "states.npy", mmap_mode="r").shape == (32, 2, 384)
 
     # frozen: the encoder is the checkpoint, unchanged; the head learned the task

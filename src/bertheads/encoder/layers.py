@@ -1,4 +1,6 @@
-"""Which hidden layers a head reads and how they are merged into one vector per token."""
+"""Which hidden layers a head reads, how they are merged into one vector per token, and how a
+sequence head pools the tokens into one vector ([CLS], or the mean or max of the tokens the
+attention mask keeps)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from torch import nn
 from bertheads.base.errors import UserError
 
 COMBINES = ("concat", "sum", "mean", "scalar-mix")
+POOLINGS = ("cls", "mean", "max")  # how a sequence head reads the tokens
 
 
 def parse_layers(text: str | None, num_layers: int) -> tuple[int, ...]:
@@ -69,6 +72,47 @@ def normalise_layers(layers: Sequence[int], num_layers: int) -> tuple[int, ...]:
     return tuple(i % (num_layers + 1) for i in layers)
 
 
+def pool_tokens(states: torch.Tensor, mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
+    """`[batch, tokens, hidden]` -> `[batch, hidden]`: the first token (`cls`), or the mean or
+    max over the tokens `mask` (`[batch, tokens]`, 1 = a real token; None: every token) keeps,
+    special tokens included, padding left out (as sentence-transformers' `Pooling` computes them)."""
+    if pooling == "cls":
+        return states[:, 0]
+    if mask is None:
+        mask = torch.ones(states.shape[:2], dtype=torch.bool, device=states.device)
+    keep = mask.unsqueeze(-1).to(torch.bool)
+    if pooling == "mean":
+        weights = keep.to(states.dtype)
+        return (states * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+    if pooling == "max":
+        return states.masked_fill(~keep, torch.finfo(states.dtype).min).max(1).values
+    raise UserError(f"--pooling: expected one of {', '.join(POOLINGS)}, got {pooling!r}")
+
+
+def head_pooling(head: nn.Module) -> str | None:
+    """How a sequence-level head pools its tokens ("cls", "mean", "max"); None for a
+    token-level head."""
+    if getattr(head, "token_level", False):
+        return None
+    return getattr(head, "pooling", "cls")
+
+
 def reads_first_position_only(head: nn.Module) -> bool:
-    """A sequence-level head reads the first ([CLS]) position only, so only it is cached."""
-    return not getattr(head, "token_level", False) and getattr(head, "reads_cls", True)
+    """A sequence-level head that reads the first ([CLS]) position only: only it is cached,
+    and the last layer may run for that position alone."""
+    return head_pooling(head) == "cls"
+
+
+def cached_positions(head: nn.Module) -> str:
+    """What the features cache keeps of each input for `head`: "cls" (the first position),
+    "mean" or "max" (each layer's vector pooled over the input's tokens), or "tokens" (every
+    token). Pooling each layer before the layers are merged gives what the head computes for
+    mean pooling under every merge (each is linear), and for max pooling when the layers are
+    joined side by side (one layer, or `concat`); other max-pooled merges keep every token."""
+    pooling = head_pooling(head)
+    if pooling is None:
+        return "tokens"
+    combine = getattr(getattr(head, "combine", None), "mode", "concat")
+    if pooling == "max" and len(getattr(head, "layers", (-1,))) > 1 and combine != "concat":
+        return "tokens"
+    return pooling

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -22,6 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertheads.base.errors import UserError, first_line
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "default"
 LAZY_LOAD = threading.Lock()  # a lazy encoder's weights load once, whichever thread asks first
@@ -313,6 +317,26 @@ class Encoder(nn.Module):
             directory = Path(found).parent
         return read_checkpoint_tensors(directory, prefix) if directory.is_dir() else {}
 
+    def declared_pooling(self) -> str | None:
+        """The pooling the checkpoint declares for whole-input vectors (a sentence-transformers
+        `Pooling` module: "cls", "mean" or "max"); None when it declares none or one bertheads
+        does not compute."""
+        source = str(getattr(self, "checkpoint_dir", "") or "")
+        if not source:
+            return None
+        directory = Path(source)
+        if not directory.is_dir():  # a hub checkpoint: its cached modules.json, if any
+            try:
+                from transformers.utils import cached_file
+
+                found = cached_file(source, "modules.json", _raise_exceptions_for_missing_entries=False)
+            except Exception:  # no network, no such file: nothing declared
+                found = None
+            if not found:
+                return None
+            directory = Path(found).parent
+        return declared_pooling(directory)
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -347,6 +371,45 @@ class Encoder(nn.Module):
         with quiet_transformers():
             self.model.save_pretrained(str(directory), safe_serialization=True)
             self.tokenizer.save_pretrained(str(directory))
+
+
+# sentence-transformers' Pooling config: its modes bertheads computes, and the others
+POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
+                 "pooling_mode_max_tokens": "max"}
+OTHER_POOLING_MODES = ("pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens",
+                       "pooling_mode_lasttoken")
+
+
+@functools.lru_cache(maxsize=32)
+def declared_pooling(directory: Path) -> str | None:
+    """The pooling a sentence-transformers checkpoint directory declares: the `Pooling` module
+    that `modules.json` lists (else `1_Pooling/`), its `config.json` naming one mode of cls,
+    mean and max. None without one, or for a mode bertheads does not compute (said once)."""
+    directory = Path(directory)
+    path = directory / "1_Pooling" / "config.json"
+    try:
+        modules = json.loads((directory / "modules.json").read_text(encoding="utf-8"))
+        for module in modules if isinstance(modules, list) else ():
+            if isinstance(module, dict) and str(module.get("type", "")).endswith(".Pooling"):
+                path = directory / str(module.get("path") or "") / "config.json"
+                break
+    except (OSError, ValueError):
+        pass
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    chosen = [mode for key, mode in POOLING_MODES.items() if config.get(key)]
+    others = [key for key in OTHER_POOLING_MODES if config.get(key)]
+    if len(chosen) == 1 and not others:
+        return chosen[0]
+    if chosen or others:
+        named = ", ".join([k for k in POOLING_MODES if config.get(k)] + others)
+        log.warning(f"{path}: the checkpoint pools by {named}, which bertheads does not compute; "
+                    f"sequence heads read [CLS]")
+    return None
 
 
 def read_checkpoint_tensors(directory: Path, prefix: str) -> dict[str, torch.Tensor]:

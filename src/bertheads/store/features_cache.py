@@ -3,15 +3,17 @@
 Cache layout (`--cache-dir`, else `$BERTHEADS_CACHE`, else `~/.cache/bertheads`):
 ```
 ROOT/features/KEY/states.npy    [rows, layers, hidden] float16 (or float32): one row per
-                                feature ([CLS] only) for sequence-level heads, one per token
-                                for token-level heads
+                                feature for sequence-level heads ([CLS], or each layer's mean
+                                or max over the feature's tokens), one per token for
+                                token-level heads
 ROOT/features/KEY/offsets.npy   [features + 1] int64: feature i owns rows offsets[i]:offsets[i+1]
 ROOT/features/KEY/meta.json     what the entry holds (layers, dtype, sizes, source, build time)
 ```
 KEY hashes the encoder (weights and config), the exact model inputs of every training feature
 (so the data, tokenizer, --max-length, --stride and the task's encoding settings all count),
-the layers kept, the positions stored and the dtype. The raw layers are stored, so every
---combine reuses one entry. An entry is built in a temporary directory and renamed into
+the layers kept, the positions stored (`cls`, `mean`, `max` or `tokens`: so a head that
+pools otherwise never reads a stale entry) and the dtype. The layers are stored unmerged, so
+every --combine reuses one entry. An entry is built in a temporary directory and renamed into
 place: it is either complete or absent.
 """
 
@@ -32,7 +34,7 @@ import numpy as np
 import torch
 
 from bertheads.base.errors import UserError
-from bertheads.encoder.layers import normalise_layers, reads_first_position_only
+from bertheads.encoder.layers import cached_positions, normalise_layers, pool_tokens
 from bertheads.encoder.pretrained import weights_hash
 from bertheads.store import lock
 from bertheads.store.atomic import atomic_directory
@@ -46,6 +48,8 @@ log = logging.getLogger(__name__)
 
 CACHE_DTYPES = ("float16", "float32")
 CACHE_FORMAT = 1
+POOLED = ("mean", "max")  # positions stored as one pooled row per feature
+ONE_ROW = ("cls", *POOLED)  # positions stored as one row per feature
 
 
 @dataclass
@@ -98,7 +102,8 @@ class CachedFeatures:
 
     `batch(idx, train_features)` is what the fine-tuning batch would be (input ids, mask,
     labels and the task's token fields) plus `states`: the head's input, a tensor `[B, T, H]`
-    or a list of them, one per layer (T = 1 when only [CLS] is stored).
+    or a list of them, one per layer (T = 1 when only [CLS] is stored, or one pooled vector:
+    then the attention mask is `[B, 1]` of ones, so pooling that one position gives it back).
     """
 
     def __init__(self, directory: Path, lengths: list[int], pad_id: int) -> None:
@@ -106,7 +111,8 @@ class CachedFeatures:
         self.meta = json.loads((self.directory / "meta.json").read_text())
         self.states = np.load(self.directory / "states.npy", mmap_mode="r")  # [rows, L, H]
         self.offsets = np.load(self.directory / "offsets.npy")
-        self.first_only = self.meta["positions"] == "cls"
+        self.first_only = self.meta["positions"] in ONE_ROW
+        self.pooled = self.meta["positions"] in POOLED
         self.lengths = lengths
         self.pad_id = pad_id
 
@@ -123,6 +129,8 @@ class CachedFeatures:
                 start, end = self.offsets[i], self.offsets[i + 1]
                 out[:, j, : end - start] = self.states[start:end].transpose(1, 0, 2)
         layers = [torch.from_numpy(np.ascontiguousarray(x)) for x in out]
+        if self.pooled:
+            batch["attention_mask"] = torch.ones(len(idx), 1, dtype=batch["attention_mask"].dtype)
         batch["states"] = layers[0] if num_layers == 1 else layers
         return batch
 
@@ -156,7 +164,7 @@ def attach_cache(net, data: list, options: dict, model_name: str | None = None, 
     for d in data:
         head = net.heads[d.name]
         layers = normalise_layers(head.layers, encoder.info.num_layers)
-        positions = "cls" if reads_first_position_only(head) else "tokens"
+        positions = cached_positions(head)
         key = cache_key(encoder_id, d.train_features, layers, positions, settings.dtype,
                         encoder.info.uses_token_types)
         info = {"model": model_name, "train": str(train_path) if train_path else None, "task": d.task.kind,
@@ -185,7 +193,7 @@ def ensure_cache(encoder, features: Sequence[dict], key: str, layers: tuple[int,
         say(settings, f"feature cache: {final} is damaged (files missing or cut short); building it again")
         shutil.rmtree(final, ignore_errors=True)
     lengths = [len(f["input_ids"]) for f in features]
-    rows = len(features) if positions == "cls" else sum(lengths)
+    rows = len(features) if positions in ONE_ROW else sum(lengths)
     hidden = encoder.info.hidden_size
     nbytes = rows * len(layers) * hidden * np.dtype(settings.dtype).itemsize
     check_space(settings, entries, nbytes, rows, len(layers), hidden)
@@ -196,7 +204,7 @@ def ensure_cache(encoder, features: Sequence[dict], key: str, layers: tuple[int,
         # built beside its final name; a process that finished the same entry first wins
         with atomic_directory(final, replace=False) as tmp:
             offsets = np.zeros(len(features) + 1, dtype=np.int64)
-            offsets[1:] = np.cumsum([1] * len(features) if positions == "cls" else lengths)
+            offsets[1:] = np.cumsum([1] * len(features) if positions in ONE_ROW else lengths)
             np.save(tmp / "offsets.npy", offsets)
             with create_npy(tmp / "states.npy", (rows, len(layers), hidden), settings.dtype) as out:
                 write_states(encoder, features, layers, positions, offsets, out["array"], settings, device)
@@ -214,7 +222,8 @@ def ensure_cache(encoder, features: Sequence[dict], key: str, layers: tuple[int,
 def write_states(encoder, features: Sequence[dict], layers: tuple[int, ...], positions: str,
                  offsets: np.ndarray, out, settings: CacheSettings, device=None) -> None:
     """Run the encoder over `features` in length-sorted batches and store each feature's rows
-    (with `pwrite`, so batches may finish in any order: see `packing.run_batches`)."""
+    (with `pwrite`, so batches may finish in any order: see `packing.run_batches`): [CLS], each
+    layer pooled over the tokens the attention mask keeps (`mean`, `max`), or every token."""
     was_training = encoder.training
     encoder.eval()
     if device is not None:
@@ -233,8 +242,10 @@ def write_states(encoder, features: Sequence[dict], layers: tuple[int, ...], pos
             states = [states]
         if torch_dtype == torch.float16 and any(s.abs().max() > 65000 for s in states):
             raise UserError("the encoder's hidden states exceed the float16 range; use --cache-dtype float32")
-        if positions == "cls":
-            block = torch.stack([s[:, 0] for s in states], dim=1).to(torch_dtype).cpu().numpy()  # [B, L, H]
+        if positions in ONE_ROW:
+            mask = batch["attention_mask"]
+            block = torch.stack([pool_tokens(s, mask, positions) for s in states], dim=1)
+            block = block.to(torch_dtype).cpu().numpy()  # [B, L, H]
             for j, i in enumerate(idx):
                 out.write(int(offsets[i]), block[j : j + 1])
         else:

@@ -356,7 +356,7 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
 
 
 # fields of a head's spec that must agree for its weights to be trained further
-SAME_HEAD = ("problem", "labels", "tags", "scheme", "layers", "combine", "head_type", "lstm_size", "pair")
+SAME_HEAD = ("problem", "labels", "tags", "scheme", "layers", "combine", "pooling", "head_type", "lstm_size", "pair")
 
 
 def continue_heads(saved: BertHeads, data: list[TaskData], source: str) -> None:

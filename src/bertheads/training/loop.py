@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from bertheads.base.errors import SystemFault, UserError
 from bertheads.base.machine import DTYPES, resolve_device, training_precision
-from bertheads.encoder.layers import reads_first_position_only
+from bertheads.encoder.layers import cached_positions
 from bertheads.model import BertHeads, evaluate_head
 from bertheads.saved import bundle
 from bertheads.store import lock
@@ -385,10 +385,10 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
     settings = resolved_settings(settings, frozen=all(d.cached is not None for d in data))
     run = set_up(model, data, settings)
     threads = torch.get_num_threads()
-    # [CLS] heads on cached states are a few small matrices: on CPU, one thread runs them
-    # without waiting on the others (which a busy machine schedules late)
+    # heads on cached [CLS] (or pooled) states are a few small matrices: on CPU, one thread runs
+    # them without waiting on the others (which a busy machine schedules late)
     small = run.frozen and run.accelerator.device.type == "cpu" and all(
-        reads_first_position_only(model.heads[d.name]) for d in data)
+        cached_positions(model.heads[d.name]) != "tokens" for d in data)
     if small:
         torch.set_num_threads(1)
     try:

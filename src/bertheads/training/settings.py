@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from bertheads.base.machine import TRAIN_PRECISIONS
 from bertheads.base.schema import setting
 from bertheads.base.values import fraction, non_negative_float, positive_float, positive_int
-from bertheads.encoder.layers import COMBINES
+from bertheads.encoder.layers import COMBINES, POOLINGS
 from bertheads.tasks.base import HeadSettings
 from bertheads.text.batching import INFERENCE_BATCH
 
@@ -127,6 +127,10 @@ class HeadOptions:
                                        "the embeddings", coerce=layer_text, group="feature extraction")
     layer_combine: str = setting(HeadSettings.combine, "how several --layers are merged", choices=COMBINES,
                                  aliases=("--combine",), group="feature extraction")
+    pooling: str = setting("auto", "how a head that judges the whole input reads the tokens: [CLS], or the mean or "
+                                   "max of every token (padding left out); auto: with --mode features the pooling "
+                                   "the checkpoint declares (a sentence-transformers 1_Pooling), else [CLS]",
+                           choices=("auto", *POOLINGS), group="feature extraction")
     cache_dir: str | None = setting(None, "feature cache directory (default: $BERTHEADS_CACHE or ~/.cache/bertheads)",
                                     group="feature extraction", tags=("where",))
     cache_dtype: str = setting("float16", "precision of the cached encoder states", choices=("float16", "float32"),

@@ -31,3 +31,7 @@ class ClassifySpec(HeadSettings):
     long_input: str = "truncate"  # or "windows": a longer input is cut into overlapping windows
     pool: str = "mean"  # windows: how a document's window outputs are pooled ("mean" or "max")
     stride: int = 32  # windows: tokens shared by neighbouring windows
+    # how the head reads the tokens: "cls", "mean" or "max" once built ("auto": the checkpoint's
+    # declared pooling in features mode, else the family's head; None in a spec saved before
+    # this field: the family's head, [CLS] for all but a mean-pooling ModernBERT)
+    pooling: str | None = "auto"

@@ -1,10 +1,12 @@
-"""Whole-sequence judgments from the final [CLS] vector: one text or a pair of texts,
-single-label classification, regression, or multi-label (the task, its head, loss and
-decoding; its settings are `spec.py`, its formats `formats.py`)."""
+"""Whole-sequence judgments from one vector per input (the final [CLS] vector, or the mean or
+max of the tokens: `ClassifySpec.pooling`): one text or a pair of texts, single-label
+classification, regression, or multi-label (the task, its head, loss and decoding; its
+settings are `spec.py`, its formats `formats.py`)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -15,7 +17,7 @@ from torch.nn import functional as F
 
 from bertheads.base.errors import UserError, where
 from bertheads.base.values import fraction, non_negative_int
-from bertheads.encoder.layers import LayerCombine
+from bertheads.encoder.layers import POOLINGS, LayerCombine, pool_tokens
 from bertheads.tasks.base import CardText, HeadSettings, Task, TextInput, init_linear, option, softmax
 from bertheads.tasks.classify.formats import (  # noqa: F401  (infer_labels, normalise_label: bench and tests)
     ClassifyExample,
@@ -54,6 +56,8 @@ from bertheads.text.readers import (
     source_name,
 )
 
+log = logging.getLogger(__name__)
+
 HF_PROBLEM_TYPES = {"single_label": "single_label_classification", "regression": "regression",
                     "multi_label": "multi_label_classification"}
 
@@ -77,7 +81,9 @@ class ClassifyOptions:
 class ClassifyHead(nn.Module):
     """The sequence head of the checkpoint's family (`tasks/families.py`): BERT's pooler (dense
     + tanh over [CLS]), dropout and a linear layer; RoBERTa's, ELECTRA's, DeBERTa's, DistilBERT's
-    or ModernBERT's own layout for those checkpoints."""
+    or ModernBERT's own layout for those checkpoints. It reads one vector per input: [CLS], or
+    the mean or max of the tokens the attention mask keeps (`pooling`, settled by
+    `ClassifyTask.build`; `family_pooling` is what the family's transformers class reads)."""
 
     token_level = False
 
@@ -97,8 +103,9 @@ class ClassifyHead(nn.Module):
         copy_start(self.pooler, self.norm, pooler_state)
         self.activation = activation(family, config)
         self.dropout_first = family.dropout_first
-        self.mean = pooling(family, config) == "mean"
-        self.reads_cls = not self.mean
+        self.family_pooling = pooling(family, config)
+        chosen = getattr(settings, "pooling", None)
+        self.pooling = chosen if chosen in POOLINGS else self.family_pooling
         self.dropout = nn.Dropout(settings.dropout)
         if family.init == "bert":
             self.out = init_linear(nn.Linear(size, num_outputs))
@@ -107,11 +114,9 @@ class ClassifyHead(nn.Module):
 
     def forward(self, hidden, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         states = self.combine(hidden)
-        if self.mean:  # ModernBERT's mean pooling: every token the mask keeps, specials included
-            mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
-            cls = (states * mask).sum(1) / mask.sum(1)
-        else:
-            cls = states[:, 0]
+        # [CLS], or the mean/max of every token the mask keeps, specials included (cached pooled
+        # states come as one position with a mask of ones)
+        cls = pool_tokens(states, batch.get("attention_mask"), self.pooling)
         if self.dropout_first:
             cls = self.dropout(cls)
         pooled = self.activation(self.pooler(cls))
@@ -124,7 +129,7 @@ class ClassifyTask(Task):
     kind = "classify"
     spec_type = ClassifySpec
     prepare_options = ("problem", "limit")
-    help = "labels or scores for a text or a text pair, read from [CLS]"
+    help = "labels or scores for a text or a text pair, read from [CLS] (or the tokens' mean or max)"
     options_type = ClassifyOptions
     shows = "scores"
     hf_auto_class = "AutoModelForSequenceClassification"
@@ -165,8 +170,15 @@ class ClassifyTask(Task):
         the checkpoint's weights its dense layer (and norm) start from."""
         outputs = 1 if spec.problem == "regression" else len(spec.labels)
         family = settle_family(spec, encoder)
+        settle_pooling(spec, encoder, family)
         return cls(spec, ClassifyHead(encoder.info.hidden_size, outputs, spec, pooler_state, family,
                                       getattr(encoder, "config", None)))
+
+    @classmethod
+    def spec_from_dict(cls, data: dict) -> ClassifySpec:
+        """A saved spec; one saved before `pooling` reads as its family's head ([CLS] but for a
+        mean-pooling ModernBERT)."""
+        return super().spec_from_dict({"pooling": None, **data})
 
     # -- reading ------------------------------------------------------------------------
     read_file = staticmethod(read_file)
@@ -363,6 +375,14 @@ class ClassifyTask(Task):
         transformers pipeline answers with the same names; regression has its one output."""
         return ["value"] if self.spec.problem == "regression" else [str(label) for label in self.spec.shown_labels()]
 
+    def hf_check(self, name: str) -> None:
+        super().hf_check(name)
+        if self.head.pooling != self.head.family_pooling:
+            raise UserError(f"head {name!r} reads the {self.head.pooling} of its tokens (pooling {self.head.pooling}), "
+                            f"but the transformers {self.hf_auto_class} of its family reads "
+                            f"{'[CLS]' if self.head.family_pooling == 'cls' else 'their ' + self.head.family_pooling}, "
+                            f"so it has no transformers equivalent; export it with --to onnx")
+
     def hf_configure(self, config) -> None:
         super().hf_configure(config)
         config.problem_type = HF_PROBLEM_TYPES[self.spec.problem]
@@ -463,6 +483,25 @@ class ClassifyTask(Task):
 
 
 # -- helpers ---------------------------------------------------------------------------
+def settle_pooling(spec: ClassifySpec, encoder, family: Family) -> None:
+    """The spec's `pooling` settled: "auto" is the pooling the checkpoint declares (a
+    sentence-transformers `Pooling` module) for a frozen encoder (`mode` features), else the
+    family's own head; None (a spec saved before the field) is the family's own head."""
+    own = pooling(family, getattr(encoder, "config", None))
+    if spec.pooling is None:
+        spec.pooling = own
+    elif spec.pooling == "auto":
+        declared = None
+        if spec.mode == "features" and hasattr(encoder, "declared_pooling"):
+            declared = encoder.declared_pooling()
+        spec.pooling = declared or own
+        if declared and declared != own:
+            log.info(f"the head reads the {declared} of the tokens, the pooling the checkpoint declares "
+                     f"(--pooling cls: [CLS])")
+    if spec.pooling not in POOLINGS:
+        raise UserError(f"--pooling: expected auto, {', '.join(POOLINGS)}, got {spec.pooling!r}")
+
+
 def check_windows(spec: ClassifySpec) -> None:
     if spec.long_input not in LONG_INPUTS:
         raise UserError(f"--long-input: expected one of {', '.join(LONG_INPUTS)}, got {spec.long_input!r}")
