@@ -1,22 +1,58 @@
-"""bertheads fine-tuning and prediction in bf16 (`--precision bf16`, the encoder's SDPA
-attention) against the Hugging Face Trainer with `bf16=True` and the text-classification
-pipeline with `dtype=torch.bfloat16` on our model's transformers export, on the same checkpoint,
-data and hyperparameters, in one run (bench/gpu.sh).
+"""The GPU recipe (bench/gpu.sh): for each task kind, bertheads fine-tuning and prediction in bf16
+(`--precision bf16`, the encoder's SDPA attention) against the Hugging Face Trainer with
+`bf16=True` and a transformers prediction peer in bf16, on the same GPU, checkpoint (`--model`),
+data and hyperparameters (1 epoch, batch 32, lr 5e-5, warm-up 10%, weight decay 0.01, seed 42),
+in one run:
+
+- classify: SST-2 (first 20,000 training sentences; the 872 dev sentences). Trainer:
+  AutoModelForSequenceClassification, max length 128. Peer: `pipeline("text-classification",
+  dtype=torch.bfloat16)` on our model's transformers export. Metric: accuracy.
+- tag: CoNLL-2003 (all 14,041 training sentences; the 3,250 dev sentences). Trainer:
+  AutoModelForTokenClassification with each word's label on its first piece (run_ner), max
+  length 128. Peer: `pipeline("token-classification", aggregation_strategy="first",
+  dtype=torch.bfloat16)` on our export, on the dev words joined by spaces, as ours predicts.
+  Metric: entity F1 (seqeval's default mode). Ours and the Trainer are scored on the dev words
+  (`f1`); ours and the pipeline also on the raw-text route (`raw_text_f1`: each entity's
+  character span tags the words it overlaps).
+- qa: SQuAD v1.1 `squad/train-split.json` (all 7,235 questions) to train, the first 1,000
+  questions of `eval-split.json` to predict. Trainer: AutoModelForQuestionAnswering with run_qa's
+  preprocessing (windows of 384 tokens, stride 128, answer offsets; bench/qa.py `hf_windows`),
+  its logits decoded by our span decoding. Peer: transformers 5 has no question-answering
+  pipeline, so the peer is our export loaded as AutoModelForQuestionAnswering in bf16 with the
+  simple decoding: every window of 384 tokens (stride 128), the best start + end logit sum over
+  spans of at most 30 tokens inside the passage, the best window's span. Metric: SQuAD F1 and EM
+  (`bertheads.tasks.qa.metrics`).
+
+Training time is the training loop only on both sides (ours: `training.loop.train_epoch`,
+timed from outside; the Trainer: its own `train_runtime`), so loading, tokenising and saving are
+left out; examples per second are training sentences or questions per loop second. The whole
+calls are kept too (`train_call_seconds`: ours `bertheads.train`, with loading, encoding and
+saving; the Trainer's `Trainer.train`). Prediction
+time is end to end: inputs in, predictions out (ours: `Model.predict`; the Trainer: tokenising,
+`Trainer.predict` and decoding; the peer: the pipeline or the model and its decoding), after a
+warm-up on the first 16 inputs of each freshly loaded predictor. Each ratio is the other side's
+seconds over ours.
+
+Size: with the defaults the whole run is estimated (not measured) at 3-5 minutes on one H200:
+about 2 x 15-25 s of training per kind, seconds of prediction, and loading. `--limit N` takes the
+first N training examples of every kind, `--kinds` a subset.
 
 On a CUDA device every side runs there; without one they run on the CPU (ours in what
-`--precision auto` gives there), which is only a check that the script works. Records wall
-times, examples per second, ratios and dev accuracy in bench/out/gpu.json (or `--out`), and with
-`--results FILE` appends a row to that Markdown file.
+`--precision auto` gives there, the Trainer and the peers in fp32), which is only a check that
+the script works. Results: bench/out/gpu.json (or `--out`), and with `--results FILE` one
+Markdown row per kind appended to that file, each naming the machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -27,15 +63,30 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from common import DATA, OUT, environment  # noqa: E402
 
+KINDS = ("classify", "tag", "qa")
+TRAIN_LIMIT = {"classify": 20000, "tag": None, "qa": None}  # the default sizes (None: all)
+DEV_LIMIT = {"classify": None, "tag": None, "qa": 1000}
+FILES = {"classify": ("sst2/train.tsv", "sst2/dev.tsv"), "tag": ("conll2003/train.txt", "conll2003/dev.txt"),
+         "qa": ("squad/train-split.json", "squad/eval-split.json")}
+STEPS = {
+    "classify": "classify (SST-2): bertheads train --precision bf16 and predict; Trainer bf16=True "
+                "(AutoModelForSequenceClassification); pipeline text-classification dtype=bfloat16",
+    "tag": "tag (CoNLL-2003): bertheads train --precision bf16 and predict on raw text; Trainer bf16=True "
+           "(AutoModelForTokenClassification, first-piece labels); pipeline token-classification "
+           "aggregation_strategy=first dtype=bfloat16; entity F1",
+    "qa": "qa (SQuAD train-split -> eval-split): bertheads train --precision bf16 and predict; Trainer bf16=True "
+          "(AutoModelForQuestionAnswering, run_qa windows 384/128); AutoModelForQuestionAnswering bf16 with "
+          "best start/end decoding; SQuAD F1/EM",
+}
+MAIN_METRIC = {"classify": "accuracy", "tag": "f1", "qa": "f1"}
+PEER_METRIC = {"classify": "accuracy", "tag": "raw_text_f1", "qa": "f1"}  # the pipeline reads raw text
+POINTS = {"classify": 100.0, "tag": 100.0, "qa": 1.0}  # metric -> points (SQuAD's are percent already)
+WARM_UP = 16  # inputs each freshly loaded predictor runs once before it is timed (the Trainer's is warm)
+SEED, WARMUP, DECAY, MAX_LENGTH, QA_LENGTH, QA_STRIDE, QA_QUESTION, MAX_ANSWER = 42, 0.1, 0.01, 128, 384, 128, 64, 30
+
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def read_tsv(path: Path, limit: int | None = None) -> tuple[list[str], list[int]]:
-    lines = path.read_text(encoding="utf-8").splitlines()[1:]
-    rows = [line.rsplit("\t", 1) for line in lines if line.strip()][:limit]
-    return [r[0] for r in rows], [int(r[1]) for r in rows]
 
 
 def sync(device: str) -> None:
@@ -45,156 +96,501 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run_ours(args, device: str, work: Path) -> dict:
+def release(device: str) -> None:
+    """Free what the side before left on the device."""
+    gc.collect()
+    if device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+@contextmanager
+def timed(device: str, record: dict, key: str):
+    sync(device)
+    start = time.perf_counter()
+    yield
+    sync(device)
+    record[key] = time.perf_counter() - start
+
+
+def read_tsv(path: Path, limit: int | None = None) -> tuple[list[str], list[int]]:
+    lines = path.read_text(encoding="utf-8").splitlines()[1:]
+    rows = [line.rsplit("\t", 1) for line in lines if line.strip()][:limit]
+    return [r[0] for r in rows], [int(r[1]) for r in rows]
+
+
+# -- ours -----------------------------------------------------------------------------------------
+@contextmanager
+def loop_seconds(device: str, record: dict):
+    """record["train_seconds"]: the seconds spent in bertheads' epoch loop (`train_epoch`, which
+    `fit` looks up at each epoch), without loading, encoding, evaluation or saving."""
+    from bertheads.training import loop
+
+    original, spent = loop.train_epoch, []
+
+    def counted(*args, **kwargs):
+        sync(device)
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            sync(device)
+            spent.append(time.perf_counter() - start)
+
+    loop.train_epoch = counted
+    try:
+        yield
+    finally:
+        loop.train_epoch = original
+        record["train_seconds"] = sum(spent)
+
+
+def train_ours(kind: str, args, device: str, train: Path, limit: int | None, out: Path, **options) -> dict:
     import bertheads
 
     # bf16 on a GPU; on a CPU what --precision auto gives there (bf16 only with AMX/AVX512_BF16)
-    precision = "bf16" if device == "cuda" else "auto"
-    settings = bertheads.TrainSettings(epochs=1, batch_size=args.batch_size, lr=args.lr, progress=False,
-                                       device=device, precision=precision)
-    sync(device)
+    settings = bertheads.TrainSettings(epochs=1, batch_size=args.batch_size, lr=args.lr, seed=SEED,
+                                       warmup_ratio=WARMUP, weight_decay=DECAY, progress=False, device=device,
+                                       precision=ours_precision(device))
+    record: dict = {}
     start = time.perf_counter()
-    bertheads.train("classify", str(args.train), None, work / "ours", model=args.model, settings=settings,
-                    limit=args.limit)
-    sync(device)
-    train_s = time.perf_counter() - start
-    texts, gold = read_tsv(args.dev, args.dev_limit)
-    model = bertheads.load(work / "ours", device=device, runtime="torch", precision=precision)
-    start = time.perf_counter()
-    predicted = [p["label"] for p in model.predict(texts)]
-    sync(device)
-    predict_s = time.perf_counter() - start
-    return {"train_seconds": train_s, "predict_seconds": predict_s, "dev_examples": len(texts),
-            "accuracy": float(np.mean(np.asarray(predicted) == np.asarray(gold))),
-            "mode": f"{model.mode.runtime} {model.mode.precision} on {model.mode.device}"}
+    with loop_seconds(device, record):
+        bertheads.train(kind, str(train), None, out, model=args.model, settings=settings, limit=limit, **options)
+    record["train_call_seconds"] = time.perf_counter() - start
+    release(device)
+    return record
 
 
-def run_pipeline(device: str, work: Path, texts: list[str], gold: list[int]) -> dict:
-    """The transformers text-classification pipeline in bf16 on our model's transformers export."""
-    import torch
-    from transformers import pipeline
-
-    from bertheads.export.hf import export_hf
-
-    export_hf(work / "ours", work / "hf")
-    pipe = pipeline("text-classification", model=str(work / "hf"), device=0 if device == "cuda" else -1,
-                    dtype=torch.bfloat16)
-    sync(device)
-    start = time.perf_counter()
-    out = pipe(texts, batch_size=64, truncation=True)
-    sync(device)
-    seconds = time.perf_counter() - start
-    labels = [int(pipe.model.config.label2id.get(o["label"], o["label"].rsplit("_", 1)[-1])) for o in out]
-    return {"predict_seconds": seconds, "dev_examples": len(texts),
-            "accuracy": float(np.mean(np.asarray(labels) == np.asarray(gold)))}
+def ours_precision(device: str) -> str:
+    return "bf16" if device == "cuda" else "auto"
 
 
-def run_trainer(args, device: str, work: Path) -> dict:
-    import torch
-    from transformers import (
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-        DataCollatorWithPadding,
-        Trainer,
-        TrainingArguments,
-    )
+def load_ours(out: Path, device: str):
+    import bertheads
 
-    from bertheads.encoder.pretrained import quiet_transformers, resolve_model
+    return bertheads.load(out, device=device, runtime="torch", precision=ours_precision(device))
 
-    quiet_transformers()
-    source = resolve_model(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    texts, gold = read_tsv(args.train, args.limit)
-    dev_texts, dev_gold = read_tsv(args.dev, args.dev_limit)
 
-    def dataset(t, y):
-        enc = tokenizer(t, truncation=True, max_length=128)
-        return [{**{k: enc[k][i] for k in enc}, "labels": y[i]} for i in range(len(t))]
+def mode_of(model) -> str:
+    return f"{model.mode.runtime} {model.mode.precision} on {model.mode.device}"
 
-    torch.manual_seed(42)
-    model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=2)
+
+# -- the Trainer ----------------------------------------------------------------------------------
+def trainer_for(args, device: str, work: Path, model, train_set, collator):
+    """A Trainer with the run's hyperparameters: bf16=True on a GPU, fp32 on the CPU."""
+    from transformers import PrinterCallback, Trainer, TrainingArguments
+
     targs = TrainingArguments(output_dir=str(work / "trainer"), num_train_epochs=1,
                               per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=64,
-                              learning_rate=args.lr, warmup_steps=0.1, weight_decay=0.01, bf16=True,
+                              learning_rate=args.lr, warmup_steps=WARMUP, weight_decay=DECAY, bf16=device == "cuda",
                               use_cpu=device == "cpu", eval_strategy="no", save_strategy="no",
-                              logging_strategy="no", report_to="none", disable_tqdm=True, seed=42)
-    trainer = Trainer(model=model, args=targs, train_dataset=dataset(texts, gold),
-                      data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer)
-    sync(device)
-    start = time.perf_counter()
-    trainer.train()
-    sync(device)
-    train_s = time.perf_counter() - start
-    start = time.perf_counter()
-    prediction = trainer.predict(dataset(dev_texts, dev_gold))
-    sync(device)
-    predict_s = time.perf_counter() - start
-    return {"train_seconds": train_s, "predict_seconds": predict_s, "dev_examples": len(dev_texts),
-            "accuracy": float(np.mean(prediction.predictions.argmax(-1) == np.asarray(dev_gold)))}
+                              logging_strategy="no", report_to="none", disable_tqdm=True, seed=SEED, data_seed=SEED,
+                              dataloader_num_workers=0)
+    trainer = Trainer(model=model, args=targs, train_dataset=train_set, data_collator=collator)
+    trainer.remove_callback(PrinterCallback)  # no metrics printed on stdout, whose last line is the summary
+    return trainer
 
 
-HEADER = ("\n## GPU recipe (bench/gpu.sh): bf16 training and prediction against the Trainer and the pipeline\n\n"
-          "| date | device | machine | train examples | train s ours / Trainer | predict sent/s ours / Trainer / "
-          "pipeline bf16 | accuracy ours / Trainer / pipeline |\n|---|---|---|---|---|---|---|\n")
+def hf_model(auto_class, source: str, **kwargs):
+    """`auto_class.from_pretrained` with SDPA attention, seeded, load reports silenced."""
+    import torch
+
+    from bertheads.encoder.pretrained import quiet_transformers
+
+    torch.manual_seed(SEED)
+    with quiet_transformers():
+        return auto_class.from_pretrained(source, attn_implementation="sdpa", **kwargs)
 
 
-def append_row(path: Path, result: dict) -> None:
-    """One Markdown row for RESULTS.md (the section's header first when it is not there yet)."""
-    ours, peer, pipe = result["ours"], result["trainer"], result["pipeline"]
+def train_trainer(trainer, device: str, examples: int) -> dict:
+    """`train_seconds`: the Trainer's own timing of its training loop (`train_runtime`), as ours is
+    of our epoch loop; `train_call_seconds`: the whole `Trainer.train` call."""
+    record: dict = {}
+    with timed(device, record, "train_call_seconds"):
+        got = trainer.train()
+    record["train_seconds"] = got.metrics["train_runtime"]
+    record["train_examples_per_second"] = examples / record["train_seconds"]
+    return record
+
+
+def export(work: Path) -> Path:
+    """Our model (work/ours) as a transformers directory (work/hf), the prediction peers' model."""
+    from bertheads.encoder.pretrained import quiet_transformers
+    from bertheads.export.hf import export_hf
+
+    with quiet_transformers():
+        export_hf(work / "ours", work / "hf")
+    return work / "hf"
+
+
+def peer_pipeline(task: str, hf_dir: Path, device: str, **options):
+    """`pipeline(task)` on `hf_dir` with SDPA attention, in bf16 on a GPU (fp32 on the CPU)."""
+    from transformers import pipeline
+
+    from bertheads.encoder.pretrained import quiet_transformers
+
+    with quiet_transformers():
+        return pipeline(task, model=str(hf_dir), device=0 if device == "cuda" else -1, dtype=peer_dtype(device),
+                        model_kwargs={"attn_implementation": "sdpa"}, **options)
+
+
+def peer_dtype(device: str):
+    import torch
+
+    return torch.bfloat16 if device == "cuda" else torch.float32
+
+
+# -- classify -------------------------------------------------------------------------------------
+def run_classify(args, device: str, work: Path, train_path: Path, dev_path: Path, limit, dev_limit) -> dict:
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+
+    from bertheads.encoder.pretrained import resolve_model
+
+    texts, gold = read_tsv(train_path, limit)
+    dev_texts, dev_gold = read_tsv(dev_path, dev_limit)
+    result = {"train_examples": len(texts), "dev_examples": len(dev_texts)}
+
+    def accuracy(labels) -> float:
+        return float(np.mean([str(a) == str(b) for a, b in zip(labels, dev_gold)]))
+
+    log("classify: ours")
+    ours = train_ours("classify", args, device, train_path, limit, work / "ours", max_length=MAX_LENGTH)
+    model = load_ours(work / "ours", device)
+    model.predict(dev_texts[:WARM_UP])
+    with timed(device, ours, "predict_seconds"):
+        predicted = [p["label"] for p in model.predict(dev_texts)]
+    ours.update(accuracy=accuracy(predicted), mode=mode_of(model))
+    del model
+    release(device)
+
+    log("classify: Trainer")
+    source = resolve_model(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+
+    def dataset(t, y):
+        enc = tokenizer(t, truncation=True, max_length=MAX_LENGTH)
+        return [{**{k: enc[k][i] for k in enc}, "labels": y[i]} for i in range(len(t))]
+
+    model = hf_model(AutoModelForSequenceClassification, source, num_labels=max(gold + dev_gold) + 1)
+    trainer = trainer_for(args, device, work, model, dataset(texts, gold), DataCollatorWithPadding(tokenizer))
+    peer = train_trainer(trainer, device, len(texts))
+    with timed(device, peer, "predict_seconds"):
+        logits = trainer.predict(dataset(dev_texts, dev_gold)).predictions
+    peer["accuracy"] = accuracy(logits.argmax(-1))
+    del trainer, model
+    release(device)
+
+    log("classify: pipeline")
+    pipe = peer_pipeline("text-classification", export(work), device)
+    pipe_result: dict = {"name": f"pipeline text-classification {pipe.model.dtype}".replace("torch.", "")}
+    pipe(dev_texts[:WARM_UP], batch_size=64)
+    with timed(device, pipe_result, "predict_seconds"):
+        out = pipe(dev_texts, batch_size=64, truncation=True, max_length=MAX_LENGTH)
+    pipe_result["accuracy"] = accuracy([o["label"] for o in out])  # the export names its labels
+    del pipe
+    release(device)
+    return {**result, "ours": ours, "trainer": peer, "peer": pipe_result}
+
+
+# -- tag ------------------------------------------------------------------------------------------
+def word_tags(words: list[str], entities: list[tuple[str, int, int]]) -> list[str]:
+    """The tags of `words` (joined by single spaces) from entities given as (type, start, end)
+    in characters: an entity tags the words it overlaps, B- the first, I- the rest."""
+    spans, at = [], 0
+    for w in words:
+        spans.append((at, at + len(w)))
+        at += len(w) + 1
+    tags = ["O"] * len(words)
+    for kind, start, end in entities:
+        hit = [i for i, (a, b) in enumerate(spans) if a < end and start < b and tags[i] == "O"]
+        for n, i in enumerate(hit):
+            tags[i] = ("B-" if n == 0 else "I-") + kind
+    return tags
+
+
+def run_tag(args, device: str, work: Path, train_path: Path, dev_path: Path, limit, dev_limit) -> dict:
+    from collections import defaultdict
+
+    from tag import encode_for_trainer, read_conll
+    from transformers import (
+        AutoModelForTokenClassification,
+        AutoTokenizer,
+        DataCollatorForTokenClassification,
+    )
+
+    from bertheads.encoder.pretrained import resolve_model
+    from bertheads.tasks.tag.scheme import entity_metrics, tag_list
+
+    train = read_conll(train_path, limit)
+    dev = read_conll(dev_path, dev_limit)
+    gold = [t for _, t in dev]
+    texts = [" ".join(w) for w, _ in dev]
+    result = {"train_examples": len(train), "dev_examples": len(dev)}
+
+    def scores(pred: list[list[str]], prefix: str = "") -> dict:
+        got = entity_metrics(gold, pred)
+        return {f"{prefix}{k}": got[k] for k in ("f1", "precision", "recall")}
+
+    log("tag: ours")
+    ours = train_ours("tag", args, device, train_path, limit, work / "ours", max_length=MAX_LENGTH)
+    model = load_ours(work / "ours", device)
+    model.predict(texts[:WARM_UP])
+    with timed(device, ours, "predict_seconds"):
+        found = model.predict(texts)
+    raw = [word_tags(w, [(e["type"], e["start"], e["end"]) for e in f["entities"]]) for (w, _), f in zip(dev, found)]
+    ours.update(scores([p["tags"] for p in model.predict([w for w, _ in dev])]))
+    ours.update(scores(raw, "raw_text_"), mode=mode_of(model))
+    del model
+    release(device)
+
+    log("tag: Trainer")
+    source = resolve_model(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    labels = tag_list([type("S", (), {"tags": t})() for _, t in train], with_inside=False)
+    label2id = {t: i for i, t in enumerate(labels)}
+    rows, _ = encode_for_trainer(tokenizer, train, label2id)
+    model = hf_model(AutoModelForTokenClassification, source, num_labels=len(labels),
+                     id2label=dict(enumerate(labels)), label2id=label2id)
+    trainer = trainer_for(args, device, work, model, rows, DataCollatorForTokenClassification(tokenizer))
+    peer = train_trainer(trainer, device, len(train))
+    with timed(device, peer, "predict_seconds"):
+        dev_rows, enc = encode_for_trainer(tokenizer, dev, defaultdict(int, label2id))  # dev tags unused
+        logits = trainer.predict([{k: v for k, v in r.items() if k != "labels"} for r in dev_rows]).predictions
+        pred = []
+        for i, (words, _) in enumerate(dev):
+            tags, previous = ["O"] * len(words), None  # words cut off by truncation stay O
+            for j, word in enumerate(enc.word_ids(i)):
+                if word is not None and word != previous:
+                    tags[word] = labels[int(np.argmax(logits[i][j]))]
+                previous = word
+            pred.append(tags)
+    peer.update(scores(pred))
+    del trainer, model
+    release(device)
+
+    log("tag: pipeline")
+    pipe = peer_pipeline("token-classification", export(work), device, aggregation_strategy="first")
+    pipe_result: dict = {"name": f"pipeline token-classification first {pipe.model.dtype}".replace("torch.", "")}
+    pipe(texts[:WARM_UP], batch_size=64)
+    with timed(device, pipe_result, "predict_seconds"):
+        out = pipe(texts, batch_size=64)
+    raw = [word_tags(w, [(e["entity_group"], int(e["start"]), int(e["end"])) for e in f])
+           for (w, _), f in zip(dev, out)]
+    pipe_result.update(scores(raw, "raw_text_"))
+    del pipe
+    release(device)
+    return {**result, "ours": ours, "trainer": peer, "peer": pipe_result}
+
+
+# -- qa -------------------------------------------------------------------------------------------
+def answer_windows(model, tokenizer, device: str, questions: list[dict], batch: int = 64) -> list[str]:
+    """The qa prediction peer's answers (transformers 5 has no question-answering pipeline): an
+    AutoModelForQuestionAnswering (our export, bf16 on a GPU) on every window of 384 tokens
+    (stride 128), per window the span of at most 30 tokens inside the passage with the best
+    start + end logit sum, and of a question's windows the best one's span."""
+    import torch
+
+    enc = tokenizer([q["question"].lstrip() for q in questions], [q["context"] for q in questions],
+                    truncation="only_second", max_length=QA_LENGTH, stride=QA_STRIDE,
+                    return_overflowing_tokens=True, return_offsets_mapping=True)
+    owner = enc["overflow_to_sample_mapping"]
+    keys = [k for k in ("input_ids", "token_type_ids", "attention_mask") if k in enc]
+    best: list[tuple[float, str]] = [(-np.inf, "")] * len(questions)
+    start, end = np.indices((QA_LENGTH, QA_LENGTH))
+    band = (end >= start) & (end - start < MAX_ANSWER)  # spans of 1 to 30 tokens
+    for first in range(0, len(owner), batch):
+        rows = range(first, min(first + batch, len(owner)))
+        inputs = tokenizer.pad({k: [enc[k][i] for i in rows] for k in keys}, return_tensors="pt").to(device)
+        with torch.inference_mode():
+            out = model(**inputs)
+        starts, ends = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+        for n, i in enumerate(rows):
+            context = [j for j, s in enumerate(enc.sequence_ids(i)) if s == 1]
+            a, b = context[0], context[-1] + 1
+            pair = starts[n, a:b, None] + ends[n, None, a:b]
+            pair = np.where(band[: b - a, : b - a], pair, -np.inf)
+            s, e = np.unravel_index(int(np.argmax(pair)), pair.shape)
+            if pair[s, e] > best[owner[i]][0]:
+                offsets = enc["offset_mapping"][i]
+                best[owner[i]] = (float(pair[s, e]), questions[owner[i]]["context"][offsets[a + s][0]:offsets[a + e][1]])
+    return [answer for _, answer in best]
+
+
+def run_qa(args, device: str, work: Path, train_path: Path, dev_path: Path, limit, dev_limit) -> dict:
+    from qa import Windows, decode_like_ours, hf_windows
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer, default_data_collator
+
+    from bertheads.encoder.pretrained import resolve_model
+    from bertheads.tasks.qa.formats import read_examples
+    from bertheads.tasks.qa.metrics import squad_v1_scores
+
+    train = read_examples(str(train_path))[:limit]
+    dev = read_examples(str(dev_path))[:dev_limit]
+    questions = [{"question": e.question, "context": e.context} for e in dev]
+    result = {"train_examples": len(train), "dev_examples": len(dev)}
+
+    def scores(answers: list[str]) -> dict:
+        got = squad_v1_scores(answers, dev)
+        return {"f1": got["f1"], "exact_match": got["exact_match"]}
+
+    log("qa: ours")
+    ours = train_ours("qa", args, device, train_path, limit, work / "ours", max_length=QA_LENGTH, stride=QA_STRIDE,
+                      max_question_length=QA_QUESTION)
+    model = load_ours(work / "ours", device)
+    model.predict(questions[:WARM_UP])
+    with timed(device, ours, "predict_seconds"):
+        answers = [p["answer"] for p in model.predict(questions)]
+    ours.update(scores(answers), mode=mode_of(model))
+    del model
+    release(device)
+
+    log("qa: Trainer")
+    source = resolve_model(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    enc, _, _ = hf_windows(tokenizer, train, train=True)
+    keys = [k for k in ("input_ids", "token_type_ids", "attention_mask") if k in enc]
+    train_set = Windows(enc, [*keys, "start_positions", "end_positions"])
+    model = hf_model(AutoModelForQuestionAnswering, source)
+    trainer = trainer_for(args, device, work, model, train_set, default_data_collator)
+    peer = train_trainer(trainer, device, len(train))
+    peer["train_windows"] = len(train_set)
+    with timed(device, peer, "predict_seconds"):
+        enc, owner, seqs = hf_windows(tokenizer, dev, train=False)
+        logits = trainer.predict(Windows(enc, keys)).predictions
+        answers = decode_like_ours(logits, enc, owner, seqs, dev)
+    peer.update(scores(answers))
+    del trainer, model
+    release(device)
+
+    log("qa: AutoModelForQuestionAnswering")
+    hf_dir = export(work)
+    pipe_result: dict = {"name": f"AutoModelForQuestionAnswering {str(peer_dtype(device)).replace('torch.', '')}, "
+                                 "best start/end"}
+    tokenizer = AutoTokenizer.from_pretrained(str(hf_dir))
+    model = hf_model(AutoModelForQuestionAnswering, str(hf_dir), dtype=peer_dtype(device)).to(device).eval()
+    answer_windows(model, tokenizer, device, questions[:WARM_UP])
+    with timed(device, pipe_result, "predict_seconds"):
+        answers = answer_windows(model, tokenizer, device, questions)
+    pipe_result.update(scores(answers))
+    del model
+    release(device)
+    return {**result, "ours": ours, "trainer": peer, "peer": pipe_result}
+
+
+RUNS = {"classify": run_classify, "tag": run_tag, "qa": run_qa}
+
+
+def compare(kind: str, got: dict) -> dict:
+    """Examples per second and the ratios (the peer's seconds over ours) of one kind's result."""
+    ours, trainer, peer = got["ours"], got["trainer"], got["peer"]
+    ours["train_examples_per_second"] = got["train_examples"] / ours["train_seconds"]
+    metric = MAIN_METRIC[kind]
+    return {**got, "kind": kind, "metric": metric, "peer_metric": PEER_METRIC[kind],
+            "training_speedup": trainer["train_seconds"] / ours["train_seconds"],
+            "prediction_speedup": trainer["predict_seconds"] / ours["predict_seconds"],
+            "peer_prediction_speedup": peer["predict_seconds"] / ours["predict_seconds"],
+            "metric_difference_points": POINTS[kind] * (ours[metric] - trainer[metric])}
+
+
+# -- results --------------------------------------------------------------------------------------
+SECTION = "## GPU recipe (bench/gpu.sh): every task kind"
+HEADER = (f"\n{SECTION}\n\nbf16 training and prediction against the Trainer (`bf16=True`) and a transformers "
+          "prediction peer in bf16 (classify, tag: the pipeline; qa: AutoModelForQuestionAnswering with best "
+          "start/end decoding), 1 epoch; training seconds are the training loop's; ratios are the other side's "
+          "seconds over ours.\n\n"
+          "| date | kind | device | machine | train examples | train s ours / Trainer (ex/s) | train ratio | "
+          "dev metric ours / Trainer / peer | predict s ours / Trainer / peer | predict ratio Trainer / peer |\n"
+          "|---|---|---|---|---|---|---|---|---|---|\n")
+
+
+def row(result: dict, got: dict) -> str:
+    ours, trainer, peer = got["ours"], got["trainer"], got["peer"]
+    metric = got["metric"]
+    shown = {"classify": "accuracy", "tag": "entity F1", "qa": "SQuAD F1"}[got["kind"]]
+
+    def value(side: dict, key: str = metric) -> str:
+        return f"{POINTS[got['kind']] * side[key]:.2f}"
+
+    raw = f" (raw text: ours {value(ours, 'raw_text_f1')})" if "raw_text_f1" in ours else ""
+
+    return (f"| {time.strftime('%Y-%m-%d')} | {got['kind']} | {result['device']} | "
+            f"{result['environment'].get('machine', '')} | {got['train_examples']} | "
+            f"{ours['train_seconds']:.1f} ({ours['train_examples_per_second']:.0f}) / {trainer['train_seconds']:.1f} "
+            f"({trainer['train_examples_per_second']:.0f}) | {got['training_speedup']:.2f}x | "
+            f"{shown} {value(ours)} / {value(trainer)} / {value(peer, got['peer_metric'])}{raw} | {ours['predict_seconds']:.2f} / "
+            f"{trainer['predict_seconds']:.2f} / {peer['predict_seconds']:.2f} | {got['prediction_speedup']:.2f}x / "
+            f"{got['peer_prediction_speedup']:.2f}x |\n")
+
+
+def append_rows(path: Path, result: dict) -> None:
+    """One Markdown row per kind for RESULTS.md (the section's header first when it is not there yet)."""
     text = path.read_text() if path.exists() else ""
-    if "## GPU recipe (bench/gpu.sh)" not in text:
+    if SECTION not in text:
         text += HEADER
-    n = ours["dev_examples"]
-    text += (f"| {time.strftime('%Y-%m-%d')} | {result['device']} | {result['environment'].get('machine', '')} | "
-             f"{result['train_examples']} | {ours['train_seconds']:.1f} / {peer['train_seconds']:.1f} | "
-             f"{n / ours['predict_seconds']:.0f} / {n / peer['predict_seconds']:.0f} / "
-             f"{n / pipe['predict_seconds']:.0f} | {ours['accuracy']:.4f} / {peer['accuracy']:.4f} / "
-             f"{pipe['accuracy']:.4f} |\n")
+    text += "".join(row(result, got) for got in result["kinds"].values())
     path.write_text(text)
 
 
+def first(n: int | None) -> str:
+    return f"first {n}" if n else "all"
+
+
+def kinds_of(value: str) -> list[str]:
+    chosen = [k.strip() for k in value.split(",") if k.strip()]
+    unknown = [k for k in chosen if k not in KINDS]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"expected kinds among {','.join(KINDS)}, got {value!r}")
+    return [k for k in KINDS if k in chosen]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--train", type=Path, default=DATA / "sst2" / "train.tsv")
-    parser.add_argument("--dev", type=Path, default=DATA / "sst2" / "dev.tsv")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="Data: " + ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in FILES.items()))
+    parser.add_argument("--kinds", type=kinds_of, default=list(KINDS), help="which kinds, comma-separated "
+                                                                            "(default classify,tag,qa)")
+    parser.add_argument("--data", type=Path, default=DATA, help="the data folder (default: ../shared/data)")
     parser.add_argument("--model", default="default")
-    parser.add_argument("--limit", type=int, help="first N training sentences (default: all)")
-    parser.add_argument("--dev-limit", type=int)
+    parser.add_argument("--limit", type=int, help="first N training examples of every kind (default: SST-2 "
+                                                  "20000, CoNLL and SQuAD all)")
+    parser.add_argument("--dev-limit", type=int, help="first N dev examples of every kind (default: all; "
+                                                      "SQuAD 1000)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=5e-5)
     parser.add_argument("--out", type=Path, default=OUT / "gpu.json")
-    parser.add_argument("--results", type=Path, help="append the result as a row of this Markdown file "
+    parser.add_argument("--results", type=Path, help="append one row per kind to this Markdown file "
                                                      "(bench/RESULTS.md)")
+    parser.add_argument("--plan", action="store_true", help="print the steps and the sizes, run nothing")
     args = parser.parse_args(argv)
+    limits = {k: args.limit or TRAIN_LIMIT[k] for k in args.kinds}
+    dev_limits = {k: args.dev_limit or DEV_LIMIT[k] for k in args.kinds}
+    if args.plan:
+        for kind in args.kinds:
+            train, dev = (args.data / f for f in FILES[kind])
+            print(f"step: {STEPS[kind]}\n      train {train} ({first(limits[kind])}), "
+                  f"predict {dev} ({first(dev_limits[kind])})")
+        return 0
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    with tempfile.TemporaryDirectory(prefix="bertheads-gpu-") as tmp:
-        work = Path(tmp)
-        log(f"ours (bf16 autocast) on {device}")
-        ours = run_ours(args, device, work)
-        log(f"ours: {ours}")
-        log(f"Trainer (bf16=True) on {device}")
-        peer = run_trainer(args, device, work)
-        log(f"Trainer: {peer}")
-        log(f"pipeline (dtype=bfloat16) on {device}")
-        texts, gold = read_tsv(args.dev, args.dev_limit)
-        pipe = run_pipeline(device, work, texts, gold)
-        log(f"pipeline: {pipe}")
-    examples = args.limit or len(read_tsv(args.train)[0])
-    result = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "train_examples": examples,
-              "ours": ours, "trainer": peer, "pipeline": pipe, "environment": environment(),
-              "command": " ".join(sys.argv),
-              "training_speedup": peer["train_seconds"] / ours["train_seconds"],
-              "prediction_speedup": peer["predict_seconds"] / ours["predict_seconds"],
-              "pipeline_prediction_speedup": pipe["predict_seconds"] / ours["predict_seconds"],
-              "accuracy_difference_points": 100 * (ours["accuracy"] - peer["accuracy"])}
+    kinds = {}
+    for kind in args.kinds:
+        train, dev = (args.data / f for f in FILES[kind])
+        with tempfile.TemporaryDirectory(prefix=f"bertheads-gpu-{kind}-") as tmp:
+            log(f"{kind} on {device}")
+            kinds[kind] = compare(kind, RUNS[kind](args, device, Path(tmp), train, dev, limits[kind],
+                                                   dev_limits[kind]))
+            log(f"{kind}: " + json.dumps({k: v for k, v in kinds[kind].items() if k.endswith(("speedup", "points"))}))
+    result = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "kinds": kinds,
+              "batch_size": args.batch_size, "lr": args.lr, "environment": environment(),
+              "command": " ".join(sys.argv)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     if args.results:
-        append_row(args.results, result)
-    print(json.dumps({k: result[k] for k in ("device", "train_examples", "training_speedup", "prediction_speedup",
-                                             "accuracy_difference_points")}))
+        append_rows(args.results, result)
+    print(json.dumps({"device": result["device"], **{k: {n: v for n, v in got.items()
+                                                         if n.endswith(("speedup", "points")) or n == "train_examples"}
+                                                     for k, got in kinds.items()}}))
     return 0
 
 

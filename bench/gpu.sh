@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The GPU recipe, in one short run: the machine (bertheads env), then SST-2 fine-tuning (1 epoch)
-# and dev prediction with bertheads in bf16 (SDPA attention) against the Hugging Face Trainer
-# with bf16=True and the text-classification pipeline with dtype=bfloat16 on the same GPU
-# (bench/gpu.py; results in bench/out/gpu.json and a row of bench/RESULTS.md).
-#   bash bench/gpu.sh                          # full SST-2 train set, on the GPU when there is one
-#   bash bench/gpu.sh --limit 64 --model DIR   # a quick check (runs on CPU too)
-#   bash bench/gpu.sh --dry-run                # what would run, the machine, no training
+# The GPU recipe, in one short run: the machine (bertheads env), then for each task kind
+# (classify: SST-2, tag: CoNLL-2003, qa: SQuAD) fine-tuning (1 epoch) and dev prediction with
+# bertheads in bf16 (SDPA attention) against the Hugging Face Trainer with bf16=True and a
+# transformers prediction peer in bf16 on the same GPU (bench/gpu.py; results in
+# bench/out/gpu.json and one row per kind in bench/RESULTS.md).
+#   bash bench/gpu.sh                               # the default sizes, on the GPU when there is one
+#   bash bench/gpu.sh --kinds tag,qa                # some kinds only
+#   bash bench/gpu.sh --limit 64 --model DIR        # a quick check (runs on CPU too)
+#   bash bench/gpu.sh --dry-run                     # the machine and the steps, no training
 # Extra arguments go to bench/gpu.py; --no-results leaves bench/RESULTS.md alone.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -24,10 +26,8 @@ for a in "$@"; do
 done
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU: running on CPU"
 "$python" -m bertheads env
-steps=("classify (SST-2): bertheads train --precision bf16 and predict; Trainer bf16=True; pipeline dtype=bfloat16")
-for s in "${steps[@]}"; do echo "step: $s"; done
+"$python" "$here/gpu.py" --plan ${args[@]+"${args[@]}"}  # one "step:" line per kind, with its data and sizes
 if [ "$dry" = 1 ]; then
-  "$python" -m py_compile "$here/gpu.py"
   echo "dry run: would run $python $here/gpu.py ${args[*]:-} ${results[*]:-}"
   exit 0
 fi
