@@ -174,7 +174,7 @@ def test_first_token_only_last_layer_matches_the_full_pass(kind, tmp_path, defau
 
 def test_classify_heads_use_the_first_token_path(tiny_bert, tmp_path, write):
     """BertHeads asks for the fast path only when every head reads [CLS] of the last layer."""
-    import bertheads.encoder.pretrained as encoder_module
+    import bertheads.encoder.first_token as encoder_module
 
     calls = []
     real = encoder_module.first_token_layer

@@ -43,7 +43,7 @@ def count_encoder_calls(monkeypatch):
 @pytest.fixture
 def count_first_token_layers(monkeypatch):
     """A list that grows by one entry each time a last layer runs for [CLS] alone."""
-    import bertheads.encoder.pretrained as encoder_module
+    import bertheads.encoder.first_token as encoder_module
 
     calls: list[int] = []
     real = encoder_module.first_token_layer
