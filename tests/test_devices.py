@@ -82,6 +82,11 @@ def test_inference_auto_order_per_machine():
     order = [(r, p) for r, p, _ in candidates("auto", "auto", cpu, AMX)]
     assert order == [("openvino", "int8"), ("openvino", "bf16"), ("onnx", "int8"), ("torch", "bf16"),
                      ("torch", "fp32")]
+    # AVX512_BF16 and VNNI without AMX (Zen 4, Cooper Lake): int8 ahead of bf16
+    zen4 = Machine(cpu="AMD EPYC", flags=frozenset({"avx2", "avx512f", "avx512_bf16", "avx512_vnni"}), cores=2,
+                   threads=2, installed=frozenset({"onnxruntime", "openvino"}))
+    assert [(r, p) for r, p, _ in candidates("auto", "auto", cpu, zen4)] == [
+        ("openvino", "int8"), ("onnx", "int8"), ("openvino", "bf16"), ("torch", "bf16"), ("torch", "fp32")]
     # AVX2 only: nothing but today's torch fp32 (never slower, same outputs)
     assert [(r, p) for r, p, _ in candidates("auto", "auto", cpu, AVX2)] == [("torch", "fp32")]
     assert [(r, p) for r, p, _ in candidates("auto", "auto", torch.device("cuda", 0), GPU)] == [
