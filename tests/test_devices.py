@@ -288,3 +288,19 @@ def test_predict_on_an_absent_device_is_one_line(trained_dir, capsys):
         code = main(["evaluate", str(trained_dir), "--data", "x.tsv", "--runtime", "openvino", "--precision", "bf16"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "neither AMX nor AVX512_BF16" in err and len(err.splitlines()) == 1
+
+
+def test_a_missing_input_is_refused_before_the_gate_runs(trained_dir, tmp_path, capsys):
+    import shutil
+
+    target = tmp_path / "model"
+    shutil.copytree(trained_dir, target)
+    (target / "gate.json").unlink(missing_ok=True)
+    with pretend(AMX.__class__(**{**AMX.__dict__, "installed": frozenset()})):  # auto would gate torch bf16
+        code = main(["evaluate", str(target), "--data", str(tmp_path / "missing.tsv")])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and err.endswith("missing.tsv: no such file") and len(err.splitlines()) == 1
+        code = main(["predict", str(target), "--input", str(tmp_path / "missing.txt")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.endswith("missing.txt: no such file") and len(err.splitlines()) == 1
+    assert not (target / "gate.json").exists()  # nothing was checked against fp32 for a run that cannot start

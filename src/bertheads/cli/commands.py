@@ -19,6 +19,7 @@ from bertheads.running.extract import ExtractSettings, extract
 from bertheads.running.stream import StreamSettings
 from bertheads.saved.bundle import MANIFEST, encoder_location
 from bertheads.tasks import inference_options
+from bertheads.text.readers import check_input_file
 from bertheads.training.flags import (
     given_settings,
     settings_from,
@@ -80,6 +81,7 @@ def cmd_train_multi(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    check_input_file(args.data)  # before the model is opened (and a lower precision gated)
     model = load(args.model_dir, verify=not args.no_verify, **vars_for(RuntimeSettings, args))
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size,
                               skip_bad_lines=args.skip_bad_lines)
@@ -102,6 +104,7 @@ def cmd_evaluate(args) -> int:
 def cmd_predict(args) -> int:
     if args.output:
         check_output_file(args.output)
+    check_input_file(getattr(args, "input", None))
     model = load(args.model_dir, verify=not args.no_verify, **vars_for(RuntimeSettings, args))
     options = given_options(args, "predict")
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
@@ -116,6 +119,7 @@ def cmd_predict(args) -> int:
 def cmd_analyze(args) -> int:
     if args.output:
         check_output_file(args.output)
+    check_input_file(getattr(args, "input", None))
     model = load(args.model_dir, verify=not args.no_verify, **vars_for(RuntimeSettings, args))
     settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
                               skip_bad_lines=args.skip_bad_lines)

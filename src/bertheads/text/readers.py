@@ -17,15 +17,23 @@ csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 BadLine = Callable[[UserError], None]  # told of a bad record that is then skipped
 
 
-def read_text(path: str | None) -> str:
-    """A whole file (or stdin for None / '-') as text, BOM removed."""
+def check_input_file(path: str | None) -> None:
+    """Refuse (one line) an input path that is missing or a directory; None / '-' is stdin."""
     if path in (None, "-"):
-        return sys.stdin.read()
+        return
     p = Path(path)
     if not p.exists():
         raise UserError(f"{path}: no such file")
     if p.is_dir():
         raise UserError(f"{path}: is a directory, expected a file")
+
+
+def read_text(path: str | None) -> str:
+    """A whole file (or stdin for None / '-') as text, BOM removed."""
+    if path in (None, "-"):
+        return sys.stdin.read()
+    check_input_file(path)
+    p = Path(path)
     try:
         return p.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -77,11 +85,8 @@ def open_lines(path, bad: BadLine | None = None) -> Iterator[str]:
     if path in (None, "-"):
         yield from bounded(sys.stdin, limit, None, bad)
         return
+    check_input_file(path)
     p = Path(path)
-    if not p.exists():
-        raise UserError(f"{path}: no such file")
-    if p.is_dir():
-        raise UserError(f"{path}: is a directory, expected a file")
     line_no = 0
     with open(p, encoding="utf-8-sig", newline="") as fh:
         try:
