@@ -285,7 +285,8 @@ def test_predict_on_an_absent_device_is_one_line(trained_dir, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and "no CUDA device" in err and len(err.splitlines()) == 1
     with pretend(AVX2):
-        code = main(["evaluate", str(trained_dir), "--data", "x.tsv", "--runtime", "openvino", "--precision", "bf16"])
+        code = main(["evaluate", str(trained_dir), "--data", str(trained_dir / "config.yaml"), "--runtime", "openvino",
+                     "--precision", "bf16"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "neither AMX nor AVX512_BF16" in err and len(err.splitlines()) == 1
 

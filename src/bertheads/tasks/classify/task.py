@@ -380,7 +380,7 @@ class ClassifyTask(Task):
         if self.head.pooling != self.head.family_pooling:
             raise UserError(f"head {name!r} reads the {self.head.pooling} of its tokens (pooling {self.head.pooling}), "
                             f"but the transformers {self.hf_auto_class} of its family reads "
-                            f"{'[CLS]' if self.head.family_pooling == 'cls' else 'their ' + self.head.family_pooling}, "
+                            f"{'the first token' if self.head.family_pooling == 'cls' else 'their ' + self.head.family_pooling}, "
                             f"so it has no transformers equivalent; export it with --to onnx")
 
     def hf_configure(self, config) -> None:
