@@ -312,7 +312,7 @@ def word_tags(words: list[str], entities: list[tuple[str, int, int]]) -> list[st
 def run_tag(args, device: str, work: Path, train_path: Path, dev_path: Path, limit, dev_limit) -> dict:
     from collections import defaultdict
 
-    from tag import encode_for_trainer, read_conll
+    from tag import encode_for_trainer, first_piece_tags, read_conll
     from transformers import (
         AutoModelForTokenClassification,
         AutoTokenizer,
@@ -357,14 +357,7 @@ def run_tag(args, device: str, work: Path, train_path: Path, dev_path: Path, lim
     with timed(device, peer, "predict_seconds"):
         dev_rows, enc = encode_for_trainer(tokenizer, dev, defaultdict(int, label2id))  # dev tags unused
         logits = trainer.predict([{k: v for k, v in r.items() if k != "labels"} for r in dev_rows]).predictions
-        pred = []
-        for i, (words, _) in enumerate(dev):
-            tags, previous = ["O"] * len(words), None  # words cut off by truncation stay O
-            for j, word in enumerate(enc.word_ids(i)):
-                if word is not None and word != previous:
-                    tags[word] = labels[int(np.argmax(logits[i][j]))]
-                previous = word
-            pred.append(tags)
+        pred = first_piece_tags(dev, enc, logits, labels)
     peer.update(scores(pred))
     del trainer, model
     release(device)

@@ -96,6 +96,19 @@ def first_piece_labels(enc, index: int, tags: list[str], label2id: dict) -> list
     return labels
 
 
+def first_piece_tags(sentences, enc, logits, labels: list[str]) -> list[list[str]]:
+    """Each word's tag from its first piece's logits (words cut off by truncation stay O)."""
+    pred = []
+    for i, (words, _) in enumerate(sentences):
+        tags, previous = ["O"] * len(words), None
+        for j, word in enumerate(enc.word_ids(i)):
+            if word is not None and word != previous:
+                tags[word] = labels[int(np.argmax(logits[i][j]))]
+            previous = word
+        pred.append(tags)
+    return pred
+
+
 def encode_for_trainer(tokenizer, sentences, label2id: dict):
     """Tokenized rows (truncated at max length) with first-piece labels, and the encoding."""
     enc = tokenizer([w for w, _ in sentences], is_split_into_words=True, truncation=True,
@@ -148,14 +161,7 @@ def run_trainer(train, dev, labels: list[str], model_dir: str, out: Path, epochs
     result = trainer.train()
     train_wall = time.perf_counter() - start
     logits = trainer.predict(dev_rows).predictions
-    pred = []
-    for i, (words, _) in enumerate(dev):
-        tags, previous = ["O"] * len(words), None  # words cut off by truncation stay O
-        for j, word in enumerate(dev_enc.word_ids(i)):
-            if word is not None and word != previous:
-                tags[word] = labels[int(np.argmax(logits[i][j]))]
-            previous = word
-        pred.append(tags)
+    pred = first_piece_tags(dev, dev_enc, logits, labels)
     metrics = entity_metrics([t for _, t in dev], pred)
     saved = out / "tag-hf-model"
     trainer.save_model(str(saved))
