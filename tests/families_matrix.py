@@ -29,7 +29,8 @@ HUB = {"bert": "bert-base-uncased", "roberta": "roberta-base", "xlm-roberta": "x
        "deberta-v2": "microsoft/deberta-v3-small", "electra": "google/electra-small-discriminator",
        "distilbert": "distilbert-base-uncased", "modernbert": "answerdotai/ModernBERT-base"}
 KINDS = ("classify", "tag", "qa")
-FEATURES = ("train", "predict", "evaluate", "features mode", "export hf", "export onnx", "[CLS]-only last layer")
+FEATURES = ("train", "predict", "evaluate", "features mode", "export hf", "export onnx", "serve",
+            "[CLS]-only last layer")
 
 # What each cell is: "yes", or why not. The tests check every "yes" (and every refusal's reason).
 NO_FAST_PATH = {

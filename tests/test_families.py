@@ -167,6 +167,26 @@ def test_export_onnx_runtime_agrees(family_run):
         assert onnx.predict(INPUTS[head], head=head) == model.predict(INPUTS[head], head=head)
 
 
+def test_serve_answers_as_the_python_api(family_run):
+    """The HTTP server gives each kind's predictions exactly as `Model.predict` does."""
+    from fastapi.testclient import TestClient
+
+    from bertheads.serve.app import ServeSettings, create_app
+
+    family, _, _, _, model = family_run
+    for kind in HEADS:
+        assert MATRIX[family, kind, "serve"] == "yes"
+    with TestClient(create_app(model, ServeSettings(window_ms=2)), base_url="http://localhost") as client:
+        heads = {h["name"]: h["kind"] for h in client.get("/heads").json()["heads"]}
+        assert heads == {head: kind for kind, head in HEADS.items()}
+        for head in ("sentiment", "ner"):
+            got = client.post(f"/predict/{head}", json={"texts": TEXTS})
+            assert got.status_code == 200 and got.json()["results"] == model.predict(TEXTS, head=head)
+        question, context = QUESTIONS[0]
+        got = client.post("/predict/qa", json={"questions": [question], "contexts": [context]})
+        assert got.status_code == 200 and got.json()["results"] == model.predict(QUESTIONS, head="qa")
+
+
 def test_first_token_last_layer(family_run):
     """Where the matrix says so, a [CLS] head runs the last layer for [CLS] alone, with the
     full pass's vector; elsewhere the full pass."""
