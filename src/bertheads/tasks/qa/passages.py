@@ -1,10 +1,13 @@
 """The passages a qa head reads: questions cut to their token budget, a passage split into its
-paragraphs, and, for training, passages joined with or paired with their neighbours in the file."""
+paragraphs, and, for training, passages joined with or paired with their neighbours in the file
+and the tokens of a window that hold the answer."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import replace
+
+import numpy as np
 
 from bertheads.tasks.qa.formats import QAExample
 
@@ -100,3 +103,22 @@ def joined_passages(examples: list[QAExample], k: int, sep: str = "\n") -> list[
         starts = [s if s >= 0 else e.context.find(a) for s, a in zip(e.starts, e.answers)]
         out.append(replace(e, context=context, starts=[s + shift if s >= 0 else -1 for s in starts]))
     return out
+
+
+def answer_tokens(feature: dict, example: QAExample) -> tuple[int, int]:
+    """Start and end token of the example's first answer in this window, or (0, 0) ([CLS])."""
+    if not example.answers:
+        return 0, 0
+    c0, c1 = feature["_context"]
+    if c1 < c0:
+        return 0, 0
+    offsets = feature["_offsets"][c0: c1 + 1]
+    first = example.starts[0]
+    if first < 0:
+        first = example.context.find(example.answers[0])
+    last = first + len(example.answers[0])
+    if offsets[0, 0] > first or offsets[-1, 1] < last:
+        return 0, 0
+    start = int(np.searchsorted(offsets[:, 0], first, side="right")) - 1
+    end = int(np.searchsorted(offsets[:, 1], last, side="left"))
+    return c0 + start, c0 + min(end, len(offsets) - 1)

@@ -1,12 +1,15 @@
 """Answer spans from the head's start and end scores: the n best spans of each window
 (vectorized over windows and candidate pairs), and one question's spans merged across its
-windows (`WINDOW_CHOICES` says how spans of different windows compare)."""
+windows (`WINDOW_CHOICES` says how spans of different windows compare); in training, the shared
+normalisation that makes those windows' scores comparable (`shared_window_loss`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+import torch
+from torch.nn import functional as F
 
 from bertheads.base.errors import UserError
 
@@ -188,3 +191,37 @@ def answers_nothing(o: QAOutput, threshold: float | None) -> bool:
     if not len(o.scores):
         return True
     return threshold is not None and null_minus_best(o) > threshold
+
+
+def shared_window_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Shared normalisation: for each question (`batch["group"]`) whose answer is in one of its
+    windows in the batch, minus the log of the probability of the answer's start (and end),
+    under one softmax over the passage tokens of all that question's windows; the mean of
+    start and end over those questions. The passage tokens are `batch["passage"]`'s ranges
+    (what `encode` gives: tokenizers such as RoBERTa's give no segment ids), else the
+    type-1 tokens. A window's raw span scores then compare with those of
+    the question's other windows."""
+    if "passage" in batch:  # each window's first and last passage token (any tokenizer's layout)
+        bounds = batch["passage"].to(logits.device)
+        position = torch.arange(logits.size(1), device=logits.device)[None, :]
+        passage = (position >= bounds[:, :1]) & (position <= bounds[:, 1:])
+    else:  # segment ids: the type-1 tokens but the final separator
+        types = batch["token_type_ids"]
+        passage = (types == 1) & F.pad(types[:, 1:] == 1, (0, 1))
+    _, group = torch.unique(batch["group"], return_inverse=True)
+    n_groups, rows = int(group.max()) + 1, torch.arange(len(group), device=group.device)
+    answered = batch["start_positions"] > 0  # windows that hold the answer
+    if not bool(answered.any()):
+        return logits.sum() * 0.0
+    far = -1e9  # a finite "minus infinity": no NaN gradients for empty rows
+    total = logits.new_zeros((), dtype=torch.float32)
+    for k, gold in enumerate((batch["start_positions"], batch["end_positions"])):
+        scores = logits[..., k].float().masked_fill(~passage, far)
+        every = torch.full((n_groups, len(group)), far, device=logits.device)
+        every = every.index_put((group, rows), torch.logsumexp(scores, dim=1))
+        right = torch.full((n_groups, len(group)), far, device=logits.device)
+        picked = scores.gather(1, gold.long()[:, None])[:, 0]
+        right = right.index_put((group[answered], rows[answered]), picked[answered])
+        has = torch.zeros(n_groups, dtype=torch.bool, device=logits.device).index_fill(0, group[answered], True)
+        total = total + (torch.logsumexp(every[has], dim=1) - torch.logsumexp(right[has], dim=1)).mean()
+    return total / 2

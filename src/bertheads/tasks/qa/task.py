@@ -17,7 +17,6 @@ in `qa_metrics`.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,6 @@ from torch.nn import functional as F
 from bertheads.base.errors import UserError
 from bertheads.base.values import non_negative_float, non_negative_int, positive_int
 from bertheads.encoder.layers import LayerCombine
-from bertheads.store.atomic import atomic_write_text
 from bertheads.tasks.base import CardText, HeadSettings, Task, TextInput, init_linear, option
 from bertheads.tasks.families import (
     FAMILIES,
@@ -55,7 +53,14 @@ from bertheads.tasks.qa.metrics import (
     squad_v1_scores,
     squad_v2_scores,
 )
-from bertheads.tasks.qa.passages import cut_questions, joined_passages, other_passages, paragraph_spans
+from bertheads.tasks.qa.passages import (
+    answer_tokens,
+    cut_questions,
+    joined_passages,
+    other_passages,
+    paragraph_spans,
+)
+from bertheads.tasks.qa.predictions import probability, write_predictions
 from bertheads.tasks.qa.report import qa_section
 from bertheads.tasks.qa.spans import (
     WINDOW_CHOICES,
@@ -65,6 +70,7 @@ from bertheads.tasks.qa.spans import (
     merge_windows,
     null_minus_best,
     paragraph_match_gaps,
+    shared_window_loss,
     span_context,
     window_choice_parts,
 )
@@ -566,80 +572,7 @@ def check_settings(spec: QASpec, encoder) -> None:
 
 
 # -- windows ---------------------------------------------------------------------------------
-def shared_window_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Shared normalisation: for each question (`batch["group"]`) whose answer is in one of its
-    windows in the batch, minus the log of the probability of the answer's start (and end),
-    under one softmax over the passage tokens of all that question's windows; the mean of
-    start and end over those questions. The passage tokens are `batch["passage"]`'s ranges
-    (what `encode` gives: tokenizers such as RoBERTa's give no segment ids), else the
-    type-1 tokens. A window's raw span scores then compare with those of
-    the question's other windows."""
-    if "passage" in batch:  # each window's first and last passage token (any tokenizer's layout)
-        bounds = batch["passage"].to(logits.device)
-        position = torch.arange(logits.size(1), device=logits.device)[None, :]
-        passage = (position >= bounds[:, :1]) & (position <= bounds[:, 1:])
-    else:  # segment ids: the type-1 tokens but the final separator
-        types = batch["token_type_ids"]
-        passage = (types == 1) & F.pad(types[:, 1:] == 1, (0, 1))
-    _, group = torch.unique(batch["group"], return_inverse=True)
-    n_groups, rows = int(group.max()) + 1, torch.arange(len(group), device=group.device)
-    answered = batch["start_positions"] > 0  # windows that hold the answer
-    if not bool(answered.any()):
-        return logits.sum() * 0.0
-    far = -1e9  # a finite "minus infinity": no NaN gradients for empty rows
-    total = logits.new_zeros((), dtype=torch.float32)
-    for k, gold in enumerate((batch["start_positions"], batch["end_positions"])):
-        scores = logits[..., k].float().masked_fill(~passage, far)
-        every = torch.full((n_groups, len(group)), far, device=logits.device)
-        every = every.index_put((group, rows), torch.logsumexp(scores, dim=1))
-        right = torch.full((n_groups, len(group)), far, device=logits.device)
-        picked = scores.gather(1, gold.long()[:, None])[:, 0]
-        right = right.index_put((group[answered], rows[answered]), picked[answered])
-        has = torch.zeros(n_groups, dtype=torch.bool, device=logits.device).index_fill(0, group[answered], True)
-        total = total + (torch.logsumexp(every[has], dim=1) - torch.logsumexp(right[has], dim=1)).mean()
-    return total / 2
-
-
-def answer_tokens(feature: dict, example: QAExample) -> tuple[int, int]:
-    """Start and end token of the example's first answer in this window, or (0, 0) ([CLS])."""
-    if not example.answers:
-        return 0, 0
-    c0, c1 = feature["_context"]
-    if c1 < c0:
-        return 0, 0
-    offsets = feature["_offsets"][c0: c1 + 1]
-    first = example.starts[0]
-    if first < 0:
-        first = example.context.find(example.answers[0])
-    last = first + len(example.answers[0])
-    if offsets[0, 0] > first or offsets[-1, 1] < last:
-        return 0, 0
-    start = int(np.searchsorted(offsets[:, 0], first, side="right")) - 1
-    end = int(np.searchsorted(offsets[:, 1], last, side="left"))
-    return c0 + start, c0 + min(end, len(offsets) - 1)
-
-
-def probability(value) -> float | None:
-    return None if value is None else round(float(value), 6)
-
-
 def line_of(record: str) -> int | None:
     """The line number in a "FILE:LINE" record name, if it has one."""
     tail = record.rpartition(":")[2]
     return int(tail) if tail.isdigit() else None
-
-
-def write_predictions(path: str, preds: list[str], outputs: list[QAOutput], examples: list[QAExample]) -> None:
-    """`{id: answer}` (what the official scripts read), and beside it `NAME.nbest.json`:
-    `{id: [{"text", "start", "end", "score", "probability"}, ...]}` with the null score."""
-    target = Path(path)
-    answers = {e.id: p for e, p in zip(examples, preds)}
-    atomic_write_text(target, json.dumps(answers, ensure_ascii=False, indent=1) + "\n")
-    nbest = {e.id: {"null_score": round(o.null_score, 4),
-                    "spans": [{"text": e.context[int(s):int(t)], "start": int(s), "end": int(t),
-                               "score": round(float(v), 4),
-                               **({} if o.probabilities is None else {"probability": probability(p)})}
-                              for v, p, (s, t) in zip(o.scores, o.probabilities if o.probabilities is not None
-                                                      else o.scores, o.spans)]}
-             for o, e in zip(outputs, examples)}
-    atomic_write_text(target.with_name(target.stem + ".nbest.json"), json.dumps(nbest, ensure_ascii=False) + "\n")
