@@ -5,7 +5,9 @@ Three versions of the first N questions of `squad/eval-split.json` (and `squad2/
 - plain: the question's own paragraph, as in SQuAD;
 - filler: about 700 tokens of neutral filler text before the paragraph;
 - article: the three other paragraphs of the same article nearest it (those before it first)
-  before the paragraph.
+  before the paragraph, one per line;
+- filler flat, article flat: the same texts joined by single spaces, without any line break
+  (text extracted from HTML or PDFs, flattened datasets).
 
 The answers' character offsets move with the paragraph. Each model's window logits are
 computed once per version (cached under bench/out/NAME/) and decoded with every
@@ -49,7 +51,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from common import OUT, environment, median, require_data, save_json  # noqa: E402
 
-VERSIONS = ("plain", "filler", "article")
+VERSIONS = ("plain", "filler", "article", "filler flat", "article flat")
 FILLER_SENTENCE = "This sentence is only filler text and it says nothing about anything in particular."
 FILLER_TOKENS = 700
 CHOICES = ("raw", "context", "relative", "relative+context")
@@ -93,27 +95,42 @@ def build_versions(path: Path, examples: list, tokenizer) -> dict[str, list]:
         paragraphs = texts[a]
         others = [q for q in sorted(range(len(paragraphs)), key=lambda q: (abs(q - p), q > p)) if q != p][:3]
         article.append(with_prefix(e, "\n".join(paragraphs[q] for q in sorted(others)) + "\n"))
-    return {"plain": examples, "filler": [with_prefix(e, filler) for e in examples], "article": article}
+    versions = {"plain": examples, "filler": [with_prefix(e, filler) for e in examples], "article": article}
+    for name in ("filler", "article"):  # one space where the line breaks were
+        versions[f"{name} flat"] = [copy.copy(e) for e in versions[name]]
+        for e in versions[f"{name} flat"]:
+            e.context = e.context.replace("\n", " ")
+    return versions
 
 
 # -- ours -----------------------------------------------------------------------------------------
+SEEN: dict[tuple[int, bytes], np.ndarray] = {}  # (model, window's token ids) -> its logits, this run
+
+
 def window_logits(model, examples, cache: Path):
-    """Our windows of `examples` and the head's logits for each (cached)."""
+    """Our windows of `examples` and the head's logits for each (cached; a window this run has
+    already read with the same model, under another setting, is not read again)."""
     from bertheads.model import run_heads
 
     name = next(iter(model.net.tasks))
     task = model.net.tasks[name]
     features, owner = task.encode_for_inference(examples, model.net.encoder.tokenizer)
+    keys = [(model.weights_key, np.asarray(f["input_ids"], dtype=np.int32).tobytes()) for f in features]
     if cache.exists():
         data = np.load(cache)
         logits = np.split(data["logits"], np.cumsum(data["lengths"])[:-1])
     else:
+        todo = [i for i, k in enumerate(keys) if k not in SEEN]
         started = time.perf_counter()
-        logits = run_heads(model.net, features, [name])[name]
+        for i, x in zip(todo, run_heads(model.net, [features[i] for i in todo], [name])[name] if todo else []):
+            SEEN[keys[i]] = x
         seconds = time.perf_counter() - started
-        log(f"  {len(features)} windows in {seconds:.0f} s")
+        logits = [SEEN[k] for k in keys]
+        log(f"  {len(features)} windows, {len(todo)} read in {seconds:.0f} s")
         np.savez(cache, logits=np.concatenate(logits), lengths=np.array([len(x) for x in logits]),
-                 encoder_seconds=seconds)
+                 encoder_seconds=seconds, windows_read=len(todo))
+    for k, x in zip(keys, logits):
+        SEEN.setdefault(k, x)
     return task, features, owner, logits
 
 
@@ -176,7 +193,8 @@ def tuned_match(model, label: str, versions: dict, work: Path, weights: list[flo
     (`versions`: filler and article of questions the table does not score), and the weight with
     the best mean of the two."""
     tried = {}
-    got = {v: window_logits(model, versions[v], work / f"{label}-tune-{v}.npz") for v in ("filler", "article")}
+    got = {v: window_logits(model, versions[v], work / f"{label}-tune-{v.replace(' ', '-')}.npz")
+           for v in versions if v != "plain"}
     for w in weights:
         tried[w] = {v: our_scores(*got[v], versions[v], "relative", None, w)["f1"] for v in got}
     best = max(weights, key=lambda w: (sum(tried[w].values()), -w))
@@ -185,12 +203,14 @@ def tuned_match(model, label: str, versions: dict, work: Path, weights: list[flo
 
 def run_ours(label: str, directory: Path, versions: dict, tune: list | None, work: Path,
              paragraphs: bool = False, match_versions: dict | None = None, weights: list[float] = (),
-             fixed_match: float | None = None) -> dict:
+             fixed_match: float | None = None, segments: bool = False) -> dict:
     import bertheads
 
     model = bertheads.load(directory)
+    model.weights_key = hash(str(Path(directory).resolve()))
     for task in model.net.tasks.values():
         task.spec.paragraph_windows = paragraphs
+        task.spec.topic_segments = segments
         task.spec.paragraph_match = 0.0
     rows: dict = {}
     match = fixed_match if paragraphs else None
@@ -206,7 +226,7 @@ def run_ours(label: str, directory: Path, versions: dict, tune: list | None, wor
         rows["thresholds"] = {c: round(t, 4) for c, t in thresholds.items()}
     for version, examples in versions.items():
         log(f"{label}: {version}")
-        got = window_logits(model, examples, work / f"{label}-{version}.npz")
+        got = window_logits(model, examples, work / f"{label}-{version.replace(' ', '-')}.npz")
         rows[version] = {"windows": len(got[1]),
                          **{c: our_scores(*got, examples, c, thresholds.get(c)) for c in CHOICES}}
         if match is not None:
@@ -215,7 +235,7 @@ def run_ours(label: str, directory: Path, versions: dict, tune: list | None, wor
         oracle = oracle_scores(*got, examples) if tune is None else None
         if oracle:
             rows[version]["oracle window"] = oracle
-        data = np.load(work / f"{label}-{version}.npz")
+        data = np.load(work / f"{label}-{version.replace(' ', '-')}.npz")
         if "encoder_seconds" in data:
             rows[version]["encoder_seconds"] = round(float(data["encoder_seconds"]), 2)
         rows[version]["decode_seconds"] = decode_seconds(*got, examples, match=match)
@@ -224,15 +244,19 @@ def run_ours(label: str, directory: Path, versions: dict, tune: list | None, wor
 
 def read_with_ours(spec: str, versions: dict, tune: list | None, work: Path, windows: str,
                    match_versions: dict | None = None, weights: list[float] = (),
-                   fixed_match: float | None = None) -> dict:
+                   fixed_match: float | None = None, segments: str = "on") -> dict:
     """`LABEL=DIR`'s rows, read with windows across paragraphs (`windows` "across" or "both")
-    and with paragraph windows (as `LABEL+para`; "para" or "both"; with `weights`, also the
-    paragraph-match weight tuned on `match_versions`)."""
+    and with paragraph windows ("para" or "both"): with topic segments as `LABEL+para`
+    (`segments` "on" or "both"), without as `LABEL+para-noseg` ("off" or "both"); with
+    `weights`, also the paragraph-match weight tuned on `match_versions`."""
     label, directory = spec.split("=", 1)
-    reads = [(label, False)] if windows != "para" else []
-    reads += [(f"{label}+para", True)] if windows != "across" else []
-    return {name: run_ours(name, Path(directory), versions, tune, work, para, match_versions, weights, fixed_match)
-            for name, para in reads}
+    reads = [(label, False, False)] if windows != "para" else []
+    if windows != "across":
+        reads += [(f"{label}+para", True, True)] if segments != "off" else []
+        reads += [(f"{label}+para-noseg", True, False)] if segments != "on" else []
+    return {name: run_ours(name, Path(directory), versions, tune, work, para, match_versions, weights, fixed_match,
+                           seg)
+            for name, para, seg in reads}
 
 
 # -- the Trainer's model, run_qa way --------------------------------------------------------------
@@ -350,12 +374,17 @@ def main() -> None:
                         help="also read each model with --paragraph-windows (rows 'LABEL+para')")
     parser.add_argument("--paragraph-windows-only", action="store_true",
                         help="read each model with --paragraph-windows only (rows 'LABEL+para')")
+    parser.add_argument("--topic-segments", choices=("on", "off", "both"), default="on",
+                        help="with paragraph windows: cut paragraphs longer than a window at their topic "
+                             "shifts (on, the default for new models), not (off), or both (rows 'LABEL+para-seg')")
     parser.add_argument("--match-weights", type=lambda t: [float(x) for x in t.split(",")], default=[],
                         help="paragraph-match weights to try (comma-separated): chosen on the filler and "
                              "article versions of eval questions N..2N-1, reported as 'relative+match W'")
     parser.add_argument("--match", type=float, default=None, metavar="W",
                         help="also decode every model with paragraph-match weight W (row 'relative+match W'; "
                              "--match-weights chooses it instead for v1.1 models)")
+    parser.add_argument("--versions", type=lambda t: t.split(","), default=list(VERSIONS),
+                        help="comma-separated versions to read (default: all; 'plain' is always read)")
     parser.add_argument("--name", default="qa-long")
     args = parser.parse_args()
     reads = "para" if args.paragraph_windows_only else "both" if args.paragraph_windows else "across"
@@ -374,30 +403,38 @@ def main() -> None:
     record: dict = {"command": " ".join(["python", "bench/qa_long.py", *sys.argv[1:]]),
                     "environment": environment(), "load_average_start": os.getloadavg()}
     v1_path = require_data("squad", "eval-split.json")
-    v1 = build_versions(v1_path, read_examples(str(v1_path))[: args.limit], tokenizer)
+    wanted = ["plain", *(v for v in args.versions if v != "plain")]
+
+    def only(versions: dict) -> dict:
+        return {v: versions[v] for v in wanted}
+
+    every_v1 = build_versions(v1_path, read_examples(str(v1_path))[: args.limit], tokenizer)
+    v1 = only(every_v1)
     if args.speed:
         record["speed"] = {}
         for version in args.speed_version:
-            examples = v1[version][: args.speed_limit]
+            examples = every_v1[version][: args.speed_limit]
             inputs = [{"question": e.question, "context": e.context} for e in examples]
             log(f"speed: {version}, {len(inputs)} questions")
             record["speed"][version] = speed(args.speed, inputs, args.rounds)
     held_out = None
     if args.match_weights:
         all_v1 = read_examples(str(v1_path))
-        held_out = build_versions(v1_path, all_v1[args.limit: 2 * args.limit], tokenizer)
+        held_out = only(build_versions(v1_path, all_v1[args.limit: 2 * args.limit], tokenizer))
     for spec in args.ours:
-        record.update(read_with_ours(spec, v1, None, work, reads, held_out, args.match_weights, args.match))
+        record.update(read_with_ours(spec, v1, None, work, reads, held_out, args.match_weights, args.match,
+                                     args.topic_segments))
     if args.trainer:
         record["trainer"] = run_trainer_model(args.trainer, v1, work)
     if args.ours_v2:
         v2_path = require_data("squad2", "eval-split.json")
         all_v2 = read_examples(str(v2_path))
         n = args.v2_limit or args.limit
-        v2 = build_versions(v2_path, all_v2[:n], tokenizer)
+        v2 = only(build_versions(v2_path, all_v2[:n], tokenizer))
         tune = all_v2[n: 2 * n]
         for spec in args.ours_v2:
-            record.update(read_with_ours(spec, v2, tune, work, reads, fixed_match=args.match))
+            record.update(read_with_ours(spec, v2, tune, work, reads, fixed_match=args.match,
+                                         segments=args.topic_segments))
     record["load_average_end"] = os.getloadavg()
     path = save_json(args.name, record)
     print(markdown(record))
@@ -410,33 +447,36 @@ def model_rows(r: dict) -> dict:
 
 
 def markdown(r: dict) -> str:
+    versions = [v for v in VERSIONS if all(v in rows for rows in model_rows(r).values())]
     lines = [f"`{r['command']}`; load average {r['load_average_start'][0]:.1f} -> {r['load_average_end'][0]:.1f}", "",
-             "| model | decoding | plain F1 (EM) | filler F1 (EM) | article F1 (EM) | filler cost | article cost |",
-             "|---|---|---|---|---|---|---|"]
+             "| model | decoding | " + " | ".join(f"{v} F1 (EM)" for v in versions) + " | "
+             + " | ".join(f"{v} cost" for v in versions[1:]) + " |",
+             "|---|---|" + "---|" * (2 * len(versions) - 1)]
     for label, rows in model_rows(r).items():
         for choice in rows["plain"]:
             if choice not in CHOICES and choice not in ("run_qa", "oracle window") and "+match" not in choice:
                 continue
-            if any(choice not in rows[v] for v in VERSIONS):
+            if any(choice not in rows[v] for v in versions):
                 continue
-            cells = [rows[v][choice] for v in VERSIONS]
+            cells = [rows[v][choice] for v in versions]
             f1 = [c["f1"] for c in cells]
             lines.append(f"| {label} | {choice} | " + " | ".join(f"{c['f1']:.2f} ({c['exact']:.2f})" for c in cells)
-                         + f" | {f1[0] - f1[1]:.2f} | {f1[0] - f1[2]:.2f} |")
+                         + " | " + " | ".join(f"{f1[0] - f:.2f}" for f in f1[1:]) + " |")
     lines.append("")
     for label, rows in model_rows(r).items():
-        lines.append(f"{label} windows: " + ", ".join(f"{v} {rows[v]['windows']}" for v in VERSIONS))
-        for v in VERSIONS:
+        lines.append(f"{label} windows: " + ", ".join(f"{v} {rows[v]['windows']}" for v in versions))
+        for v in versions:
             if "decode_seconds" in rows[v]:
                 lines.append(f"{label} {v}: encoder {rows[v].get('encoder_seconds', '?')} s (this run or the "
                              f"cached one), decoding {rows[v]['decode_seconds']} s")
         if "paragraph_match" in rows:
-            lines.append(f"{label} paragraph-match weights, held-out filler/article F1: " + ", ".join(
-                f"{w}: {f['filler']:.2f}/{f['article']:.2f}" for w, f in rows["paragraph_match"]["weights"].items())
+            lines.append(f"{label} paragraph-match weights, held-out F1 ({', '.join(versions[1:])}): " + ", ".join(
+                f"{w}: " + "/".join(f"{f[v]:.2f}" for v in versions[1:] if v in f)
+                for w, f in rows["paragraph_match"]["weights"].items())
                 + f"; chosen {rows['paragraph_match']['chosen']:g}")
         if "thresholds" in rows:
             lines.append(f"{label} null thresholds (tuned on held-out plain questions): {rows['thresholds']}")
-            for v in VERSIONS:
+            for v in versions:
                 lines.append(f"{label} {v} HasAns/NoAns F1: " + ", ".join(
                     f"{c} {got['HasAns_f1']:.1f}/{got['NoAns_f1']:.1f}" for c, got in rows[v].items()
                     if isinstance(got, dict) and "HasAns_f1" in got))

@@ -257,10 +257,12 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     assert main(["train", "qa", "--train", str(train), "--out", str(out), "--model", tiny_bert, "--epochs", "1",
                  "--max-length", "64", "--stride", "16", "--max-question-length", "16", "--no-progress",
                  "--window-choice", "relative+context", "--negative-windows", "2", "--join-passages", "1",
-                 "--paragraph-windows", "--shared-norm", "--paragraph-match", "2.5"]) == 0
+                 "--paragraph-windows", "--shared-norm", "--paragraph-match", "2.5", "--no-topic-segments"]) == 0
     model = bertheads.load(out)
     spec = model.task().spec
-    assert spec.shared_norm
+    assert spec.shared_norm and not spec.topic_segments
+    model.choose_windows(topic_segments=True)  # predict/evaluate --topic-segments
+    assert model.task().spec.topic_segments
     assert spec.window_choice == "relative+context" and spec.negative_windows == 2 and spec.join_passages == 1
     assert spec.paragraph_windows and spec.paragraph_match == 2.5
     model.choose_windows(window_choice="raw")  # predict/evaluate --window-choice
@@ -434,3 +436,64 @@ def test_paragraph_match_changes_nothing_on_one_paragraph(tiny_bert):
     task.spec.paragraph_match = 50.0
     after = task.collect(logits, owner, [example], feats)[0]
     assert len(feats) > 3 and np.array_equal(before.scores, after.scores) and np.array_equal(before.spans, after.spans)
+
+
+# -- passages without paragraph breaks: topic segments ----------------------------------------------
+RIVER = ["The river Rhine floods its valley every spring.", "Boats on the Rhine carry coal and grain downstream.",
+         "Its valley floods when snow melts in the Alps.", "Barges and boats crowd the river harbours of the Rhine."]
+MUSIC = ["A violin concerto needs a soloist and an orchestra.", "The orchestra tunes to the oboe before the concerto.",
+         "Soloists practise the violin cadenza for months.", "An orchestra without a conductor rarely plays a concerto."]
+
+
+def word_starts(text: str) -> list[int]:
+    import re
+
+    return [m.start() for m in re.finditer(r"\w+|[^\w\s]", text)]
+
+
+def test_sentence_spans_keep_titles_initials_and_lower_case_continuations():
+    from bertheads.tasks.qa.segments import sentence_spans
+
+    text = 'Dr. Who met J. Smith, e.g. there. Then "he left." Finally! 東京。大阪。'
+    assert [text[a:b] for a, b in sentence_spans(text)] == [
+        "Dr. Who met J. Smith, e.g. there.", 'Then "he left."', "Finally!", "東京。", "大阪。"]
+
+
+def test_topic_spans_cut_flat_text_where_the_subject_changes():
+    from bertheads.tasks.qa.segments import topic_spans
+
+    text = " ".join(RIVER * 2 + MUSIC * 2)
+    starts = word_starts(text)
+    spans = topic_spans(text, starts, room=60, min_tokens=20)
+    assert [text[a:b] for a, b in spans] == [" ".join(RIVER * 2), " ".join(MUSIC * 2)]
+    assert topic_spans(text, starts, room=len(starts)) == [(0, len(text))]  # it fits: kept whole
+    one = "a " * 200 + "b."
+    assert topic_spans(one, word_starts(one), room=10) == [(0, len(one))]  # one sentence: kept whole
+
+
+def test_topic_segments_read_each_topic_of_a_flat_passage_alone(tiny_bert):
+    context = " ".join(RIVER * 2 + MUSIC * 2)
+    music = " ".join(MUSIC * 2)
+    example = QAExample("What tunes to the oboe?", context, "x", ["The orchestra"], [context.index(music) + 52])
+    task, tokenizer = make_task(tiny_bert, max_length=64, stride=8, max_question_length=12)  # the defaults
+    feats, _ = task.encode_for_inference([example], tokenizer, with_labels=True)
+    flat, _ = make_task(tiny_bert, max_length=64, stride=8, max_question_length=12, topic_segments=False)
+    plain, _ = flat.encode_for_inference([example], tokenizer)
+    shown = [context[f["_offsets"][f["_context"][0]][0]: f["_offsets"][f["_context"][1]][1]] for f in feats]
+    assert any(text.startswith(MUSIC[0]) for text in shown)  # a window starts where the music does
+    assert all(music.startswith(text) or text in " ".join(RIVER * 2) or text in music for text in shown)
+    assert any("Rhine" in t and "violin" in t for t in
+               (context[f["_offsets"][f["_context"][0]][0]: f["_offsets"][f["_context"][1]][1]] for f in plain))
+    held = [f for f in feats if f["start_positions"] > 0]
+    assert held and context[held[0]["_offsets"][held[0]["start_positions"]][0]:].startswith("The orchestra")
+    # the segments count as paragraphs for the match
+    assert len({f["_paragraph"] for f in feats}) == 2
+
+
+def test_topic_segments_leave_one_window_passages_alone(tiny_bert):
+    example = QAExample("What floods?", " ".join(RIVER + MUSIC[:1]), "x")
+    on, tokenizer = make_task(tiny_bert, max_length=128, stride=8, max_question_length=12)
+    off, _ = make_task(tiny_bert, max_length=128, stride=8, max_question_length=12, topic_segments=False)
+    a, b = on.windows([example], tokenizer)[0], off.windows([example], tokenizer)[0]
+    assert len(a) == 1 and a[0]["input_ids"] == b[0]["input_ids"]
+    assert not QATask.spec_from_dict({"max_length": 256}).topic_segments and QASpec().topic_segments

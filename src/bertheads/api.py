@@ -126,12 +126,13 @@ class Model:
                 task.set_options(**{key: value})
 
     def choose_windows(self, head: str | None = None, window_choice: str | None = None,
-                       paragraph_windows: bool | None = None, paragraph_match: float | None = None) -> None:
+                       paragraph_windows: bool | None = None, paragraph_match: float | None = None,
+                       topic_segments: bool | None = None) -> None:
         """Override how a head compares spans of a long passage's windows, whether each paragraph
-        gets windows of its own, and how much a paragraph's match with the question's words
-        counts (`set_options`)."""
+        gets windows of its own, how much a paragraph's match with the question's words counts,
+        and whether flat text is cut at its topic shifts (`set_options`)."""
         self.set_options(head, window_choice=window_choice, paragraph_windows=paragraph_windows,
-                         paragraph_match=paragraph_match)
+                         paragraph_match=paragraph_match, topic_segments=topic_segments)
 
     def render(self, predictions: list[dict], examples: list, fmt: str | None = None, head: str | None = None) -> str:
         """Predictions as the text `bertheads predict` writes (JSON lines unless the task has a format)."""

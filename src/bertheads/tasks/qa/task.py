@@ -62,6 +62,7 @@ from bertheads.tasks.qa.passages import (
 )
 from bertheads.tasks.qa.predictions import probability, write_predictions
 from bertheads.tasks.qa.report import qa_section
+from bertheads.tasks.qa.segments import topic_spans
 from bertheads.tasks.qa.spans import (
     WINDOW_CHOICES,
     QAOutput,
@@ -95,6 +96,7 @@ class QASpec(HeadSettings):
     paragraph_windows: bool = True  # each paragraph of a passage read in windows of its own
     shared_norm: bool = False  # training: a question's windows share one start and one end softmax
     paragraph_match: float = 6.0  # a span loses this x how much worse its paragraph matches the question
+    topic_segments: bool = True  # a paragraph longer than a window is read in segments cut at its topic shifts
 
 
 @dataclass
@@ -113,6 +115,8 @@ class QAOptions:
     paragraph_match: float | None = option(None, "qa: override the saved weight of how well each paragraph "
                                                  "matches the question", type=non_negative_float, metavar="W",
                                            spec=True)
+    topic_segments: bool | None = option(None, "qa: override whether a paragraph longer than a window is read "
+                                               "in segments cut at its topic shifts", spec=True)
 
 
 class QAHead(nn.Module):
@@ -184,6 +188,10 @@ class QATask(Task):
                        help="read each paragraph of a passage (split at blank lines, else at line breaks; "
                             "short ones join the next) in windows of its own, as SQuAD's paragraphs are "
                             "read (default); --no-paragraph-windows: windows run across paragraph ends")
+        g.add_argument("--topic-segments", action=argparse.BooleanOptionalAction, default=True,
+                       help="with --paragraph-windows: a paragraph longer than one window (a passage without "
+                            "line breaks) is cut where its sentences change subject, and each segment is read "
+                            "and matched as a paragraph (default); --no-topic-segments: plain windows")
         g.add_argument("--shared-norm", action="store_true",
                        help="training: the windows of a question (its own and, with --negative-windows, "
                             "other passages') are batched together and share one softmax over their "
@@ -196,11 +204,11 @@ class QATask(Task):
 
     @classmethod
     def spec_from_dict(cls, data: dict) -> QASpec:
-        """Models saved before `window_choice`, `paragraph_windows` and `paragraph_match` existed
-        keep the raw comparison, the windows across paragraphs and no paragraph match, as they
-        were tuned."""
+        """Models saved before `window_choice`, `paragraph_windows`, `paragraph_match` and
+        `topic_segments` existed keep the raw comparison, the windows across paragraphs, no
+        paragraph match and plain windows over flat text, as they were tuned."""
         return super().spec_from_dict({"window_choice": "raw", "paragraph_windows": False, "paragraph_match": 0.0,
-                                       **data})
+                                       "topic_segments": False, **data})
 
     @classmethod
     def build(cls, spec: QASpec, encoder, pooler_state=None) -> QATask:
@@ -272,11 +280,21 @@ class QATask(Task):
         questions = cut_questions(tokenizer, [e.question.lstrip() for e in examples], spec.max_question_length)
         pieces = [(i, a, b) for i, e in enumerate(examples)
                   for a, b in (paragraph_spans(e.context) if paragraphs else [(0, len(e.context))])]
-        enc = tokenizer([questions[i] for i, _, _ in pieces], [examples[i].context[a:b] for i, a, b in pieces],
-                        truncation="only_second", max_length=spec.max_length, stride=spec.stride,
-                        return_overflowing_tokens=True, return_offsets_mapping=True, padding=False,
-                        return_token_type_ids=True, return_attention_mask=False)
+
+        def encode(pieces):
+            return tokenizer([questions[i] for i, _, _ in pieces], [examples[i].context[a:b] for i, a, b in pieces],
+                             truncation="only_second", max_length=spec.max_length, stride=spec.stride,
+                             return_overflowing_tokens=True, return_offsets_mapping=True, padding=False,
+                             return_token_type_ids=True, return_attention_mask=False)
+
+        enc = encode(pieces)
         piece_of = [int(i) for i in enc["overflow_to_sample_mapping"]]
+        if paragraphs and spec.topic_segments:
+            split = topic_pieces(examples, pieces, piece_of, enc, tokenizer)
+            if len(split) > len(pieces):
+                pieces = split
+                enc = encode(pieces)
+                piece_of = [int(i) for i in enc["overflow_to_sample_mapping"]]
         feats = []
         flags: tuple[int, np.ndarray] | None = None  # the current passage's character classes
         for w, p in enumerate(piece_of):
@@ -572,6 +590,31 @@ def check_settings(spec: QASpec, encoder) -> None:
 
 
 # -- windows ---------------------------------------------------------------------------------
+def topic_pieces(examples: list[QAExample], pieces: list[tuple[int, int, int]], piece_of: list[int], enc,
+                 tokenizer) -> list[tuple[int, int, int]]:
+    """`pieces` (example, first and last character) with each one that needed more than one
+    window cut at its topic shifts (`segments.topic_spans`), so that each segment fits the
+    passage room of that question's windows where its sentences allow; pieces that fit one
+    window stay as they are."""
+    first: dict[int, int] = {}
+    for w, p in enumerate(piece_of):
+        first.setdefault(p, w)
+    windows = np.bincount(piece_of, minlength=len(pieces))
+    long = [p for p in range(len(pieces)) if windows[p] > 1]
+    if not long:
+        return pieces
+    texts = [examples[pieces[p][0]].context[pieces[p][1]: pieces[p][2]] for p in long]
+    starts = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True,
+                       return_attention_mask=False, return_token_type_ids=False)["offset_mapping"]
+    cut: dict[int, list[tuple[int, int, int]]] = {}
+    for p, text, offsets in zip(long, texts, starts):
+        seq = enc.sequence_ids(first[p])
+        room = len(seq) - seq.index(1) - seq[::-1].index(1)  # passage tokens in the (full) first window
+        i, a, _ = pieces[p]
+        cut[p] = [(i, a + s, a + t) for s, t in topic_spans(text, [o[0] for o in offsets], room)]
+    return [q for p, piece in enumerate(pieces) for q in cut.get(p, [piece])]
+
+
 def line_of(record: str) -> int | None:
     """The line number in a "FILE:LINE" record name, if it has one."""
     tail = record.rpartition(":")[2]
