@@ -114,3 +114,28 @@ def topic_spans(text: str, token_starts: np.ndarray, room: int, block: int = BLO
             continue
         k += 1
     return [(sentences[x][0], sentences[y - 1][1]) for x, y in zip(bounds, bounds[1:])]
+
+
+def topic_pieces(examples: list, pieces: list[tuple[int, int, int]], piece_of: list[int], enc,
+                 tokenizer) -> list[tuple[int, int, int]]:
+    """`pieces` (example, first and last character of its `context`) with each one that needed
+    more than one window (`enc`, the tokenizer's windows of the pieces; `piece_of[w]`: window
+    w's piece) cut at its topic shifts (`topic_spans`, with that question's passage room);
+    pieces that fit one window stay as they are."""
+    first: dict[int, int] = {}
+    for w, p in enumerate(piece_of):
+        first.setdefault(p, w)
+    windows = np.bincount(piece_of, minlength=len(pieces))
+    long = [p for p in range(len(pieces)) if windows[p] > 1]
+    if not long:
+        return pieces
+    texts = [examples[pieces[p][0]].context[pieces[p][1]: pieces[p][2]] for p in long]
+    starts = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True,
+                       return_attention_mask=False, return_token_type_ids=False)["offset_mapping"]
+    cut: dict[int, list[tuple[int, int, int]]] = {}
+    for p, text, offsets in zip(long, texts, starts):
+        seq = enc.sequence_ids(first[p])
+        room = len(seq) - seq.index(1) - seq[::-1].index(1)  # passage tokens in the (full) first window
+        i, a, _ = pieces[p]
+        cut[p] = [(i, a + s, a + t) for s, t in topic_spans(text, [o[0] for o in offsets], room)]
+    return [q for p, piece in enumerate(pieces) for q in cut.get(p, [piece])]

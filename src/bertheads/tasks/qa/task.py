@@ -62,7 +62,7 @@ from bertheads.tasks.qa.passages import (
 )
 from bertheads.tasks.qa.predictions import probability, write_predictions
 from bertheads.tasks.qa.report import qa_section
-from bertheads.tasks.qa.segments import topic_spans
+from bertheads.tasks.qa.segments import topic_pieces
 from bertheads.tasks.qa.spans import (
     WINDOW_CHOICES,
     QAOutput,
@@ -590,31 +590,6 @@ def check_settings(spec: QASpec, encoder) -> None:
 
 
 # -- windows ---------------------------------------------------------------------------------
-def topic_pieces(examples: list[QAExample], pieces: list[tuple[int, int, int]], piece_of: list[int], enc,
-                 tokenizer) -> list[tuple[int, int, int]]:
-    """`pieces` (example, first and last character) with each one that needed more than one
-    window cut at its topic shifts (`segments.topic_spans`), so that each segment fits the
-    passage room of that question's windows where its sentences allow; pieces that fit one
-    window stay as they are."""
-    first: dict[int, int] = {}
-    for w, p in enumerate(piece_of):
-        first.setdefault(p, w)
-    windows = np.bincount(piece_of, minlength=len(pieces))
-    long = [p for p in range(len(pieces)) if windows[p] > 1]
-    if not long:
-        return pieces
-    texts = [examples[pieces[p][0]].context[pieces[p][1]: pieces[p][2]] for p in long]
-    starts = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True,
-                       return_attention_mask=False, return_token_type_ids=False)["offset_mapping"]
-    cut: dict[int, list[tuple[int, int, int]]] = {}
-    for p, text, offsets in zip(long, texts, starts):
-        seq = enc.sequence_ids(first[p])
-        room = len(seq) - seq.index(1) - seq[::-1].index(1)  # passage tokens in the (full) first window
-        i, a, _ = pieces[p]
-        cut[p] = [(i, a + s, a + t) for s, t in topic_spans(text, [o[0] for o in offsets], room)]
-    return [q for p, piece in enumerate(pieces) for q in cut.get(p, [piece])]
-
-
 def line_of(record: str) -> int | None:
     """The line number in a "FILE:LINE" record name, if it has one."""
     tail = record.rpartition(":")[2]
