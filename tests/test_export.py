@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from helpers_multi import save_heads
 
 import bertheads
 from bertheads.base.errors import UserError
+from bertheads.base.machine import machine, pretend
 from bertheads.cli.main import main
 from bertheads.export import onnx as export_onnx
 from bertheads.export.hf import export_hf
@@ -96,7 +98,8 @@ def test_export_meta_and_int8_settings(model_dir):
     fused = meta["graphs"]["fp32"]["fusions"]["ops"]
     assert fused["Attention"] == 2 and fused["SkipLayerNormalization"] >= 2 and fused["BiasGelu"] == 2
     settings = meta["graphs"]["int8"]["quantization"]
-    assert settings["per_channel"] and settings["reduce_range"] and settings["weight_type"] == "QInt8"
+    assert settings["per_channel"] and settings["weight_type"] == "QInt8"
+    assert settings["reduce_range"] is machine().int8_pairs_saturate  # 7-bit weights only where pairs overflow
     import onnx
 
     heads = export_onnx.head_nodes(model_dir / "onnx" / "model.onnx")
@@ -180,6 +183,37 @@ def test_int8_without_int8_graph(model_dir, tmp_path, capsys):
     code, err = run_cli(capsys, "predict", target, "--head", "qa", "--question", "q", "--context", "c",
                         "--runtime", "onnx", "--precision", "int8")
     assert code == 2 and "no int8 graph" in err and "--quantize int8" in err and len(err.splitlines()) == 1
+
+
+def test_int8_weight_range_follows_the_cpu(model_dir, tmp_path, capsys):
+    """Full-range int8 weights where the CPU has VNNI; 7 bits where its kernels add pairs of
+    products in 16 bits; a full-range graph refused there with one line."""
+    avx2 = replace(machine(), flags=frozenset({"avx2"}))  # this machine's runtimes, other CPU flags
+    vnni = replace(machine(), flags=frozenset({"avx2", "avx512f", "avx512_vnni"}))
+    fp32 = model_dir / "onnx" / "model.onnx"
+    for fake, seven_bits in ((avx2, True), (vnni, False)):
+        with pretend(fake):
+            info = export_onnx.quantize(fp32, tmp_path / f"{fake.cpu_int8}.onnx", export_onnx.Int8Settings())
+        assert info["reduce_range"] is seven_bits
+    import onnx
+    from onnx import numpy_helper
+
+    def largest_int8_weight(path: Path) -> int:
+        return max(int(np.abs(numpy_helper.to_array(t).astype(np.int32)).max())
+                   for t in onnx.load(str(path)).graph.initializer if t.data_type == onnx.TensorProto.INT8)
+
+    assert largest_int8_weight(tmp_path / "False.onnx") <= 64 < largest_int8_weight(tmp_path / "True.onnx")
+    target = copy_model(model_dir, tmp_path)
+    meta_path = target / "onnx" / "export.json"
+    meta = json.loads(meta_path.read_text())
+    meta["graphs"]["int8"]["quantization"]["reduce_range"] = False
+    meta_path.write_text(json.dumps(meta))
+    with pretend(avx2):
+        code, err = run_cli(capsys, "predict", target, "--head", "qa", "--question", "q", "--context", "c",
+                            "--runtime", "onnx", "--precision", "int8")
+    assert code == 2 and "full 8 bits" in err and "--quantize int8` here" in err and len(err.splitlines()) == 1
+    with pretend(vnni):
+        assert bertheads.load(target, runtime="onnx", precision="int8").mode.key == "onnx/int8"
 
 
 def test_missing_export_and_torch_int8(model_dir, tmp_path, capsys):

@@ -51,6 +51,12 @@ class Machine:
         """int8 dot-product units (AMX, AVX512_VNNI or AVX_VNNI)."""
         return bool({"amx_int8", "avx512_vnni", "avx_vnni"} & self.flags)
 
+    @property
+    def int8_pairs_saturate(self) -> bool:
+        """x86 without VNNI (AVX2): u8 x s8 int8 kernels add pairs of products in 16 bits, which
+        full-range int8 weights can overflow."""
+        return "avx2" in self.flags and not self.cpu_int8
+
     def flag_text(self) -> str:
         shown = [f for f in CPU_FLAGS if f in self.flags]
         return " ".join(shown) or "none of " + ",".join(CPU_FLAGS)

@@ -12,8 +12,9 @@ DIR/onnx/README.md         the model card: the heads, their raw outputs, ONNX Ru
 The graph comes from torch's exporter (`torch.onnx.export(..., dynamo=True)`), with dynamic
 batch and sequence axes. It is then optimized with the ONNX Runtime transformer fusions that
 onnxscript applies to exporter graphs (attention, skip-LayerNorm, bias-GELU; exact GELU, no
-tanh approximation). The int8 graph is dynamic quantization: per-channel int8 weights in
-reduced range (7 bits), activations quantized per batch at run time; the heads stay fp32.
+tanh approximation). The int8 graph is dynamic quantization: per-channel int8 weights (7 bits
+unless the exporting CPU has VNNI or AMX), activations quantized per batch at run time; the
+heads stay fp32.
 The directory is written into a temporary sibling and renamed into place.
 """
 
@@ -23,7 +24,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ from torch import nn
 
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
+from bertheads.base.machine import machine
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.saved import bundle, card
 from bertheads.store.atomic import atomic_directory, check_replaceable
@@ -53,12 +55,16 @@ class Int8Settings:
 
     `reduce_range`: weights use 7 of the 8 bits. On x86 CPUs without VNNI the u8 x s8 int8
     kernels add pairs of products in 16 bits (VPMADDUBSW), which can saturate with full-range
-    weights and give wrong answers; with 7-bit weights a pair's sum always fits."""
+    weights and give wrong answers; with 7-bit weights a pair's sum always fits. None: 7 bits
+    when the exporting CPU is such a one, all 8 (closer to fp32) when it has VNNI or AMX; a
+    full-range graph is refused on a CPU whose pairs saturate (`onnx_runtime.read_export`).
+    `keep_after_activation`: the products that read a feed-forward activation stay fp32."""
 
     weight_type: str = "QInt8"
     per_channel: bool = True
-    reduce_range: bool = True
+    reduce_range: bool | None = None
     op_types: tuple[str, ...] = ("MatMul", "Attention")
+    keep_after_activation: bool = False
 
 
 def manifest_digest(directory: Path) -> str:
@@ -218,15 +224,18 @@ def after_activation(path: Path) -> list[str]:
 def quantize(src: Path, dst: Path, settings: Int8Settings) -> dict:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    if settings.reduce_range is None:
+        settings = replace(settings, reduce_range=machine().int8_pairs_saturate)
     heads = head_nodes(src)
+    kept = after_activation(src) if settings.keep_after_activation else []
     # the quantizer first rewrites each Gemm into a MatMul named NAME_MatMul (and an Add)
-    excluded = heads + [f"{name}_MatMul" for name in heads]
+    excluded = heads + [f"{name}_MatMul" for name in heads] + kept
     quantize_dynamic(str(src), str(dst), weight_type=getattr(QuantType, settings.weight_type),
                      per_channel=settings.per_channel, reduce_range=settings.reduce_range,
                      op_types_to_quantize=list(settings.op_types), nodes_to_exclude=excluded)
     ops = op_counts(dst)
     return {**asdict(settings), "op_types": list(settings.op_types), "heads_kept_fp32": len(heads),
-            "quantized_ops": {k: v for k, v in ops.items() if k in ("MatMulInteger", "QAttention",
+            "kept_fp32_after_activation": len(kept), "quantized_ops": {k: v for k, v in ops.items() if k in ("MatMulInteger", "QAttention",
                                                                        "DynamicQuantizeMatMul")},
             "fp32_ops_left": {k: v for k, v in ops.items() if k in ("Attention", "MatMul", "Gemm")}}
 

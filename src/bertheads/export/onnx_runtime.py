@@ -21,6 +21,7 @@ import torch
 
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
+from bertheads.base.machine import machine
 from bertheads.encoder.pretrained import EncoderInfo, load_tokenizer
 from bertheads.export.onnx import GRAPHS, INPUTS, META, ONNX_DIR, PRECISIONS, manifest_digest, session
 from bertheads.saved import bundle
@@ -63,6 +64,10 @@ def read_export(directory: Path, graph: str) -> tuple[dict, Path]:
     path = onnx_dir / graph.get("file", GRAPHS[precision])
     if not path.is_file():
         raise UserError(f"{path}: missing; run `{export_cmd}`")
+    here = machine()
+    if precision == "int8" and graph.get("quantization", {}).get("reduce_range") is False and here.int8_pairs_saturate:
+        raise UserError(f"{path}: its int8 weights use the full 8 bits (exported on a CPU with VNNI or AMX), which "
+                        f"this CPU's int8 kernels can overflow (flags: {here.flag_text()}); run `{export_cmd}` here")
     return meta, path
 
 
