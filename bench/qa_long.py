@@ -25,8 +25,8 @@ applied unchanged to the long versions. The Hugging Face Trainer's model (traine
         --ours-v2 v2=bench/out/qalong/ours-v2
     # the paragraph-match weight, chosen on held-out long versions (eval questions N..2N-1)
     python bench/qa_long.py --ours v1=bench/out/qalong/ours-v1 --paragraph-windows-only --match-weights 0,2,4,6,8
-    # prediction speed: before (raw, token windows), paragraph windows without the match, and the
-    # defaults (rounds alternate)
+    # prediction speed: before (raw, token windows), paragraph windows and the match without topic
+    # segments, and the defaults (rounds alternate)
     python bench/qa_long.py --speed bench/out/qalong/ours-v1 --speed-limit 300
 
 Results: bench/out/qa-long.json (or --name); Markdown on stdout.
@@ -118,6 +118,8 @@ def window_logits(model, examples, cache: Path):
     keys = [(model.weights_key, np.asarray(f["input_ids"], dtype=np.int32).tobytes()) for f in features]
     if cache.exists():
         data = np.load(cache)
+        if data["lengths"].tolist() != [len(f["input_ids"]) for f in features]:
+            raise SystemExit(f"{cache} holds other windows than these settings give; delete it or match them")
         logits = np.split(data["logits"], np.cumsum(data["lengths"])[:-1])
     else:
         todo = [i for i, k in enumerate(keys) if k not in SEEN]
@@ -330,27 +332,29 @@ def run_trainer_model(model_dir: Path, versions: dict, work: Path) -> dict:
 def speed(directory: Path, inputs: list[dict], rounds: int) -> dict:
     """`Model.predict` end to end, rounds alternating: the decoding before long passages were
     handled (raw scores, windows across paragraph ends), paragraph windows with relative scores
-    and no paragraph match, and today's defaults (those with `QASpec.paragraph_match`)."""
+    and the paragraph match but no topic segments, and today's defaults (with topic segments)."""
     import bertheads
     from bertheads.tasks.qa.task import QASpec
 
     model = bertheads.load(directory)
     task = model.task()
-    configs = {"raw, token windows": ("raw", False, 0.0),
-               "relative, paragraph windows, no match": ("relative", True, 0.0),
-               f"defaults (match {QASpec.paragraph_match:g})": ("relative", True, QASpec.paragraph_match)}
+    match = QASpec.paragraph_match
+    configs = {"raw, token windows": ("raw", False, 0.0, False),
+               f"paragraph windows, match {match:g}, no topic segments": ("relative", True, match, False),
+               f"defaults (match {match:g}, topic segments)": ("relative", True, match, True)}
     times: dict[str, list[float]] = {c: [] for c in configs}
     model.predict(inputs[:20])
     for r in range(rounds):
         for name in list(configs)[:: 1 if r % 2 == 0 else -1]:  # the order alternates too
-            task.spec.window_choice, task.spec.paragraph_windows, task.spec.paragraph_match = configs[name]
+            (task.spec.window_choice, task.spec.paragraph_windows, task.spec.paragraph_match,
+             task.spec.topic_segments) = configs[name]
             start = time.perf_counter()
             model.predict(inputs)
             times[name].append(time.perf_counter() - start)
         log(f"round {r + 1}: " + ", ".join(f"{c} {len(inputs) / t[-1]:.1f} q/s" for c, t in times.items()))
-    before, no_match, default = (median(times[c]) for c in configs)
+    before, no_segments, default = (median(times[c]) for c in configs)
     return {"questions": len(inputs), "seconds": times, "time_ratio_default_over_before": default / before,
-            "time_ratio_default_over_no_match": default / no_match}
+            "time_ratio_default_over_no_segments": default / no_segments}
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -484,8 +488,8 @@ def markdown(r: dict) -> str:
         lines.append(f"speed ({s['questions']} {version} questions, median of rounds): " + ", ".join(
             f"{c} {s['questions'] / median(t):.1f} q/s" for c, t in s["seconds"].items())
             + f"; time of the defaults / before {s['time_ratio_default_over_before']:.3f}"
-            + (f", / no match {s['time_ratio_default_over_no_match']:.3f}" if "time_ratio_default_over_no_match" in s
-               else ""))
+            + "".join(f", / {k.split('_over_')[1].replace('_', ' ')} {v:.3f}" for k, v in s.items()
+                      if k.startswith("time_ratio_default_over_no_")))
     return "\n".join(lines)
 
 
