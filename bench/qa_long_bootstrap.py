@@ -3,7 +3,8 @@ cached logits of `bench/qa_long.py` runs: their 95% intervals, decoded with para
 `relative` and `--paragraph-match W`. By default the runs `qa-long-para` (v1) and `qa-long-sn`
 (shared norm) on the versions with line breaks; `--read LABEL DIR WORK` names others (repeatable).
 A label ending in `-noseg` is read without topic segments, as `qa_long.py --topic-segments`
-names its rows; `--versions` picks the long versions. Run after those runs, e.g.
+names its rows; `--versions` picks the long versions; `--compare A B` adds the paired F1 gain of one read
+over another. Run after those runs, e.g.
 
     python bench/qa_long_bootstrap.py
     python bench/qa_long_bootstrap.py --read v1+para bench/out/qalong/ours-v1 bench/out/qa-long-flat \\
@@ -44,6 +45,8 @@ def main() -> None:
                         help="a model and the bench/out folder of its qa_long.py run (repeatable)")
     parser.add_argument("--versions", type=lambda t: t.split(","), default=["filler", "article"],
                         help="comma-separated long versions (default: filler,article)")
+    parser.add_argument("--compare", nargs=2, action="append", default=[], metavar=("A", "B"),
+                        help="also the paired F1 gain of read A over read B on each version (repeatable)")
     parser.add_argument("--paragraph-match", type=float, default=0.0, metavar="W")
     parser.add_argument("--limit", type=int, default=1000)
     parser.add_argument("--resamples", type=int, default=10000)
@@ -68,12 +71,15 @@ def main() -> None:
             print(f"{label} (paragraph match {args.paragraph_match:g}) {version}: cost {cost.mean():.2f} "
                   f"[{low:.2f}, {high:.2f}], P(cost <= 1) {p:.3f}, questions whose F1 changed {int((cost != 0).sum())}")
         read[label] = f1
-    for label, f1 in read.items():  # the paired gain of topic segments where both reads were given
-        without = read.get(f"{label}-noseg")
-        for version in args.versions if without is not None else ():
-            gain = 100 * (f1[version] - without[version])
+    # paired gains: topic segments where a read and its -noseg read were given, and --compare pairs
+    pairs = [(label, f"{label}-noseg") for label in read if f"{label}-noseg" in read] + [tuple(c) for c in args.compare]
+    for better, other in pairs:
+        for version in ["plain", *args.versions]:
+            gain = 100 * (read[better][version] - read[other][version])
+            if version == "plain" and not gain.any():
+                continue
             low, high, _ = interval(gain, rng, args.resamples)
-            print(f"{label} against {label}-noseg {version}: gain of topic segments {gain.mean():.2f} "
+            print(f"{better} against {other} {version}: F1 gain {gain.mean():.2f} "
                   f"[{low:.2f}, {high:.2f}], questions whose F1 changed {int((gain != 0).sum())}")
 
 
