@@ -235,7 +235,8 @@ def quantize(src: Path, dst: Path, settings: Int8Settings) -> dict:
                      op_types_to_quantize=list(settings.op_types), nodes_to_exclude=excluded)
     ops = op_counts(dst)
     return {**asdict(settings), "op_types": list(settings.op_types), "heads_kept_fp32": len(heads),
-            "kept_fp32_after_activation": len(kept), "quantized_ops": {k: v for k, v in ops.items() if k in ("MatMulInteger", "QAttention",
+            "kept_fp32_after_activation": len(kept),
+            "quantized_ops": {k: v for k, v in ops.items() if k in ("MatMulInteger", "QAttention",
                                                                        "DynamicQuantizeMatMul")},
             "fp32_ops_left": {k: v for k, v in ops.items() if k in ("Attention", "MatMul", "Gemm")}}
 
