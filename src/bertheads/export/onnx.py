@@ -221,15 +221,21 @@ def after_activation(path: Path) -> list[str]:
     return [n.name for n in graph.node if n.op_type == "MatMul" and made_by.get(n.input[0]) in ACTIVATIONS]
 
 
+def kept_fp32(src: Path, keep_after_activation: bool) -> tuple[list[str], list[str], list[str]]:
+    """The head nodes, the products after an activation (when kept), and every node name the
+    quantizer must leave in fp32."""
+    heads = head_nodes(src)
+    kept = after_activation(src) if keep_after_activation else []
+    # the quantizer first rewrites each Gemm into a MatMul named NAME_MatMul (and an Add)
+    return heads, kept, heads + [f"{name}_MatMul" for name in heads] + kept
+
+
 def quantize(src: Path, dst: Path, settings: Int8Settings) -> dict:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     if settings.reduce_range is None:
         settings = replace(settings, reduce_range=machine().int8_pairs_saturate)
-    heads = head_nodes(src)
-    kept = after_activation(src) if settings.keep_after_activation else []
-    # the quantizer first rewrites each Gemm into a MatMul named NAME_MatMul (and an Add)
-    excluded = heads + [f"{name}_MatMul" for name in heads] + kept
+    heads, kept, excluded = kept_fp32(src, settings.keep_after_activation)
     quantize_dynamic(str(src), str(dst), weight_type=getattr(QuantType, settings.weight_type),
                      per_channel=settings.per_channel, reduce_range=settings.reduce_range,
                      op_types_to_quantize=list(settings.op_types), nodes_to_exclude=excluded)
@@ -282,9 +288,7 @@ def quantize_qdq(src: Path, dst: Path, batches: list[dict], settings: QdqSetting
         def get_next(self):
             return next(self.left, None)
 
-    heads = head_nodes(src)
-    kept = after_activation(src) if settings.keep_after_activation else []
-    excluded = heads + [f"{name}_MatMul" for name in heads] + kept
+    heads, kept, excluded = kept_fp32(src, settings.keep_after_activation)
     quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=settings.per_channel,
                     op_types_to_quantize=list(settings.op_types), activation_type=QuantType.QUInt8,
                     weight_type=QuantType.QInt8, nodes_to_exclude=excluded,
