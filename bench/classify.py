@@ -74,7 +74,9 @@ class Usage:
 def read_split(path: Path, labels: list | None = None):
     """Texts, pairs and label indices of a GLUE TSV, read with our reader (the same rows
     for both sides); `labels` is the label list (from training when None)."""
-    from bertheads.tasks.classify.task import ClassifySpec, ClassifyTask, infer_labels, normalise_label
+    from bertheads.tasks.classify.formats import infer_labels, normalise_label
+    from bertheads.tasks.classify.spec import ClassifySpec
+    from bertheads.tasks.classify.task import ClassifyTask
 
     examples = ClassifyTask.read_file(str(path), ClassifySpec())
     if labels is None:
@@ -183,7 +185,7 @@ def run_trainer(name: str, folder: Path, hyper: Hyper, limit: int | None, out: P
     )
 
     from bertheads.encoder.pretrained import default_model_path
-    from bertheads.tasks.classify.task import label_metrics
+    from bertheads.tasks.classify.metrics import label_metrics
 
     transformers.logging.set_verbosity_error()
     source = default_model_path()

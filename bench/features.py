@@ -94,7 +94,8 @@ def memory_child(args) -> None:
         torch.set_num_threads(args.threads)
     from bertheads.encoder.pretrained import Encoder
     from bertheads.store.features_cache import CacheSettings, encoder_identity, ensure_cache
-    from bertheads.tasks.classify.task import ClassifySpec, ClassifyTask
+    from bertheads.tasks.classify.spec import ClassifySpec
+    from bertheads.tasks.classify.task import ClassifyTask
 
     proc = psutil.Process()
     peak = [0]
@@ -160,7 +161,8 @@ def last_cls_build(train: Path, tmp: Path, limit: int, repeats: int) -> dict:
     import bertheads.text.batching as packing
     from bertheads.encoder.pretrained import Encoder
     from bertheads.store.features_cache import CacheSettings, cache_key, encoder_identity, ensure_cache
-    from bertheads.tasks.classify.task import ClassifySpec, ClassifyTask
+    from bertheads.tasks.classify.spec import ClassifySpec
+    from bertheads.tasks.classify.task import ClassifyTask
 
     encoder = Encoder.load("default")
     task, examples = ClassifyTask.prepare(str(train), ClassifySpec(max_length=128), encoder)

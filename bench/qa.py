@@ -51,7 +51,7 @@ def log(message: str) -> None:
 
 
 def scores(answers: list[str], examples) -> dict:
-    from bertheads.tasks.qa.task import squad_v1_scores
+    from bertheads.tasks.qa.metrics import squad_v1_scores
 
     got = squad_v1_scores(answers, examples)
     return {"exact_match": round(got["exact_match"], 2), "f1": round(got["f1"], 2)}
@@ -292,7 +292,7 @@ def main() -> None:
 
     import bertheads
     from bertheads.encoder.pretrained import default_model_path
-    from bertheads.tasks.qa.task import read_examples
+    from bertheads.tasks.qa.formats import read_examples
 
     train_path = require_data("squad", "train-split.json")
     eval_path = require_data("squad", "eval-split.json")

@@ -165,7 +165,7 @@ def oracle_scores(task, features, owner, logits, examples) -> dict | None:
     """F1 when only the windows holding a question's whole (first) answer are decoded (raw
     choice): what a perfect choice of window would give, so the rest of a long passage's cost is
     how each window is read. None when some question has no such window (SQuAD v2.0)."""
-    from bertheads.tasks.qa.task import answer_tokens
+    from bertheads.tasks.qa.passages import answer_tokens
 
     keep = [i for i, (f, o) in enumerate(zip(features, owner)) if answer_tokens(f, examples[o]) != (0, 0)]
     if len({owner[i] for i in keep}) != len(examples):
@@ -268,7 +268,7 @@ def train_trainer(out: Path, limit: int | None) -> dict:
     from qa import run_trainer
 
     from bertheads.encoder.pretrained import default_model_path
-    from bertheads.tasks.qa.task import read_examples
+    from bertheads.tasks.qa.formats import read_examples
 
     train = read_examples(str(require_data("squad", "train-split.json")))[:limit]
     probe = read_examples(str(require_data("squad", "eval-split.json")))[:16]
@@ -334,7 +334,7 @@ def speed(directory: Path, inputs: list[dict], rounds: int) -> dict:
     handled (raw scores, windows across paragraph ends), paragraph windows with relative scores
     and the paragraph match but no topic segments, and today's defaults (with topic segments)."""
     import bertheads
-    from bertheads.tasks.qa.task import QASpec
+    from bertheads.tasks.qa.spec import QASpec
 
     model = bertheads.load(directory)
     task = model.task()
@@ -395,7 +395,7 @@ def main() -> None:
     args.speed_version = args.speed_version or ["plain", "filler"]
 
     from bertheads.encoder.pretrained import Encoder
-    from bertheads.tasks.qa.task import read_examples
+    from bertheads.tasks.qa.formats import read_examples
 
     if args.train_trainer:
         log("Trainer: training")

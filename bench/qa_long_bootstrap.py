@@ -20,7 +20,7 @@ import qa_long
 
 import bertheads
 from bertheads.encoder.pretrained import Encoder
-from bertheads.tasks.qa.task import read_examples
+from bertheads.tasks.qa.formats import read_examples
 
 READS = [("v1+para", "bench/out/qalong/ours-v1", "bench/out/qa-long-para"),
          ("neg1sn+para", "bench/out/qalong/ours-neg1-sn", "bench/out/qa-long-sn")]

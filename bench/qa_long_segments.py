@@ -23,7 +23,7 @@ from common import OUT, require_data  # noqa: E402
 def main() -> None:
     import bertheads
     from bertheads.tasks.qa import segments
-    from bertheads.tasks.qa.task import read_examples
+    from bertheads.tasks.qa.formats import read_examples
 
     model = bertheads.load(sys.argv[1])
     model.weights_key = hash(str(Path(sys.argv[1]).resolve()))

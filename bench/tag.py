@@ -150,7 +150,7 @@ def make_trainer(rows, labels: list[str], model_dir: str, out: Path, epochs: int
 def run_trainer(train, dev, labels: list[str], model_dir: str, out: Path, epochs: int) -> dict:
     from transformers import AutoTokenizer
 
-    from bertheads.tasks.tag.task import entity_metrics
+    from bertheads.tasks.tag.scheme import entity_metrics
 
     label2id = {t: i for i, t in enumerate(labels)}
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -252,7 +252,7 @@ def main() -> None:
         f"-e{args.epochs}" if args.epochs != 1 else "") + ("-ours" if args.only == "ours" else "")
 
     from bertheads.encoder.pretrained import default_model_path
-    from bertheads.tasks.tag.task import tag_list
+    from bertheads.tasks.tag.scheme import tag_list
 
     data = require_data("conll2003")
     train = read_conll(data / "train.txt", args.limit)

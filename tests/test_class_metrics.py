@@ -10,7 +10,7 @@ import pytest
 
 import bertheads
 from bertheads.cli.main import main
-from bertheads.tasks.classify.task import label_metrics, multi_label_metrics, tune_thresholds
+from bertheads.tasks.classify.metrics import label_metrics, multi_label_metrics, tune_thresholds
 from bertheads.tasks.tag.scheme import entity_errors
 
 
@@ -131,7 +131,9 @@ def test_evaluate_json_has_per_class_and_min_score_abstains(sentiment_model, cap
 
 
 def test_thresholds_tuned_after_an_epoch_unless_one_is_fixed():
-    from bertheads.tasks.classify.task import ClassifyExample, ClassifySpec, ClassifyTask
+    from bertheads.tasks.classify.formats import ClassifyExample
+    from bertheads.tasks.classify.spec import ClassifySpec
+    from bertheads.tasks.classify.task import ClassifyTask
 
     examples = [ClassifyExample("t", label=labels) for labels in (["a"], ["a", "b"], [], ["b"])]
     logits = [np.array(x, dtype=float) for x in ([-1.0, -3.0], [-0.5, 2.0], [-2.0, -1.0], [-3.0, 1.0])]

@@ -3,7 +3,9 @@
 import pytest
 
 from bertheads.base.errors import UserError
-from bertheads.tasks.classify.task import ClassifySpec, ClassifyTask, infer_labels
+from bertheads.tasks.classify.formats import infer_labels
+from bertheads.tasks.classify.spec import ClassifySpec
+from bertheads.tasks.classify.task import ClassifyTask
 
 
 def read(path, **spec):

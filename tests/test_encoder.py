@@ -29,7 +29,8 @@ def test_default_is_the_embedded_minilm():
 
 
 def test_pooler_weights_are_reused_by_the_classify_head():
-    from bertheads.tasks.classify.task import ClassifySpec, ClassifyTask
+    from bertheads.tasks.classify.spec import ClassifySpec
+    from bertheads.tasks.classify.task import ClassifyTask
 
     enc = Encoder.load("default")
     task = ClassifyTask.build(ClassifySpec(labels=[0, 1]), enc, enc.pooler_state)

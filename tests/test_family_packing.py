@@ -18,8 +18,8 @@ from families_matrix import FAMILIES, tiny_checkpoint, train_tokenizer
 from bertheads.base.errors import UserError
 from bertheads.cli.main import main
 from bertheads.encoder.pretrained import Encoder, max_tokens, position_limit
-from bertheads.tasks.qa.task import shared_window_loss
-from bertheads.tasks.tag.task import special_layout
+from bertheads.tasks.qa.spans import shared_window_loss
+from bertheads.tasks.tag.head import special_layout
 from bertheads.text.encoding import encode_texts, encode_windows
 from bertheads.training.flags import kind_defaults, task_class
 from bertheads.training.joint import make_spec

@@ -14,9 +14,12 @@ import pytest
 from families_matrix import train_tokenizer
 
 from bertheads.tasks.qa.formats import QAExample
-from bertheads.tasks.qa.task import QASpec, QATask, answer_tokens
+from bertheads.tasks.qa.passages import answer_tokens
+from bertheads.tasks.qa.spec import QASpec
+from bertheads.tasks.qa.task import QATask
 from bertheads.tasks.tag.formats import TagExample
-from bertheads.tasks.tag.task import TagSpec, TagTask
+from bertheads.tasks.tag.spec import TagSpec
+from bertheads.tasks.tag.task import TagTask
 from bertheads.text.offsets import char_flag, clean_spans, text_words
 
 EXTRA = ("東京に住んでいます。", "Zürich café Zürich", "京都と東京", "New York")

@@ -12,20 +12,19 @@ import pytest
 import bertheads
 from bertheads.base.errors import UserError
 from bertheads.cli.main import main
-from bertheads.tasks.qa.spans import QAOutput, best_spans, merge_windows
-from bertheads.tasks.qa.task import (
-    QAExample,
-    QASpec,
-    QATask,
+from bertheads.tasks.qa.formats import QAExample, read_examples
+from bertheads.tasks.qa.metrics import (
     best_threshold,
     exact,
     f1_v1,
     f1_v2,
     normalize_answer,
-    read_examples,
     squad_v1_scores,
     squad_v2_scores,
 )
+from bertheads.tasks.qa.spans import QAOutput, best_spans, merge_windows
+from bertheads.tasks.qa.spec import QASpec
+from bertheads.tasks.qa.task import QATask
 
 CITIES = ["Paris", "Berlin", "Rome", "Madrid", "Lisbon", "Vienna"]
 

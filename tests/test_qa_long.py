@@ -11,14 +11,11 @@ import pytest
 import bertheads
 import bertheads.tasks.qa.task
 from bertheads.base.errors import UserError
-from bertheads.tasks.qa.passages import joined_passages, other_passages
+from bertheads.tasks.qa.formats import QAExample
+from bertheads.tasks.qa.passages import answer_tokens, joined_passages, other_passages
 from bertheads.tasks.qa.spans import merge_windows, span_context
-from bertheads.tasks.qa.task import (
-    QAExample,
-    QASpec,
-    QATask,
-    answer_tokens,
-)
+from bertheads.tasks.qa.spec import QASpec
+from bertheads.tasks.qa.task import QATask
 
 
 def make_task(tokenizer_dir: str, **settings) -> tuple[QATask, object]:
@@ -181,7 +178,7 @@ def shared_batch(logits_a: list[float], logits_b: list[float]) -> tuple:
 def test_shared_norm_loss_is_one_softmax_over_the_questions_windows():
     import torch
 
-    from bertheads.tasks.qa.task import shared_window_loss
+    from bertheads.tasks.qa.spans import shared_window_loss
 
     x, batch = shared_batch([0.0, 2.0, 0.0], [1.0, 3.0, 1.0])
     want = -(2.0 - torch.logsumexp(torch.tensor([0.0, 2.0, 0.0, 1.0, 3.0, 1.0]), 0))
@@ -204,7 +201,7 @@ def test_shared_norm_loss_adds_to_the_window_loss(tiny_bert):
     task, _ = make_task(tiny_bert)
     x, batch = shared_batch([0.0, 2.0, 0.0], [1.0, 3.0, 1.0])
     alone = {k: v for k, v in batch.items() if k != "group"}
-    from bertheads.tasks.qa.task import shared_window_loss
+    from bertheads.tasks.qa.spans import shared_window_loss
 
     assert float(task.loss(x, batch)) == pytest.approx(float(task.loss(x, alone) + shared_window_loss(x, batch)))
 
@@ -261,14 +258,14 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     model = bertheads.load(out)
     spec = model.task().spec
     assert spec.shared_norm and not spec.topic_segments
-    model.choose_windows(topic_segments=True)  # predict/evaluate --topic-segments
+    model.set_options(topic_segments=True)  # predict/evaluate --topic-segments
     assert model.task().spec.topic_segments
     assert spec.window_choice == "relative+context" and spec.negative_windows == 2 and spec.join_passages == 1
     assert spec.paragraph_windows and spec.paragraph_match == 2.5
-    model.choose_windows(window_choice="raw")  # predict/evaluate --window-choice
+    model.choose_windows(window_choice="raw")  # the old name of set_options, with a warning
     assert model.task().spec.window_choice == "raw"
     with pytest.raises(UserError, match="--window-choice best"):
-        model.choose_windows(window_choice="best")
+        model.set_options(window_choice="best")
     used = []
     decode = bertheads.tasks.qa.task.QATask.collect
     monkeypatch.setattr(bertheads.tasks.qa.task.QATask, "collect",
@@ -282,7 +279,7 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     with pytest.raises(UserError, match="--paragraph-match is for qa heads"):
         classify = bertheads.load(out)
         classify.task().kind = "classify"
-        classify.choose_windows(paragraph_match=1.0)
+        classify.set_options(paragraph_match=1.0)
 
 
 def test_bad_settings_are_user_errors(tiny_bert):

@@ -72,3 +72,38 @@ def test_aliases_groups_tags_append_and_order(capsys):
     add_flags(quiet, Grouped, suppress=True)
     assert vars(quiet.parse_args(["--first", "3"])) == {"first": 3}
     assert from_mapping(Grouped, {"hosts": "x"}).hosts == ["x"]
+
+
+# -- the whole command line comes from settings ------------------------------------------------
+def every_parser(parser: argparse.ArgumentParser, path: str = "bertheads"):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from every_parser(sub, f"{path} {name}")
+
+
+def test_no_flag_of_the_command_line_is_written_by_hand():
+    """Each flag and argument of every command is a field of a settings dataclass."""
+    from bertheads.cli.parser import build_parser
+
+    by_hand = []
+    for path, parser in every_parser(build_parser()):
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)):
+                continue
+            if getattr(action, "setting", None) is None:
+                by_hand.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+    assert by_hand == []
+
+
+def test_a_source_adds_no_argparse_argument_outside_the_schema():
+    from pathlib import Path
+
+    import bertheads
+
+    root = Path(bertheads.__file__).parent
+    calls = [f"{p.relative_to(root)}:{n}" for p in sorted(root.rglob("*.py")) if p.name != "schema.py"
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if ".add_argument(" in line and '"--version"' not in line]
+    assert calls == []

@@ -20,6 +20,7 @@ from helpers_multi import save_heads
 import bertheads
 from bertheads.base.errors import UserError
 from bertheads.cli.main import main
+from bertheads.running.analyze import analyze_inputs
 from bertheads.serve.app import ServeSettings, create_app, running_server
 from bertheads.serve.queue import Batcher, DeadlineExceeded, Overloaded, request_tokens
 
@@ -170,13 +171,15 @@ def test_batches_are_budgeted_by_tokens_not_texts():
 def test_a_long_text_costs_its_windows(model):
     net = model.net
     long = "Angela Merkel visited Paris last week. " * 260  # about 10,000 characters
-    short_cost = request_tokens(net, ["A fine film."])
-    long_tag = request_tokens(net, [long], heads=["ner"])
-    long_cls = request_tokens(net, [long], heads=["sentiment"])
+    short_cost = request_tokens(net, analyze_inputs(net, ["A fine film."]))
+    long_tag = request_tokens(net, {"ner": [long]})
+    long_cls = request_tokens(net, {"sentiment": [long]})
     tokens = len(net.encoder.tokenizer(long, add_special_tokens=False)["input_ids"])
     assert short_cost < 20 and long_cls == 128  # classify reads the truncated text
     assert long_tag >= tokens and long_tag // 64 >= tokens // 62  # every 64-token window of the tag head
-    assert request_tokens(net, [long]) == long_cls + long_tag
+    assert request_tokens(net, analyze_inputs(net, [long])) == long_cls + long_tag
+    # a short text both heads read whole is one pass
+    assert request_tokens(net, analyze_inputs(net, ["A fine film."])) == request_tokens(net, {"ner": ["A fine film."]})
 
 
 # -- the body, the text, the host, the token, CORS ---------------------------------------------

@@ -197,3 +197,39 @@ def test_python_train_takes_the_kinds_own_defaults(monkeypatch):
         with pytest.raises(RuntimeError):
             api.train(kind, "train.json", **given)
         assert seen["settings"].batch_size == batch, kind
+
+
+# -- one field, every face ---------------------------------------------------------------------
+def test_a_new_setting_is_a_flag_a_config_field_and_a_keyword(tiny_bert, data, write, tmp_path):
+    """A field added to one dataclass (a kind's spec) is a `train` flag, a config field, a
+    keyword of `train(...)`, saved with the head, and (with `at`) an override flag of predict."""
+    from dataclasses import dataclass
+
+    from bertheads.base.schema import setting
+    from bertheads.tasks import register, unregister
+    from bertheads.tasks.classify.spec import ClassifySpec
+    from bertheads.tasks.classify.task import ClassifyTask
+
+    @dataclass
+    class ColourSpec(ClassifySpec):
+        colour: str = setting("red", "what colour the head is", choices=("red", "blue"), at=("predict",))
+
+    class ColourTask(ClassifyTask):
+        kind, spec_type, help = "colour", ColourSpec, "classify, in colour"
+
+    register(ColourTask)
+    try:
+        args = build_parser().parse_args(["train", "colour", "--train", data, "--out", "o", "--colour", "blue"])
+        assert args.colour == "blue"
+        assert read_config(write("c.yaml", "kind: colour\ntrain: t.tsv\ncolour: blue\n")).options["colour"] == "blue"
+        with pytest.raises(UserError, match=r"c2.yaml:3: colour: expected one of red, blue, got 'green'"):
+            read_config(write("c2.yaml", "kind: colour\ntrain: t.tsv\ncolour: green\n"))
+        with pytest.raises(UserError, match=r"unknown setting 'colur' \(did you mean 'colour'\?\)"):
+            bertheads.train("colour", data, colur="blue")
+        bertheads.train("colour", data, out=tmp_path / "m", model=tiny_bert, colour="blue", epochs=1, batch_size=8,
+                        progress=False)
+        assert bertheads.load(tmp_path / "m").task().spec.colour == "blue"
+        assert build_parser().parse_args(["predict", "m", "--colour", "red"]).colour == "red"
+        assert "--colour" not in build_parser()._subparsers._group_actions[0].choices["evaluate"].format_help()
+    finally:
+        unregister("colour")

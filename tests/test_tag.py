@@ -11,16 +11,11 @@ import pytest
 import bertheads
 from bertheads.cli.main import main
 from bertheads.model import head_outputs
-from bertheads.tasks.tag.task import (
-    TagSpec,
-    TagTask,
-    detect_scheme,
-    entity_metrics,
-    entity_spans,
-    read_tagged,
-    scheme_codes,
-    windows,
-)
+from bertheads.tasks.tag.formats import read_tagged
+from bertheads.tasks.tag.head import windows
+from bertheads.tasks.tag.scheme import detect_scheme, entity_metrics, entity_spans, scheme_codes
+from bertheads.tasks.tag.spec import TagSpec
+from bertheads.tasks.tag.task import TagTask
 from bertheads.text.encoding import encode_texts
 
 PEOPLE = [("Angela", "Merkel"), ("John", "Smith"), ("Maria", "Garcia"), ("Boris", "Yeltsin")]

@@ -4,16 +4,14 @@ a saved model, then `predict`, `evaluate` and, with several heads, `analyze`."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import fields
 from pathlib import Path
 
-import torch
-
 from bertheads.base.errors import UserError
-from bertheads.base.schema import check_names, names, new_names
+from bertheads.base.schema import check_given, from_mapping, names, warn
+from bertheads.export.modes import RuntimeSettings
 from bertheads.export.select import open_model
 from bertheads.model import BertHeads, head_outputs, pick_head
-from bertheads.running.analyze import analyze
+from bertheads.running.analyze import analyze, split_extras
 from bertheads.running.report import report
 from bertheads.running.stream import (
     StreamReport,
@@ -27,7 +25,7 @@ from bertheads.saved.combine import combine as combine_models
 from bertheads.text.batching import INFERENCE_BATCH
 from bertheads.text.readers import carried_fields
 from bertheads.text.rows import as_rows, split_dataset
-from bertheads.training.flags import kind_options, task_class
+from bertheads.training.flags import convert_options, kind_options, task_class
 from bertheads.training.joint import (
     MultiConfig,
     multi_task_manifest,
@@ -36,7 +34,7 @@ from bertheads.training.joint import (
     single_task,
     train_tasks,
 )
-from bertheads.training.settings import SPEC_FIELD, HeadOptions, TrainSettings
+from bertheads.training.settings import TrainSettings
 
 
 class Model:
@@ -70,7 +68,7 @@ class Model:
         task = self.net.tasks[name]
         if records_given(inputs):
             rows = as_rows(inputs, "predict")
-            settings = StreamSettings(batch_size=batch_size, keep_fields=tuple(keep_fields))
+            settings = StreamSettings(batch_size=batch_size, keep_fields=tuple(keep_fields), progress=False)
             with task.using_options(options) as options:
                 predictions = [{**carried_fields(e.extra if hasattr(e, "extra") else {}, settings.keep_fields), **p}
                                for _, chunk, preds in predict_chunks(self.net, name, rows, settings, **options)
@@ -125,14 +123,10 @@ class Model:
             for task in takers:
                 task.set_options(**{key: value})
 
-    def choose_windows(self, head: str | None = None, window_choice: str | None = None,
-                       paragraph_windows: bool | None = None, paragraph_match: float | None = None,
-                       topic_segments: bool | None = None) -> None:
-        """Override how a head compares spans of a long passage's windows, whether each paragraph
-        gets windows of its own, how much a paragraph's match with the question's words counts,
-        and whether flat text is cut at its topic shifts (`set_options`)."""
-        self.set_options(head, window_choice=window_choice, paragraph_windows=paragraph_windows,
-                         paragraph_match=paragraph_match, topic_segments=topic_segments)
+    def choose_windows(self, head: str | None = None, **options) -> None:
+        """The old name of `set_options` (kept for one release, with a warning)."""
+        warn("Model.choose_windows is deprecated; use Model.set_options")
+        self.set_options(head, **options)
 
     def render(self, predictions: list[dict], examples: list, fmt: str | None = None, head: str | None = None) -> str:
         """Predictions as the text `bertheads predict` writes (JSON lines unless the task has a format)."""
@@ -155,11 +149,14 @@ class Model:
             raise UserError("report: the model is not saved; train it with an output directory")
         return report(self.directory, data, out, head=head)
 
-    def analyze(self, texts: list[str], second_texts: list[str] | None = None, questions: list[str] | None = None,
-                batch_size: int = INFERENCE_BATCH, **options) -> list[dict]:
-        """`{head: prediction}` per text from every single-text head, one encoder pass for the heads
-        whose inputs encode alike; pair heads run given `second_texts`, qa heads given `questions`."""
-        return analyze(self.net, texts, second_texts, questions, batch_size, **options)
+    def analyze(self, texts: list[str], batch_size: int = INFERENCE_BATCH, **given) -> list[dict]:
+        """`{head: prediction}` per text from every head that answers, one encoder pass for the
+        heads whose inputs encode alike. A head whose input form needs more than the text answers
+        when that is given, one per text, by the name its form says (`second_texts` for pair
+        heads, `questions` for question heads: see `GET /heads`); the other keywords are
+        inference options, each given to the heads whose kind takes it."""
+        extras, options = split_extras(self.net, given)
+        return analyze(self.net, texts, extras, batch_size, **options)
 
     def analyze_stream(self, path, output: str | Path | None = None, settings: StreamSettings | None = None,
                        write=None) -> StreamReport:
@@ -168,17 +165,17 @@ class Model:
         return analyze_stream(self.net, path, None if output is None else str(output), settings, write)
 
 
-def load(directory: str | Path, device: str | torch.device | None = "auto", verify: bool = True,
-         runtime: str = "auto", precision: str = "auto", gate_data: str | None = None) -> Model:
-    """Load a model directory written by `bertheads train` (or `train(...)`); `verify=False`
-    skips the check of the encoder's weights against the hash saved with them.
-
-    `device`: auto (the first GPU when there is one), cpu, cuda[:N], mps. `runtime`: torch,
-    onnx (ONNX Runtime) or openvino, the last two from the `DIR/onnx/` export (`bertheads export
-    DIR --to onnx`); `precision`: fp32, bf16, fp16 or int8. `auto` takes the fastest mode this
-    machine has whose lower precision passed the gate on the model's dev data (or `gate_data`);
-    `Model.mode` says which ran and why."""
-    net, mode = open_model(directory, device, runtime, precision, verify, gate_data)
+def load(directory: str | Path, settings: RuntimeSettings | None = None, **given) -> Model:
+    """Load a model directory written by `bertheads train` (or `train(...)`). The keywords are
+    `RuntimeSettings`' (over `settings`): `device` auto (the first GPU when there is one), cpu,
+    cuda[:N], mps; `runtime` torch, onnx (ONNX Runtime) or openvino, the last two from the
+    `DIR/onnx/` export (`bertheads export DIR --to onnx`); `precision` fp32, bf16, fp16 or int8;
+    `gate_data`; `verify=False` skips the check of the encoder's weights against the hash saved
+    with them. `auto` takes the fastest mode this machine has whose lower precision passed the
+    gate on the model's dev data (or `gate_data`); `Model.mode` says which ran and why."""
+    settings = from_mapping(RuntimeSettings, given, base=settings or RuntimeSettings())
+    net, mode = open_model(directory, settings.device, settings.runtime, settings.precision, settings.verify,
+                           settings.gate_data)
     model = Model(net, directory)
     model.mode = mode
     return model
@@ -229,21 +226,13 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
     task_class(kind)
     train, dev = split_dataset(train, dev)
     train, dev = as_rows(train, "train") or train, as_rows(dev, "dev") or dev
-    given = check_names_for(kind, options)
-    config = single_task(kind, train, dev, {k: v for k, v in given.items() if k not in names(TrainSettings)}, limit)
+    given = check_given(options, kind_options(kind), TrainSettings)
+    config = single_task(kind, train, dev, convert_options(kind, {k: v for k, v in given.items()
+                                                                  if k not in names(TrainSettings)}), limit)
     # no settings given: the kind's own defaults (qa: batches of 16), as on the command line
     settings, _, _ = run_settings(config, settings, {k: v for k, v in given.items() if k in names(TrainSettings)})
     net, result = train_tasks(config, out, model, settings)
     return trained(net, out, result)
-
-
-def check_names_for(kind: str, options: dict) -> dict:
-    """Keyword options of one task kind: its options, its spec's fields (dropout, ...) and the
-    training settings (old names replaced with a warning; unknown ones refused with a suggestion)."""
-    options = new_names(options, HeadOptions)
-    spec_fields = [f.name for f in fields(task_class(kind).spec_type) if f.name not in SPEC_FIELD.values()]
-    check_names(options, [*kind_options(kind), *spec_fields, *names(TrainSettings)])
-    return options
 
 
 def train_multi(config: MultiConfig | str | Path, out: str | Path | None, model: str | None = None,

@@ -33,23 +33,37 @@ MISSING = dataclasses.MISSING
 
 def setting(default: Any = MISSING, help: str = "", *, type: Callable | None = None,
             choices: Iterable | None = None, flag: str | None = None, metavar: str | None = None,
-            cli: bool = True, factory: Callable | None = None, negate: bool = False,
+            cli: bool = True, factory: Callable | None = None, negate: bool = False, toggle: bool = False,
             aliases: Iterable[str] = (), group: str | None = None, tags: Iterable[str] = (),
             append: bool = False, coerce: Callable | None = None, after: str | None = None,
-            extra: Mapping[str, Any] | None = None) -> Any:
+            at: Iterable[str] = (), positional: bool = False, required: bool = False, nargs: str | None = None,
+            short: str | None = None, exclusive: str | None = None, extra: Mapping[str, Any] | None = None) -> Any:
     """A dataclass field with what its flag needs: `help`, a value `type` (an argparse type
     that raises `ArgumentTypeError`), `choices`, the `flag` (default `--name-with-dashes`),
     `cli=False` for settings only Python and config files give, `negate` for a True-by-default
-    bool shown as `--no-NAME`. `aliases`: deprecated flag spellings (`--old-name`), still
+    bool shown as `--no-NAME`, `toggle` for a bool given as `--NAME` or `--no-NAME`. `aliases`: deprecated flag spellings (`--old-name`), still
     read with a warning, as are their names in config files and keyword arguments; `group`:
     the `--help` section; `tags`: what the setting is to its users (see `tagged`); `append`: a
     repeatable flag collecting a list; `coerce`: turns a config value (a list, a number) into
     the text the flag's `type` reads; `after`: the flag is listed after that field's (of any
-    of the classes `add_flags` is given); `extra`: more metadata for the group's own use."""
-    meta = {**(extra or {}), "help": help, "type": type, "choices": tuple(choices) if choices is not None else None,
-            "flag": flag, "metavar": metavar, "cli": cli, "negate": negate, "aliases": tuple(aliases),
+    of the classes `add_flags` is given); `at`: the prediction commands (predict, evaluate,
+    serve) that take it too, as an override of a saved head's value or a call's option;
+    `positional`: an argument, not a flag; `required`, `nargs`; `short`: a one-letter flag
+    (`-v`) besides the long one; `exclusive`: flags of one name exclude each other; `extra`:
+    more metadata for the group's own use."""
+    meta = {**(extra or {}), "at": tuple(at), "help": help, "type": type, "choices": tuple(choices) if choices is not None else None,
+            "flag": flag, "metavar": metavar, "cli": cli, "negate": negate, "toggle": toggle, "aliases": tuple(aliases),
             "group": group, "tags": frozenset(tags), "append": append, "coerce": coerce,
-            "after": after}
+            "after": after, "positional": positional, "required": required, "nargs": nargs, "short": short,
+            "exclusive": exclusive}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def settled(default: Any = MISSING, *, factory: Callable | None = None, tags: Iterable[str] = ()) -> Any:
+    """A field that is no setting but a value a run settles (a head's labels), with `tags`."""
+    meta = {"tags": frozenset(tags)}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -57,6 +71,16 @@ def setting(default: Any = MISSING, help: str = "", *, type: Callable | None = N
 
 def names(cls) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
+
+
+def is_setting(f: dataclasses.Field) -> bool:
+    """A field declared with `setting` (a dataclass may also hold values that are no setting)."""
+    return "help" in f.metadata
+
+
+def settings_of(cls) -> dict[str, dataclasses.Field]:
+    """name -> field of the settings of `cls` (its fields declared with `setting`)."""
+    return {f.name: f for f in dataclasses.fields(cls) if is_setting(f)}
 
 
 def flag_of(f: dataclasses.Field) -> str:
@@ -117,62 +141,84 @@ def ordered_fields(classes: Iterable) -> list[dataclasses.Field]:
 
 
 def add_flags(parser, cls, defaults: Mapping[str, Any] | None = None, skip: Iterable[str] = (),
-              only: Iterable[str] | None = None, suppress: bool = False) -> None:
-    """One flag for each command-line field of `cls` (a class, or a tuple of classes whose
-    flags are listed together; `defaults` override the dataclass's), in the argument group its
-    `group` names. With `suppress`, a flag not given leaves no value (so what was given can be
-    told from the defaults); `--help` still shows the default."""
+              only: Iterable[str] | None = None, suppress: bool = False, required: Iterable[str] = (),
+              choices: Mapping[str, Iterable] | None = None) -> None:
+    """One flag (or argument) for each command-line field of `cls` (a class, or a tuple of
+    classes whose flags are listed together; `defaults` override the dataclass's), in the
+    argument group its `group` names. `only` may name fields that are otherwise no flag
+    (`cli=False`); `required`: fields this command requires; `choices`: a field's choices known
+    only now (a registry's). With `suppress`, a flag not given
+    leaves no value (so what was given can be told from the defaults); `--help` still shows
+    the default."""
     defaults = dict(defaults or {})
-    skip, only = set(skip), set(only) if only is not None else None
+    skip, only, required = set(skip), set(only) if only is not None else None, set(required)
     groups = {g.title: g for g in getattr(parser, "_action_groups", [])}
+    exclusive: dict[str, Any] = {}
     for f in ordered_fields(cls if isinstance(cls, tuple) else (cls,)):
         meta = f.metadata
-        if not meta.get("cli", True) or f.name in skip or (only is not None and f.name not in only):
+        wanted = f.name in only if only is not None else meta.get("cli", True)
+        if not is_setting(f) or not wanted or f.name in skip:
             continue
         default = defaults.get(f.name, default_of(f))
         target = parser
         if meta.get("group") and hasattr(parser, "add_argument_group"):
             target = groups.get(meta["group"]) or parser.add_argument_group(meta["group"])
             groups[meta["group"]] = target
-        kwargs: dict[str, Any] = {"dest": f.name, "help": meta.get("help", "")}
+        if meta.get("exclusive"):
+            if meta["exclusive"] not in exclusive:
+                exclusive[meta["exclusive"]] = target.add_mutually_exclusive_group()
+            target = exclusive[meta["exclusive"]]
+        kwargs: dict[str, Any] = {"help": meta.get("help", "")}
         shown = default
-        if is_bool(f):
+        if is_bool(f) and meta.get("toggle"):
+            kwargs["action"] = argparse.BooleanOptionalAction
+            shown = None
+        elif is_bool(f):
             kwargs["action"] = "store_false" if meta.get("negate") else "store_true"
             shown = False  # a switch has no default to show
         elif meta.get("append"):
             kwargs["action"] = "append"
             shown = None
         if not is_bool(f):
-            if meta.get("type") is not None:
-                kwargs["type"] = meta["type"]
-            if meta.get("choices") is not None:
-                kwargs["choices"] = meta["choices"]
-            if meta.get("metavar"):
-                kwargs["metavar"] = meta["metavar"]
+            for key in ("type", "choices", "metavar", "nargs"):
+                if meta.get(key) is not None:
+                    kwargs[key] = meta[key]
+            if choices and f.name in choices:
+                kwargs["choices"] = tuple(choices[f.name])
+        if meta.get("positional"):
+            action = target.add_argument(f.name, **kwargs)
+            action.shown_default, action.setting = None, f
+            continue
+        kwargs["dest"] = f.name
+        if meta.get("required") or f.name in required:
+            kwargs["required"] = True
         kwargs["default"] = argparse.SUPPRESS if suppress else (None if meta.get("append") else default)
-        action = target.add_argument(flag_of(f), **kwargs)
-        action.shown_default = shown
+        spellings = [meta["short"]] if meta.get("short") else []
+        action = target.add_argument(*spellings, flag_of(f), **kwargs)
+        action.shown_default, action.setting = shown, f
         for old in meta.get("aliases", ()):
             extra = {k: kwargs[k] for k in ("type", "choices", "metavar") if k in kwargs}
             if is_bool(f):
                 extra.update(nargs=0, flag_value=not meta.get("negate"))
-            target.add_argument(old, action=DeprecatedFlag, new=flag_of(f), dest=f.name, default=argparse.SUPPRESS,
-                                help=argparse.SUPPRESS, **extra)
+            alias = target.add_argument(old, action=DeprecatedFlag, new=flag_of(f), dest=f.name,
+                                        default=argparse.SUPPRESS, help=argparse.SUPPRESS, **extra)
+            alias.setting = f
 
 
-def add_override_flags(parser, fields: Iterable[dataclasses.Field]) -> None:
+def add_override_flags(parser, fields: Iterable[dataclasses.Field], helps: Mapping[str, str] | None = None) -> None:
     """One flag per field, each defaulting to None (not given: the saved value stands); a
-    `bool | None` field gets `--NAME` and `--no-NAME`."""
+    `bool | None` field gets `--NAME` and `--no-NAME`. `helps`: a field's help for this use."""
     for f in fields:
         meta = f.metadata
-        kwargs: dict[str, Any] = {"dest": f.name, "help": meta.get("help", ""), "default": None}
+        kwargs: dict[str, Any] = {"dest": f.name, "help": (helps or {}).get(f.name, meta.get("help", "")),
+                                  "default": None}
         if is_bool(f) or is_optional_bool(f):
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
             for key in ("type", "choices", "metavar"):
                 if meta.get(key) is not None:
                     kwargs[key] = meta[key]
-        parser.add_argument(flag_of(f), **kwargs)
+        parser.add_argument(flag_of(f), **kwargs).setting = f
 
 
 def vars_for(cls, args: argparse.Namespace) -> dict[str, Any]:
@@ -209,6 +255,37 @@ def new_names(data: Mapping[str, Any], cls, at: str = "") -> dict[str, Any]:
 def suggest(name: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def known_fields(*groups) -> dict[str, dataclasses.Field]:
+    """name -> field of every setting of `groups` (dataclasses, or mappings of name -> field)."""
+    out: dict[str, dataclasses.Field] = {}
+    for group in groups:
+        out.update(group if isinstance(group, Mapping) else settings_of(group))
+    return out
+
+
+def check_given(given: Mapping[str, Any], *groups, what: str = "setting", of: str = "", at: str = "",
+                fail: Callable[[str, str], None] | None = None) -> dict[str, Any]:
+    """The one check of a mapping of setting names (keyword arguments, a config section, a
+    command line's values) against the settings of `groups`: old names of renamed settings
+    replaced (with a warning), a name no group declares refused with the closest known one
+    suggested (`of`: whose, " for a tag task"; `fail(name, message)` reports it where given,
+    else a UserError prefixed `at`)."""
+    fields = known_fields(*groups)
+    old = {o.lstrip("-").replace("-", "_"): f.name for f in fields.values() for o in f.metadata.get("aliases", ())}
+    out = {}
+    for key, value in given.items():
+        if key in old and key not in fields and old[key] not in given:
+            warn(f"{at + ': ' if at else ''}{key!r} is deprecated; use {old[key]!r}")
+            key = old[key]
+        if key not in fields:
+            message = f"unknown {what} {key!r}{of}{suggest(key, fields)}"
+            if fail is not None:
+                fail(key, message)
+            raise UserError(f"{at}: {message}" if at else message)
+        out[key] = value
+    return out
 
 
 def check_names(given: Iterable[str], known: Iterable[str], what: str = "setting", at: str = "") -> None:

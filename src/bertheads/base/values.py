@@ -1,55 +1,54 @@
-"""argparse value types for counts and rates: a bad value is a one-line error naming the option."""
+"""Value types for counts and rates (argparse types; config values and keywords go through
+them too): a bad value is a one-line error naming what was expected."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def number(convert: Callable[[str], float], accept: Callable[[float], bool], expected: str, name: str):
+    """A value type: `convert` the text, then `accept` the value, else "expected EXPECTED"."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    parse.__name__ = parse.__qualname__ = name
+    return parse
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+positive_int = number(int, lambda v: v >= 1, "a positive integer", "positive_int")
+non_negative_int = number(int, lambda v: v >= 0, "an integer of 0 or more", "non_negative_int")
+positive_float = number(float, lambda v: v > 0 and v != float("inf"), "a positive number", "positive_float")
+non_negative_float = number(float, lambda v: v >= 0 and v != float("inf"), "a number of 0 or more",
+                            "non_negative_float")
+fraction = number(float, lambda v: 0.0 <= v <= 1.0, "a number from 0 to 1", "fraction")
 
 
-def fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
-    return value
+def name_list(text: str) -> list[str]:
+    """Two or more distinct, non-empty names separated by commas (`negative,positive`)."""
+    names = [n.strip() for n in str(text).split(",")]
+    if len(names) < 2 or not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names like negative,positive, got {text!r}")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"the names must differ, got {text!r}")
+    return names
 
 
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, got {text!r}")
-    return value
+def comma_text(value):
+    """A config's list (`[negative, positive]`) as the comma-separated text its flag takes."""
+    return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"expected an integer of 0 or more, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer of 0 or more, got {text!r}")
-    return value
+def field_list(text: str) -> tuple[str, ...]:
+    """Field names separated by commas (`id,source`)."""
+    names = tuple(n.strip() for n in str(text).split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected field names separated by commas, got {text!r}")
+    return names

@@ -82,9 +82,8 @@ def cmd_train_multi(args) -> int:
 
 def cmd_evaluate(args) -> int:
     check_input_file(args.data)  # before the model is opened (and a lower precision gated)
-    model = load(args.model_dir, verify=not args.no_verify, **vars_for(RuntimeSettings, args))
-    settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size,
-                              skip_bad_lines=args.skip_bad_lines)
+    model = load(args.model_dir, **vars_for(RuntimeSettings, args))
+    settings = StreamSettings(**vars_for(StreamSettings, args), progress=False)
     metrics = model.evaluate(args.data, head=args.head, settings=settings, **given_options(args, "evaluate"))
     if metrics.get("skipped"):
         log.warning(f"skipped {metrics['skipped']} bad record(s) of {args.data}")
@@ -105,10 +104,10 @@ def cmd_predict(args) -> int:
     if args.output:
         check_output_file(args.output)
     check_input_file(getattr(args, "input", None))
-    model = load(args.model_dir, verify=not args.no_verify, **vars_for(RuntimeSettings, args))
+    model = load(args.model_dir, **vars_for(RuntimeSettings, args))
     options = given_options(args, "predict")
-    settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
-                              skip_bad_lines=args.skip_bad_lines, progress=bool(args.output) and not args.no_progress)
+    settings = StreamSettings(**vars_for(StreamSettings, args))
+    settings.progress = settings.progress and bool(args.output)  # (a bar beside predictions on stdout would mix)
     report = model.predict_stream(args.input, args.output, head=args.head, fmt=args.format, settings=settings,
                                   **options)
     if report.skipped and os.environ.get("RANK", "0") == "0":
@@ -120,9 +119,8 @@ def cmd_analyze(args) -> int:
     if args.output:
         check_output_file(args.output)
     check_input_file(getattr(args, "input", None))
-    model = load(args.model_dir, verify=not args.no_verify, **vars_for(RuntimeSettings, args))
-    settings = StreamSettings(chunk_size=args.chunk_size, batch_size=args.batch_size, keep_fields=args.keep_fields,
-                              skip_bad_lines=args.skip_bad_lines)
+    model = load(args.model_dir, **vars_for(RuntimeSettings, args))
+    settings = StreamSettings(**vars_for(StreamSettings, args), progress=False)
     report = model.analyze_stream(args.input, args.output, settings=settings)
     if report.skipped:
         log.warning(f"skipped {report.skipped} bad record(s) of {args.input or '<stdin>'}")
@@ -156,12 +154,9 @@ def cmd_tune(args) -> int:
         tune,
     )
 
-    if args.restarts < 0:
-        raise UserError(f"--restarts: expected 0 or more, got {args.restarts}")
     settings = settings_from(args)
     settings.resume = False  # tune's --resume continues the search (its trials start afresh)
-    search = TuneSettings(trials=args.trials, restarts=args.restarts, space=args.space, resume=args.resume,
-                          pruning=not args.no_pruning)
+    search = TuneSettings(**vars_for(TuneSettings, args))  # (its resume: the --resume flag)
     options = task_options(args, args.kind)
     rows = tune(args.kind, args.train, args.dev, args.out, model=args.model, settings=settings,
                 search=search, limit=args.limit, **options)
@@ -200,8 +195,8 @@ def cmd_serve(args) -> int:
     require("serve", "bertheads serve")
     from bertheads.serve.app import serve, settings_from_args  # the web stack loads only for this command
 
-    serve(args.model_dir, args.host, args.port, settings_from_args(args), verify=not args.no_verify,
-          options=given_options(args, "serve"), **vars_for(RuntimeSettings, args))
+    serve(args.model_dir, args.host, args.port, settings_from_args(args), options=given_options(args, "serve"),
+          **vars_for(RuntimeSettings, args))
     return 0
 
 

@@ -17,7 +17,9 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from bertheads.base.schema import add_flags
 from bertheads.cli.parser import build_parser
+from bertheads.cli.settings import ReferenceSettings
 
 WIDTH = 100
 DOC = Path("docs") / "cli.md"
@@ -168,13 +170,11 @@ def render() -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bertheads.cli.reference",
                                 description="Print the command-line reference (docs/cli.md) built from the parser.")
-    p.add_argument("--check", action="store_true",
-                   help="compare with docs/cli.md instead of printing; exit 1 when it differs")
-    p.add_argument("--file", default=str(DOC), help="the file --check compares with")
+    add_flags(p, ReferenceSettings)
     args = p.parse_args(argv)
     text = render()
     if args.check:
-        path = Path(args.file)
+        path = Path(args.file or DOC)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             print(f"{path} is stale: run python -m bertheads.cli.reference > docs/cli.md", file=sys.stderr)
             return 1

@@ -40,6 +40,7 @@ class RuntimeSettings:
                              choices=PRECISIONS, group="runtime")
     gate_data: str | None = setting(None, "labelled file a lower precision is checked on (default: the model's own "
                                           "dev file)", group="runtime")
+    verify: bool = setting(True, "load encoder weights that differ from the saved hash", negate=True, group="runtime")
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,64 @@
 """Every head of a model on the same texts, one encoder pass for the heads whose inputs
-encode alike (`analyze`)."""
+encode alike (`analyze`). A head reads the shared text alone, or with the extra value its
+input form asks for (`tasks/forms.py` `Extra`: a pair's second text, a question for the text
+as its passage); heads whose extra is not given do not answer."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+
 from bertheads.base.errors import UserError
+from bertheads.base.schema import suggest
 from bertheads.model import BertHeads, run_heads
 from bertheads.text.batching import INFERENCE_BATCH
 
 
-def analyze(net: BertHeads, texts: list[str], second_texts: list[str] | None = None, questions: list[str] | None = None,
+def extras_of(net) -> dict:
+    """request name -> `Extra` of the input forms of `net`'s heads (what `analyze` may be given)."""
+    return {task.form.extra.request: task.form.extra for task in net.tasks.values() if task.form.extra}
+
+
+def split_extras(net, given: Mapping) -> tuple[dict, dict]:
+    """Keyword arguments of `analyze` split into the heads' extra inputs and their options."""
+    known = extras_of(net)
+    return {k: v for k, v in given.items() if k in known}, {k: v for k, v in given.items() if k not in known}
+
+
+def analyze_inputs(net, texts: Sequence[str], extras: Mapping[str, Sequence] | None = None) -> dict[str, list]:
+    """head -> its inputs (as `Model.predict` takes them) for the heads that answer: every head
+    whose form needs nothing beyond the text, and those whose extra values are given."""
+    extras = dict(extras or {})
+    for name, values in extras.items():
+        if values is not None and len(values) != len(texts):
+            raise UserError(f"{name}: expected one per text ({len(texts)}), got {len(values)}")
+    out = {}
+    for name, task in net.tasks.items():
+        form = task.form
+        if form.extra is None:
+            out[name] = list(texts)
+        elif extras.get(form.extra.request) is not None:
+            out[name] = [form.with_text(t, v) for t, v in zip(texts, extras[form.extra.request])]
+    return out
+
+
+def head_options(net, options: Mapping) -> dict[str, dict]:
+    """head -> the `options` its kind takes; a name that no head takes, as an option or an extra
+    input, is refused with the closest known one suggested."""
+    known = [*extras_of(net), *(n for task in net.tasks.values() for n in task.declared_options())]
+    for name, value in options.items():
+        if not any(name in task.declared_options() for task in net.tasks.values()):
+            if suggest(name, known):
+                raise UserError(f"unknown option or input {name!r}{suggest(name, known)}")
+            next(iter(net.tasks.values())).check_options({name: value})  # says why (another kind's option)
+    return {head: {k: v for k, v in options.items() if k in task.declared_options()}
+            for head, task in net.tasks.items()}
+
+
+def analyze(net: BertHeads, texts: list[str], extras: Mapping[str, Sequence] | None = None,
             batch_size: int = INFERENCE_BATCH, **options) -> list[dict]:
-    """`{head: prediction}` per text for every head that reads a single text; pair heads
-    when `second_texts` are given, qa heads (the text as the passage) when `questions` are.
+    """`{head: prediction}` per text for every head that answers (see `analyze_inputs`);
+    `options`: inference options, each given to the heads whose kind takes it.
 
     Heads whose encoded inputs are identical (the same token ids, windows and segments)
     share one encoder pass; the rest get a pass of their own.
@@ -20,39 +67,29 @@ def analyze(net: BertHeads, texts: list[str], second_texts: list[str] | None = N
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise UserError(f"text {i}: expected a string, got {type(text).__name__}")
-    for label, extra in (("second_texts", second_texts), ("questions", questions)):
-        if extra is not None and len(extra) != len(texts):
-            raise UserError(f"{label}: expected one per text ({len(texts)}), got {len(extra)}")
     tokenizer = net.encoder.tokenizer
-    jobs = []
-    for name, task in net.tasks.items():
-        form = task.input_form
-        if form == "pair":
-            if second_texts is None:
-                continue
-            inputs = [(t, s) for t, s in zip(texts, second_texts)]
-        elif form == "question":
-            if questions is None:
-                continue
-            inputs = [{"question": q, "context": t} for t, q in zip(texts, questions)]
-        else:
-            inputs = texts
-        examples = task.from_inputs(inputs, **{**task.fixed_options, **options})
-        features, owner = task.encode_for_inference(examples, tokenizer)
-        key = (tuple(owner), tuple(tuple(f["input_ids"]) for f in features),
-               tuple(tuple(f.get("token_type_ids") or ()) for f in features))
-        jobs.append((name, task, examples, features, owner, key))
-    groups: dict[tuple, list] = {}
-    for job in jobs:
-        groups.setdefault(job[-1], []).append(job)
-    results: list[dict] = [{} for _ in texts]
-    outputs: dict[str, list] = {}
-    for group in groups.values():
-        features = group[0][3]
-        outputs.update(run_heads(net, features, [job[0] for job in group], batch_size) if features else
-                       {job[0]: [] for job in group})
-    for name, task, examples, features, owner, _ in jobs:
-        collected = task.collect(outputs[name], owner, examples, features)
-        for i, prediction in enumerate(task.decode(collected, examples, **{**task.fixed_options, **options})):
-            results[i][name] = prediction
+    given = head_options(net, options)
+    with ExitStack() as stack:
+        jobs = []
+        for name, inputs in analyze_inputs(net, texts, extras).items():
+            task = net.tasks[name]
+            call = stack.enter_context(task.using_options(given[name]))
+            examples = task.from_inputs(inputs, **call)
+            features, owner = task.encode_for_inference(examples, tokenizer)
+            key = (tuple(owner), tuple(tuple(f["input_ids"]) for f in features),
+                   tuple(tuple(f.get("token_type_ids") or ()) for f in features))
+            jobs.append((name, task, examples, features, owner, call, key))
+        groups: dict[tuple, list] = {}
+        for job in jobs:
+            groups.setdefault(job[-1], []).append(job)
+        results: list[dict] = [{} for _ in texts]
+        outputs: dict[str, list] = {}
+        for group in groups.values():
+            features = group[0][3]
+            outputs.update(run_heads(net, features, [job[0] for job in group], batch_size) if features else
+                           {job[0]: [] for job in group})
+        for name, task, examples, features, owner, call, _ in jobs:
+            collected = task.collect(outputs[name], owner, examples, features)
+            for i, prediction in enumerate(task.decode(collected, examples, **call)):
+                results[i][name] = prediction
     return results

@@ -41,12 +41,25 @@ from bertheads.text.encoding import encoder_batch
 from bertheads.text.readers import file_format, read_jsonl, read_lines
 
 MARKER = "bertheads_extract"
-INPUT_FORMATS = ("auto", "lines", "tsv", "csv", "jsonl", "conll", "squad")
+def input_formats() -> tuple[str, ...]:
+    """What `--input-format` takes: plain lines, and every kind's own formats (`text_formats`)."""
+    return ("auto", "lines", *dict.fromkeys(fmt for cls in TASKS.values() for fmt in cls.text_formats))
 POOLS = ("cls", "mean", "none")
 
 
 EXTRACT_COMBINES = ("concat", "sum", "mean")  # scalar-mix is learned, so not for extract
 OUTPUT_FORMATS = ("safetensors", "npy")
+
+
+@dataclass
+class ExtractSource:
+    """What `bertheads extract` reads and where it writes (its settings are `ExtractSettings`)."""
+
+    model: str = setting("default", "'default', a checkpoint directory or a saved bertheads model")
+    input: str | None = setting(None, "plain lines (TAB separates a pair), TSV/CSV/JSONL, CoNLL or SQuAD JSON; "
+                                      "default stdin")
+    input_format: str = setting("auto", "format of --input (auto, lines, or a kind's own: see `input_formats`)")
+    out: str = setting(None, "output directory (replaced atomically)", required=True)
 
 
 @dataclass
@@ -84,8 +97,8 @@ def read_inputs(path: str | None, fmt: str = "auto") -> list[TextInput]:
     """Plain lines (a TAB separates a pair), or any task kind's own formats: the classify
     tables (TSV/CSV/JSONL), tag files (CoNLL, JSONL with "tokens"), qa files (SQuAD JSON,
     JSONL with question/context). Each kind says which formats and records are its own."""
-    if fmt not in INPUT_FORMATS:
-        raise UserError(f"--input-format: expected one of {', '.join(INPUT_FORMATS)}, got {fmt!r}")
+    if fmt not in input_formats():
+        raise UserError(f"--input-format: expected one of {', '.join(input_formats())}, got {fmt!r}")
     fmt = detect_format(path) if fmt == "auto" else fmt
     if fmt == "lines":
         out = []
@@ -263,7 +276,7 @@ def write_index(path: Path, inputs: list[TextInput], features: list[dict], start
     with open(path, "w", encoding="utf-8") as fh:
         for i, (x, f) in enumerate(zip(inputs, features)):
             record = {"row": i, "line": x.line, **({"id": x.extra["id"]} if "id" in x.extra else {}),
-                      "text": x.text, "pair": x.pair, "tokens": [int(starts[i]), int(starts[i + 1])],
+                      **x.texts(), "tokens": [int(starts[i]), int(starts[i + 1])],
                       "pieces": tokenizer.convert_ids_to_tokens(f["input_ids"]), "offsets": f["offsets"],
                       "segments": f["segments"], "truncated": f["truncated"]}
             if "words" in x.extra:

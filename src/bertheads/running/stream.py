@@ -21,9 +21,12 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from bertheads.base.errors import UserError, where
+from bertheads.base.schema import setting
+from bertheads.base.values import field_list, positive_int
 from bertheads.model import BertHeads, head_outputs, run_heads
-from bertheads.running.analyze import analyze
+from bertheads.running.analyze import analyze, extras_of
 from bertheads.store.atomic import atomic_writer
+from bertheads.tasks.forms import Extra
 from bertheads.text.batching import INFERENCE_BATCH
 from bertheads.text.readers import (
     carried_fields,
@@ -43,13 +46,16 @@ CHUNK_SIZE = 2048
 
 @dataclass
 class StreamSettings:
-    """How a large input is read and predicted."""
+    """How an input of any size is read and predicted (the flags of predict, evaluate and analyze)."""
 
-    chunk_size: int = CHUNK_SIZE  # examples read, predicted and written together
-    batch_size: int = INFERENCE_BATCH
-    keep_fields: tuple[str, ...] = ()  # input fields copied into each prediction (besides `id`)
-    skip_bad_lines: bool = False  # report a malformed record on stderr and go on
-    progress: bool = False
+    chunk_size: int = setting(CHUNK_SIZE, "inputs read, predicted and written together (memory follows this, not "
+                                          "the input)", type=positive_int)
+    batch_size: int = setting(INFERENCE_BATCH, "inputs per batch", type=positive_int)
+    keep_fields: tuple[str, ...] = setting((), "input fields (comma-separated) copied into each prediction; `id` "
+                                               "always is", type=field_list)
+    skip_bad_lines: bool = setting(False, "report a malformed input line on stderr, skip it and go on (the count is "
+                                          "printed at the end)")
+    progress: bool = setting(True, "no progress bar (predict shows one with --output, on a terminal)", negate=True)
 
 
 @dataclass
@@ -152,23 +158,24 @@ def predict_stream(net: BertHeads, name: str, path, output: str | None = None, s
     return report
 
 
-# fields of an `analyze` input record: the text, and what pair heads and question heads also read
-ANALYZE_FIELDS = {"text": "text", "second_text": "second_texts", "question": "questions"}
-
-
-def analyze_records(path, settings: StreamSettings, report: StreamReport) -> Iterator[tuple[int, dict]]:
-    """`(line, record)` of an `analyze` input: JSON Lines records with `text` (and `second_text`,
-    `question`, `id`, the `--keep-fields`), or plain lines (`TEXT` or `TEXT<TAB>SECOND_TEXT`)."""
+def analyze_records(path, settings: StreamSettings, report: StreamReport,
+                    extras: dict[str, Extra]) -> Iterator[tuple[int, dict]]:
+    """`(line, record)` of an `analyze` input: JSON Lines records with `text` and the extra field
+    of each head's input form it gives (`id`, the `--keep-fields`), or plain lines (`TEXT`, or
+    `TEXT<TAB>VALUE` for the extra a form reads after a TAB)."""
     bad = BadLines(report) if settings.skip_bad_lines else None
     name = source_name(path)
+    after_tab = [e.key for e in extras.values() if e.tab]
     if file_format(name, None) != "jsonl":
         for line_no, line in read_lines(path, bad):
             text, tab, second = line.partition("\t")
-            yield line_no, {"text": text, **({"second_text": second} if tab else {})}
+            yield line_no, {"text": text, **(dict.fromkeys(after_tab, second) if tab else {})}
         return
     for line_no, record in read_jsonl(path, bad):
-        problem = next((f"{key}: expected a string" for key in ANALYZE_FIELDS
-                        if key in record and not isinstance(record[key], str)), None)
+        problem = next((f"{e.key}: expected {e.says()}" for e in extras.values()
+                        if e.key in record and not e.fits(record[e.key])), None)
+        if not isinstance(record.get("text", ""), str):
+            problem = "text: expected a string"
         if "text" not in record:
             problem = f"no \"text\" field (fields: {', '.join(record) or 'none'})"
         if problem is not None:
@@ -184,22 +191,23 @@ def analyze_stream(net: BertHeads, path, output: str | None = None, settings: St
                    write: Callable[[str], None] | None = None, **options) -> StreamReport:
     """Every head on each input, one encoder pass for the heads whose inputs encode alike, a
     chunk at a time in input order: one JSON line `{"id"?, kept fields, HEAD: prediction, ...}`
-    per input, to `output` (atomically) or to `write` (default: stdout). Pair heads answer for
-    the records that have a `second_text`, question heads for those with a `question`."""
+    per input, to `output` (atomically) or to `write` (default: stdout). A head whose input
+    form needs more than the text answers for the records that give it (`analyze_inputs`)."""
     settings = settings or StreamSettings()
     report = StreamReport()
+    extras = extras_of(net)
 
     def lines() -> Iterator[str]:
-        for chunk in chunks(analyze_records(path, settings, report), settings.chunk_size):
+        for chunk in chunks(analyze_records(path, settings, report, extras), settings.chunk_size):
             records = [record for _, record in chunk]
             results: list[dict] = [{} for _ in records]
             groups: dict[tuple, list[int]] = {}  # records with the same extra fields run together
             for i, record in enumerate(records):
-                groups.setdefault(tuple(k for k in ("second_text", "question") if k in record), []).append(i)
-            for fields, idx in groups.items():
-                given = {ANALYZE_FIELDS[key]: [records[i][key] for i in idx] for key in fields}
-                for i, result in zip(idx, analyze(net, [records[i]["text"] for i in idx],
-                                                  batch_size=settings.batch_size, **given, **options)):
+                groups.setdefault(tuple(r for r, e in extras.items() if e.key in record), []).append(i)
+            for given, idx in groups.items():
+                values = {r: [records[i][extras[r].key] for i in idx] for r in given}
+                for i, result in zip(idx, analyze(net, [records[i]["text"] for i in idx], values,
+                                                  settings.batch_size, **options)):
                     results[i] = result
             report.chunks += 1
             report.examples += len(records)

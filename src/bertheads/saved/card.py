@@ -34,7 +34,6 @@ log = logging.getLogger("bertheads")
 CARD = "README.md"
 LIBRARY = "bertheads"
 DEFAULT_HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"  # the checkpoint `--model default` embeds
-INPUT_FORMS = {"text": "one text", "pair": "a pair of texts", "question": "a question and a passage"}
 TRAINING_ROWS = (("epochs", "epochs"), ("lr", "learning rate"), ("batch_size", "batch size"),
                  ("max_length", "max length (tokens)"), ("seed", "seed"), ("warmup_ratio", "warm-up ratio"),
                  ("weight_decay", "weight decay"), ("sampling", "sampling across heads"))
@@ -235,7 +234,7 @@ def heads_section(tasks: dict, texts: dict) -> list[str]:
     for name, task in tasks.items():
         text, spec = texts[name], task.spec
         lines += [f"### {head_label(name, task)}", "", f"{task.help[0].upper()}{task.help[1:]}.", "",
-                  f"- Input: {INPUT_FORMS.get(task.input_form, task.input_form)}, up to {spec.max_length} tokens",
+                  f"- Input: {task.form.says}, up to {spec.max_length} tokens",
                   f"- Output: {text.outputs}",
                   f"- Reads the encoder's {layers_text(spec)}"
                   + ("" if len({getattr(t.spec, "mode", None) for t in tasks.values()}) == 1 else f" ({spec.mode})")]

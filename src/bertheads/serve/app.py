@@ -31,10 +31,12 @@ import uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from bertheads.api import load
 from bertheads.base.errors import UserError
+from bertheads.running.analyze import analyze_inputs, extras_of
+from bertheads.serve.bodies import analyze_body, given_fields, predict_body
 from bertheads.serve.guard import Control, Guard, Metrics, allowed_hosts
 from bertheads.serve.queue import Batcher, DeadlineExceeded, Overloaded, request_tokens, token_counter
 from bertheads.serve.settings import ServeSettings, settings_from_args  # noqa: F401 (re-exported)
@@ -50,18 +52,12 @@ def run_batch(model, key: tuple, payloads: list[dict], batch_size: int = INFEREN
     """One model call for several requests of the same key; results split per request."""
     sizes = [p["size"] for p in payloads]
     if key[0] == "analyze":
-        _, with_second, with_questions = key
         texts = [t for p in payloads for t in p["texts"]]
-        second = [t for p in payloads for t in p["second_texts"]] if with_second else None
-        questions = [q for p in payloads for q in p["questions"]] if with_questions else None
-        results = model.analyze(texts, second, questions, batch_size=batch_size)
+        extras = {name: [v for p in payloads for v in p["extras"][name]] for name in key[1]}
+        results = model.analyze(texts, batch_size=batch_size, **extras)
     else:
-        _, head, form = key
-        if form == "questions":
-            inputs = [{"question": q, "context": c} for p in payloads for q, c in zip(p["questions"], p["contexts"])]
-        else:
-            inputs = [tuple(x) if form == "pairs" else x for p in payloads for x in p[form]]
-        results = model.predict(inputs, head=head, batch_size=batch_size)
+        inputs = [x for p in payloads for x in p["inputs"]]
+        results = model.predict(inputs, head=key[1], batch_size=batch_size)
     out, start = [], 0
     for n in sizes:
         out.append(plain(results[start : start + n]))
@@ -80,27 +76,6 @@ def plain(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
     return value
-
-
-# -- request bodies --------------------------------------------------------------------
-class AnalyzeRequest(BaseModel):
-    """Texts to run through every single-text head (pair heads and qa heads when their second input is given)."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_extra={
-        "examples": [{"texts": ["Angela Merkel visited Paris last week.", "A warm, funny film."]}]})
-    texts: list[str] = Field(description="the texts (for qa heads: the passages)")
-    second_texts: list[str] | None = Field(None, description="one second text per text, for pair heads")
-    questions: list[str] | None = Field(None, description="one question per text, for qa heads")
-
-
-class PredictRequest(BaseModel):
-    """Inputs for one head: `texts`, `pairs`, or `questions` with `contexts` (qa)."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"texts": ["A warm, funny film."]}]})
-    texts: list[str] | None = None
-    pairs: list[tuple[str, str]] | None = None
-    questions: list[str] | None = None
-    contexts: list[str] | None = None
 
 
 class Results(BaseModel):
@@ -276,74 +251,52 @@ async def queued(request: Request, batcher: Batcher, settings: ServeSettings, me
             task.cancel()
 
 
-FORM_FIELDS = {"text": "texts", "pair": "pairs", "question": "questions"}  # a head's input form -> request field
-WANTED = {"texts": '{"texts": ["..."]}', "pairs": '{"pairs": [["first", "second"]]}',
-          "questions": '{"questions": ["..."], "contexts": ["..."]}'}
-
-
-def predict_payload(model, head: str, form: str, body: PredictRequest, settings: ServeSettings) -> dict:
-    """The batcher's payload of a `/predict/{head}` body whose fields fit the head's input form."""
-    given = [n for n in ("texts", "pairs", "questions", "contexts") if getattr(body, n) is not None]
-    expected = ["questions", "contexts"] if form == "questions" else [form]
-    if sorted(given) != sorted(expected):
-        missing = [n for n in expected if n not in given]
-        extra = [n for n in given if n not in expected]
-        reason = f"missing field {missing[0]!r}" if missing else f"unexpected field {extra[0]!r}"
-        raise HTTPException(422, f"{reason}: head {head!r} ({model.heads[head]}) reads {WANTED[form]}")
-    values = getattr(body, form)
-    check_texts(form, values, settings, "question" if form == "questions" else "text")
-    payload = {form: values, "size": len(values)}
-    if form == "questions":
-        same_length("contexts", body.contexts, values, "question")
-        check_texts("contexts", body.contexts, settings, "passage")
-        payload["contexts"] = body.contexts
-    return payload
-
-
 def add_model_routes(app: FastAPI, model, heads: list[dict], settings: ServeSettings, batcher: Batcher,
                      metrics: Metrics) -> None:
-    """`POST /analyze` (every head, one encoder pass) and `POST /predict/{head}`."""
+    """`POST /analyze` (every head, one encoder pass) and `POST /predict/{head}`; their bodies
+    hold the fields of the heads' input forms (`serve/bodies.py`)."""
     count = token_counter(model.net.encoder.tokenizer)
-    forms = {h["name"]: h["inputs"] for h in heads}
+    tasks = model.net.tasks
+    extras = extras_of(model.net)
 
-    @app.post("/analyze", response_model=Results, responses=ERRORS,
-              summary="every single-text head on each text, one encoder pass")
-    async def analyze(body: AnalyzeRequest, request: Request) -> Any:
+    async def analyze(body, request: Request) -> Any:
         check_texts("texts", body.texts, settings)
-        payload = {"texts": body.texts, "size": len(body.texts)}
-        for name, values in (("second_texts", body.second_texts), ("questions", body.questions)):
-            if values is not None:
-                same_length(name, values, body.texts, "text")
-                check_texts(name, values, settings, "question" if name == "questions" else "text")
-                payload[name] = values
-        key = ("analyze", body.second_texts is not None, body.questions is not None)
+        given = {name: value for name, value in given_fields(body).items() if name != "texts"}
+        for name, values in given.items():
+            same_length(name, values, body.texts, "text")
+            check_texts(name, values, settings, extras[name].noun)
+        payload = {"texts": body.texts, "extras": given, "size": len(body.texts)}
 
         def cost() -> int:
-            return request_tokens(model.net, body.texts, body.second_texts, body.questions, lengths=count)
+            return request_tokens(model.net, analyze_inputs(model.net, body.texts, given), lengths=count)
 
-        results = await queued(request, batcher, settings, metrics, key, payload, len(body.texts), cost)
+        results = await queued(request, batcher, settings, metrics, ("analyze", tuple(sorted(given))), payload,
+                               len(body.texts), cost)
         return results if isinstance(results, Response) else {"results": results}
 
-    @app.post("/predict/{head}", response_model=Results, responses=ERRORS,
-              summary="one head's predictions, in the shapes `bertheads predict` writes")
-    async def predict(head: str, body: PredictRequest, request: Request) -> Any:
-        if head not in forms:
-            raise HTTPException(404, f"no head named {head!r} (heads: {', '.join(forms)})")
-        form = FORM_FIELDS[forms[head]]
-        payload = predict_payload(model, head, form, body, settings)
-        values = payload[form]
+    async def predict(head: str, body, request: Request) -> Any:
+        if head not in tasks:
+            raise HTTPException(404, f"no head named {head!r} (heads: {', '.join(tasks)})")
+        form = tasks[head].form
+        given = given_fields(body)
+        inputs = form.request_inputs(given, head, tasks[head].kind)
+        for f in form.fields:
+            check_texts(f.name, given[f.name], settings, f.noun)
 
         def cost() -> int:
-            if form == "questions":
-                return request_tokens(model.net, body.contexts, questions=values, heads=[head], lengths=count)
-            if form == "pairs":
-                return request_tokens(model.net, [a for a, _ in values], [b for _, b in values], heads=[head],
-                                      lengths=count)
-            return request_tokens(model.net, values, heads=[head], lengths=count)
+            return request_tokens(model.net, {head: inputs}, lengths=count)
 
-        results = await queued(request, batcher, settings, metrics, ("predict", head, form), payload, len(values),
-                               cost)
+        results = await queued(request, batcher, settings, metrics, ("predict", head), {"inputs": inputs,
+                               "size": len(inputs)}, len(inputs), cost)
         return results if isinstance(results, Response) else {"results": results}
+
+    # the bodies are built for this model's forms: their types are set here, not written in the signatures
+    analyze.__annotations__["body"] = analyze_body(extras)
+    predict.__annotations__["body"] = predict_body(list({t.form.name: t.form for t in tasks.values()}.values()))
+    app.post("/analyze", response_model=Results, responses=ERRORS,
+             summary="every head on each text, one encoder pass")(analyze)
+    app.post("/predict/{head}", response_model=Results, responses=ERRORS,
+             summary="one head's predictions, in the shapes `bertheads predict` writes")(predict)
 
 
 # -- running ------------------------------------------------------------------------------
@@ -355,7 +308,7 @@ def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: S
     `options`: inference options for the heads whose kinds take them (`Model.set_options`)."""
     settings = settings or ServeSettings()
     settings.check(host)
-    model = load(directory, device, verify=verify, runtime=runtime, precision=precision, gate_data=gate_data)
+    model = load(directory, device=device, verify=verify, runtime=runtime, precision=precision, gate_data=gate_data)
     model.set_options(**(options or {}))
     check_port(host, port)
     app = create_app(model, settings, bind_host=host)

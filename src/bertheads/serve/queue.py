@@ -309,24 +309,19 @@ def token_counter(tokenizer) -> Callable[[list[str]], list[int]]:
     return lengths
 
 
-def request_tokens(net, texts: list[str], second: list[str] | None = None, questions: list[str] | None = None,
-                   heads: list[str] | None = None, lengths: Callable[[list[str]], list[int]] | None = None) -> int:
-    """Encoder tokens a request will run: for each text, each distinct pass of the named heads
-    (all single-text heads by default; pair heads with `second`, qa heads with `questions`).
-    Heads whose encoding of a text is the same (the text fits whole) count once. `lengths`
-    counts tokens (default: a `token_counter` of the model's tokenizer)."""
+def request_tokens(net, inputs: dict[str, list], lengths: Callable[[list[str]], list[int]] | None = None) -> int:
+    """Encoder tokens a request will run: `inputs` holds each head's inputs (one per request
+    item, as `Model.predict` takes them); for each item, each distinct pass of those heads
+    (`Task.encoder_cost` of the token counts of the input's texts, `form.texts`). Heads whose
+    encoding of an item is the same (a text that fits whole) count once. `lengths` counts
+    tokens (default: a `token_counter` of the model's tokenizer)."""
     lengths = lengths or token_counter(net.encoder.tokenizer)
-    n = lengths(texts)
-    n2 = lengths(second) if second is not None else None
-    nq = lengths(questions) if questions is not None else None
-    names = heads if heads is not None else list(net.tasks)
-    total = 0
-    for i, tokens in enumerate(n):
-        passes: dict[tuple, int] = {}
-        for name in names:
-            cost = net.tasks[name].encoder_cost(tokens, n2[i] if n2 is not None else None,
-                                                nq[i] if nq is not None else None)
-            if cost is not None:
-                passes[cost[0]] = cost[1]
-        total += sum(passes.values())
-    return max(1, total)
+    texts = {name: [net.tasks[name].form.texts(x) for x in values] for name, values in inputs.items()}
+    unique = list(dict.fromkeys(t for values in texts.values() for item in values for t in item))
+    count = dict(zip(unique, lengths(unique))) if unique else {}
+    passes: list[dict[tuple, int]] = [{} for _ in range(max((len(v) for v in texts.values()), default=0))]
+    for name, values in texts.items():
+        for i, item in enumerate(values):
+            key, tokens = net.tasks[name].encoder_cost(tuple(count[t] for t in item))
+            passes[i][key] = tokens
+    return max(1, sum(sum(p.values()) for p in passes))

@@ -24,6 +24,14 @@ def is_loopback(host: str) -> bool:
 
 
 @dataclass
+class Address:
+    """Where `bertheads serve` listens."""
+
+    host: str = setting("127.0.0.1", "address to listen on")
+    port: int = setting(8000, "port to listen on", type=int)
+
+
+@dataclass
 class ServeSettings:
     max_batch: int = setting(64, "most texts run together in one model call", type=positive_int)
     window_ms: float = setting(5.0, "how long to gather concurrent requests", type=float, flag="--batch-window-ms",

@@ -6,36 +6,37 @@ from __future__ import annotations
 
 import dataclasses
 
-from bertheads.tasks.base import COMMANDS, TASKS, Task
 from bertheads.tasks.classify.task import ClassifyTask
 from bertheads.tasks.qa.task import QATask
+from bertheads.tasks.registry import COMMANDS, TASKS, register, unregister
 from bertheads.tasks.tag.task import TagTask
 
-__all__ = ["COMMANDS", "TASKS", "inference_options", "register", "unregister"]
+__all__ = ["COMMANDS", "TASKS", "inference_flags", "inference_options", "input_formats", "register", "unregister"]
 
 
-def register(cls: type[Task]) -> type[Task]:
-    """Add a task kind to the registry (its `kind` must be new); returns the class."""
-    if cls.kind in TASKS and TASKS[cls.kind] is not cls:
-        raise ValueError(f"a task kind {cls.kind!r} is registered already")
-    TASKS[cls.kind] = cls
-    return cls
-
-
-def unregister(kind: str) -> None:
-    """Take a task kind out of the registry."""
-    TASKS.pop(kind, None)
+def input_formats() -> tuple[str, ...]:
+    """Every format some kind's `read` takes, in registry order."""
+    return tuple(dict.fromkeys(fmt for cls in TASKS.values() for fmt in cls.formats))
 
 
 def inference_options(command: str) -> dict[str, dataclasses.Field]:
     """name -> field of the kinds' inference options that `command` takes as flags (a name two
     kinds declare: the first kind's)."""
-    out: dict[str, dataclasses.Field] = {}
-    for cls in TASKS.values():
+    return {name: f for name, (f, _) in inference_flags(command).items()}
+
+
+def inference_flags(command: str) -> dict[str, tuple[dataclasses.Field, str]]:
+    """name -> (field, help) of `command`'s flags for the kinds' inference options (a name two
+    kinds declare: the first kind's field): the help names the kinds that take it, and says
+    when it overrides a saved head's setting."""
+    found: dict[str, tuple[dataclasses.Field, bool, list[str]]] = {}
+    for kind, cls in TASKS.items():
         for name, f in cls.option_fields().items():
-            if command in f.metadata.get("commands", COMMANDS) and f.metadata.get("cli", True):
-                out.setdefault(name, f)
-    return out
+            if command in f.metadata.get("at", ()) and f.metadata.get("cli", True):
+                found.setdefault(name, (f, cls.overrides(name), []))[2].append(kind)
+    saved = "override the saved head's setting: "
+    return {name: (f, f"{', '.join(kinds)}: {saved if override else ''}{f.metadata.get('help', '')}")
+            for name, (f, override, kinds) in found.items()}
 
 
 for _cls in (ClassifyTask, TagTask, QATask):

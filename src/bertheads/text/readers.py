@@ -105,7 +105,10 @@ def source_name(path) -> str | None:
 
 
 def count_lines(path) -> int | None:
-    """Lines in a file (for a progress bar's total); None for stdin and streams."""
+    """Lines in a file (for a progress bar's total; rows in memory: their number); None for stdin
+    and streams."""
+    if isinstance(path, Rows):
+        return path.size
     if source_name(path) is None or not Path(path).is_file():
         return None
     total, last = 0, b"\n"
@@ -206,7 +209,11 @@ def read_table(path, fmt: str, bad: BadLine | None = None) -> tuple[list[str], I
 def read_jsonl(path, bad: BadLine | None = None, name: str | None = None) -> Iterator[tuple[int, dict]]:
     """`(line number, object)` for each non-blank line of a JSON Lines file, read as needed
     (a JSON array of objects is read whole). `bad`: called with the error of a malformed line,
-    which is then skipped (default: raised). `name`: the file's name when `path` is a stream."""
+    which is then skipped (default: raised). `name`: the file's name when `path` is a stream.
+    Rows in memory (`text/rows.py`) are read as such a file's records, numbered from 0."""
+    if isinstance(path, Rows):
+        yield from path.rows()
+        return
     name = name or source_name(path)
     lines = open_lines(path, bad)
     seen = False

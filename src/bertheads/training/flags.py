@@ -1,7 +1,7 @@
 """The training flags, derived from the settings dataclasses (`training.settings`) and each
-kind's `add_arguments`: `bertheads train KIND`, `train multi` and `tune KIND` build their
-parsers from here, and config files and keyword arguments are checked against the same
-definitions."""
+kind's spec (its fields declared with `setting`): `bertheads train KIND`, `train multi` and
+`tune KIND` build their parsers from here, and config files and keyword arguments are checked
+and converted against the same fields."""
 
 from __future__ import annotations
 
@@ -12,20 +12,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from bertheads.base.schema import (
-    DeprecatedFlag,
-    add_flags,
-    check_names,
-    convert,
-    convert_value,
-    names,
-    new_names,
-    vars_for,
-)
-from bertheads.base.values import fraction, non_negative_float, positive_float, positive_int  # noqa: F401 (re-exported)
+from bertheads.base.errors import UserError
+from bertheads.base.schema import add_flags, check_given, convert, default_of, names, settings_of, vars_for
 from bertheads.saved.bundle import task_class
 from bertheads.tasks import TASKS
-from bertheads.training.settings import HeadOptions, RunSettings, TrainSettings
+from bertheads.training.settings import HeadOptions, RunSettings, TrainSettings, spec_name
 
 # the groups of settings every `bertheads train` command takes, in the order of their flags
 SETTING_GROUPS = (RunSettings, TrainSettings, HeadOptions)
@@ -87,14 +78,46 @@ def accept_layer_lists(parser: argparse.ArgumentParser) -> None:
 def add_training_flags(p: argparse.ArgumentParser, defaults: Mapping[str, Any] | None = None, *,
                        suppress: bool = False, **more) -> None:
     """The flags every `bertheads train` command takes, from `SETTING_GROUPS` (`defaults`: a
-    kind's `training_defaults`). With `suppress`, flags not given leave no value."""
+    kind's). With `suppress`, flags not given leave no value."""
     add_flags(p, SETTING_GROUPS, {**(defaults or {}), **more}, suppress=suppress)
     accept_layer_lists(p)
+
+
+def add_kind_flags(p: argparse.ArgumentParser, kind: str, *, suppress: bool = False) -> None:
+    """A kind's own flags (its spec's settings) and the training flags with the kind's defaults.
+    With `suppress`, flags not given leave no value (`--help` still shows the defaults)."""
+    add_flags(p, task_class(kind).spec_type, suppress=suppress)
+    add_training_flags(p, training_defaults(kind), suppress=suppress)
 
 
 def settings_from(args: argparse.Namespace, base: TrainSettings | None = None) -> TrainSettings:
     """The training settings given on a command line (over `base`, or the defaults)."""
     return dataclasses.replace(base or TrainSettings(), **vars_for(TrainSettings, args))
+
+
+def own_options(kind: str) -> dict[str, dataclasses.Field]:
+    """name -> field of a kind's own settings (its spec's)."""
+    return settings_of(task_class(kind).spec_type)
+
+
+def kind_options(kind: str) -> dict[str, dataclasses.Field]:
+    """name -> field of what one task of `kind` takes: the head options and its own settings."""
+    return {**settings_of(HeadOptions), **own_options(kind)}
+
+
+def kind_defaults(kind: str) -> dict:
+    """The defaults of a kind's per-task options: a head option's is the kind's spec value of
+    that setting where the spec has one (qa's max_length 384), else the option's own."""
+    spec = {f.name: default_of(f) for f in dataclasses.fields(task_class(kind).spec_type)}
+    held = {n: spec[spec_name(n)] for n in names(HeadOptions)
+            if spec_name(n) in spec and n != "layers"}  # (the spec holds layers parsed, the flag their text)
+    return {**{n: default_of(f) for n, f in kind_options(kind).items()}, **held}
+
+
+def training_defaults(kind: str) -> dict:
+    """What `bertheads train KIND`'s flags default to: the kind's per-task defaults and its own
+    training defaults (qa: batches of 16)."""
+    return {**kind_defaults(kind), **task_class(kind).training_defaults}
 
 
 def task_options(args: argparse.Namespace, kind: str) -> dict:
@@ -103,80 +126,22 @@ def task_options(args: argparse.Namespace, kind: str) -> dict:
     return {k: v for k, v in vars(args).items() if k in known}
 
 
-def kind_parser(kind: str | None = None) -> argparse.ArgumentParser:
-    """The flags of `bertheads train KIND` (their defaults are the kind's defaults); the generic
-    training flags alone for None."""
-    parser = argparse.ArgumentParser(add_help=False)
-    if kind is None:
-        add_training_flags(parser)
-        return parser
-    cls = task_class(kind)
-    cls.add_arguments(parser)
-    add_training_flags(parser, cls.training_defaults)
-    return parser
+def convert_options(kind: str, options: Mapping[str, Any], at: str = "", fail=None) -> dict:
+    """A task's options checked (old names replaced, unknown ones refused with a suggestion) and
+    each value converted like its flag; `fail(name, message)` reports a problem (default: a
+    UserError prefixed `at`)."""
+    fields = kind_options(kind)
+    options = check_given(options, fields, of=f" for a {kind} task", at=at, fail=fail)
 
+    def report(name: str, message: str) -> None:
+        if fail is not None:
+            fail(name, message)
+        raise UserError(f"{at + ': ' if at else ''}{name}: {message}")
 
-def actions_of(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    """dest -> action of a parser's flags (deprecated spellings left out)."""
-    return {a.dest: a for a in parser._actions if a.dest != "help" and not isinstance(a, DeprecatedFlag)}
-
-
-def own_options(kind: str) -> dict[str, argparse.Action]:
-    """dest -> action of the flags a kind's `add_arguments` declares."""
-    parser = argparse.ArgumentParser(add_help=False)
-    task_class(kind).add_arguments(parser)
-    return actions_of(parser)
-
-
-def kind_options(kind: str) -> dict[str, argparse.Action]:
-    """Per-task option name -> its argparse action (type, choices): the kind's own flags and
-    the head options."""
-    actions = actions_of(kind_parser(kind))
-    allowed = set(own_options(kind)) | set(HEAD_FLAGS)
-    return {dest: a for dest, a in actions.items() if dest in allowed}
-
-
-def kind_defaults(kind: str) -> dict:
-    """The defaults of a kind's per-task options."""
-    options = kind_options(kind)
-    return {k: v for k, v in vars(kind_parser(kind).parse_args([])).items() if k in options}
-
-
-def check_options(kind: str, options: Mapping[str, Any], at: str = "", what: str | None = None) -> dict:
-    """A task's options with old names replaced (with a warning); unknown ones refused with the
-    closest known one suggested."""
-    options = new_names(options, HeadOptions, at)
-    check_names(options, kind_options(kind), what or f"setting for a {kind} task", at)
-    return dict(options)
+    return {k: convert(fields[k], v, lambda msg, k=k: report(k, msg)) for k, v in options.items()}
 
 
 FIELDS = {f.name: f for cls in SETTING_GROUPS for f in dataclasses.fields(cls)}
-
-
-def option_value(action: argparse.Action, value, fail):
-    """A config value checked and converted like the command-line flag it stands for."""
-    if value is None:
-        return None
-    if action.dest in FIELDS:
-        return convert(FIELDS[action.dest], value, fail)
-    boolean = isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction,
-                                  argparse.BooleanOptionalAction))
-    return convert_value({"type": action.type or str, "choices": action.choices}, boolean, value, fail)
-
-
-def add_kind_flags(p: argparse.ArgumentParser, kind: str, *, suppress: bool = False) -> None:
-    """A kind's own flags (its `add_arguments`) and the training flags with the kind's defaults.
-    With `suppress`, flags not given leave no value (`--help` still shows the defaults)."""
-    cls = task_class(kind)
-    before = len(p._actions)
-    cls.add_arguments(p)
-    if suppress:
-        for action in p._actions[before:]:
-            action.shown_default = action.default
-            if action.help and "%(default)" in action.help:
-                action.help = action.help.replace("%(default)s", str(action.default))
-            action.default = argparse.SUPPRESS
-    add_training_flags(p, cls.training_defaults, suppress=suppress)
 
 
 def given_settings(args: argparse.Namespace, kind: str | None = None) -> dict:

@@ -39,7 +39,7 @@ import torch
 import yaml
 
 from bertheads.base.errors import UserError, where
-from bertheads.base.schema import check_names, convert, names, new_names, suggest, tagged
+from bertheads.base.schema import check_given, convert, names, new_names, suggest, tagged
 from bertheads.encoder.layers import parse_layers
 from bertheads.encoder.pretrained import Encoder
 from bertheads.model import BertHeads
@@ -52,16 +52,9 @@ from bertheads.tasks import TASKS
 from bertheads.text.readers import read_text
 from bertheads.text.rows import Rows
 from bertheads.training import checkpoint
-from bertheads.training.flags import (
-    FIELDS,
-    kind_defaults,
-    kind_options,
-    option_value,
-    own_options,
-    task_class,
-)
+from bertheads.training.flags import FIELDS, convert_options, kind_defaults, own_options, task_class
 from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit, resolved_settings
-from bertheads.training.settings import SPEC_FIELD, HeadOptions, RunSettings
+from bertheads.training.settings import HeadOptions, RunSettings, spec_name
 from bertheads.training.trackers import check_trackers
 
 log = logging.getLogger("bertheads")
@@ -218,17 +211,8 @@ def read_task(name: str, entry, base: Path, fail) -> TaskConfig:
     limit = entry.get("limit")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         fail((*keys, "limit"), f"expected a positive integer, got {limit!r}")
-    allowed = kind_options(kind)
-    entry = new_names(entry, HeadOptions, ".".join(keys))
-    options = {}
-    for key, value in entry.items():
-        if key in TASK_FIELDS:
-            continue
-        action = allowed.get(key)
-        if action is None:
-            known = sorted(set(TASK_FIELDS) | set(allowed))
-            fail((*keys, key), f"unknown setting {key!r} for a {kind} task{suggest(key, known)}")
-        options[key] = option_value(action, value, lambda msg, k=key: fail((*keys, k), msg))
+    options = convert_options(kind, {k: v for k, v in entry.items() if k not in TASK_FIELDS}, ".".join(keys),
+                              fail=lambda key, message: fail((*keys, key), message))
     return TaskConfig(name, kind, paths["train"], paths.get("dev"), limit, options)
 
 
@@ -238,13 +222,8 @@ def run_settings(config: MultiConfig, settings: TrainSettings | None = None, giv
     Each comes from `settings` (or the defaults, with the kind's own defaults for one task),
     then the file, then `given` (keyword arguments or flags given on the command line, which
     may hold any setting's name; unknown names are refused with a suggestion)."""
-    given = dict(given or {})
     kinds = {t.kind for t in config.tasks}
-    known = {n for cls in SETTINGS for n in names(cls)}
-    if config.single:
-        known |= set(own_options(config.tasks[0].kind))
-    given = new_names(given, HeadOptions)
-    check_names(given, sorted(known))
+    given = check_given(given or {}, *SETTINGS, own_options(config.tasks[0].kind) if config.single else {})
     if settings is None:
         defaults = TASKS[next(iter(kinds))].training_defaults if len(kinds) == 1 else {}
         settings = TrainSettings(**{k: v for k, v in defaults.items() if k in names(TrainSettings)})
@@ -271,7 +250,7 @@ def task_settings(task: TaskConfig, cli_options: dict, shared: dict | None = Non
 def make_spec(cls, options: dict, encoder: Encoder):
     """The task's spec from CLI/API options (keys that are not spec fields are ignored)."""
     names = {f.name for f in fields(cls.spec_type)}
-    options = {SPEC_FIELD.get(k, k): v for k, v in options.items()}
+    options = {spec_name(k): v for k, v in options.items()}
     spec = cls.spec_type(**{k: v for k, v in options.items() if k in names and v is not None})
     if isinstance(spec.layers, str) or spec.layers is None:
         spec.layers = list(parse_layers(spec.layers, encoder.info.num_layers))
@@ -355,10 +334,6 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
             lock.release(out)
 
 
-# fields of a head's spec that must agree for its weights to be trained further
-SAME_HEAD = ("problem", "labels", "tags", "scheme", "layers", "combine", "pooling", "head_type", "lstm_size", "pair")
-
-
 def continue_heads(saved: BertHeads, data: list[TaskData], source: str) -> None:
     """Training from a saved bertheads model: a head of the same name, kind and labels starts
     from its saved weights; any other head is new (on the saved model's encoder)."""
@@ -367,7 +342,8 @@ def continue_heads(saved: BertHeads, data: list[TaskData], source: str) -> None:
         if old is None or old.kind != d.task.kind:
             log.info(f"--model {source}: new {d.task.kind} head {d.name!r} on its encoder")
             continue
-        differ = [k for k in SAME_HEAD if getattr(old.spec, k, None) != getattr(d.task.spec, k, None)]
+        # the fields a head's weights depend on must agree for them to be trained further
+        differ = [k for k in tagged(type(d.task.spec), "shape") if getattr(old.spec, k, None) != getattr(d.task.spec, k, None)]
         if differ:
             log.info(f"--model {source}: new head {d.name!r} (its {', '.join(differ)} differ from the saved head's)")
             continue

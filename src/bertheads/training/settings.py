@@ -5,7 +5,7 @@ search may vary are all derived from these.
 
 `RunSettings`: what the run starts from (`--model`, `--limit`); `TrainSettings`: how it trains;
 `HeadOptions`: the head and feature-extraction settings every task kind takes (each kind's own
-options are the flags its `add_arguments` declares). Tags say what a setting is to its users:
+settings are its spec's, `tasks/KIND`). Tags say what a setting is to its users:
 `searched` (the training settings a search varies by default), `not-compared` (a resume may
 change it), `not-recorded` (left out of a saved model's config), `where` (where things are
 kept, not what is trained: neither searched nor part of a search's identity).
@@ -29,6 +29,11 @@ FEATURES_LR = 1e-3  # ... and when only heads learn, on a frozen encoder's cache
 MODES = ("finetune", "features")
 # a head option whose Python name differs from its spec field's
 SPEC_FIELD = {"layer_combine": "combine"}
+
+
+def spec_name(option: str) -> str:
+    """The spec field a head option sets."""
+    return SPEC_FIELD.get(option, option)
 
 
 @dataclass
@@ -117,7 +122,8 @@ def layer_text(value):
 @dataclass
 class HeadOptions:
     """The head settings every kind takes; on the command line (and at a config's top level)
-    they apply to every task, a task's own entry wins."""
+    they apply to every task, a task's own entry wins. Those a head's spec holds default to
+    the kind's spec value (`flags.kind_defaults`)."""
 
     max_length: int = setting(HeadSettings.max_length, "tokens per input (pairs are cut longest-first)",
                               type=positive_int, group="training", after="lr")
@@ -127,10 +133,14 @@ class HeadOptions:
                                        "the embeddings", coerce=layer_text, group="feature extraction")
     layer_combine: str = setting(HeadSettings.combine, "how several --layers are merged", choices=COMBINES,
                                  aliases=("--combine",), group="feature extraction")
-    pooling: str = setting("auto", "how a head that judges the whole input reads the tokens: [CLS], or the mean or "
-                                   "max of every token (padding left out); auto: with --mode features the pooling "
-                                   "the checkpoint declares (a sentence-transformers 1_Pooling), else [CLS]",
-                           choices=("auto", *POOLINGS), group="feature extraction")
+    pooling: str | None = setting(None, "how a head that judges the whole input reads the tokens: [CLS], or the "
+                                        "mean or max of every token (padding left out); auto: with --mode features "
+                                        "the pooling the checkpoint declares (a sentence-transformers 1_Pooling), "
+                                        "else [CLS]", choices=("auto", *POOLINGS), group="feature extraction")
+    dropout: float = setting(HeadSettings.dropout, "dropout before the head's output layer (and inside a bilstm)",
+                             type=fraction, group="training", after="max_length")
+    head_family: str | None = setting(None, "whose head layout the head takes (bert, roberta, ...; default: the "
+                                            "encoder's family)", cli=False)
     cache_dir: str | None = setting(None, "feature cache directory (default: $BERTHEADS_CACHE or ~/.cache/bertheads)",
                                     group="feature extraction", tags=("where",))
     cache_dtype: str = setting("float16", "precision of the cached encoder states", choices=("float16", "float32"),

@@ -28,6 +28,7 @@ A space of lists alone without `trials` is searched as a grid.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -41,18 +42,23 @@ from pathlib import Path
 import yaml
 
 from bertheads.base.errors import UserError, where
-from bertheads.base.schema import check_names, from_mapping, names, new_names, renamed, suggest, tagged, warn
+from bertheads.base.schema import (
+    check_given,
+    convert,
+    flag_of,
+    from_mapping,
+    names,
+    renamed,
+    setting,
+    suggest,
+    tagged,
+    warn,
+)
+from bertheads.base.values import non_negative_int, positive_int
 from bertheads.saved import bundle
 from bertheads.store.atomic import atomic_write_text, swap_into_place
 from bertheads.text.readers import read_text
-from bertheads.training.flags import (
-    actions_of,
-    kind_defaults,
-    kind_options,
-    kind_parser,
-    option_value,
-    own_options,
-)
+from bertheads.training.flags import convert_options, kind_defaults, kind_options
 from bertheads.training.joint import key_lines, single_task, train_tasks
 from bertheads.training.settings import HeadOptions, TrainSettings
 
@@ -69,12 +75,16 @@ STUDY_NAME = "bertheads-tune"
 
 @dataclass
 class TuneSettings:
-    trials: int | None = None  # None: the grid (the BERT paper's, or a space of lists)
-    restarts: int = 0  # further seeds for the best setting
-    space: str | None = None  # YAML search space
-    resume: bool = False
-    pruning: bool = True
-    startup_trials: int = 2  # trials that finish before any is pruned
+    """The search (`bertheads tune`'s own flags; its `--resume` is the training flag's)."""
+
+    trials: int | None = setting(None, "sample N settings from --space (TPE) instead of a grid", type=positive_int,
+                                 group="search")  # None: the grid (the BERT paper's, or a space of lists)
+    space: str | None = setting(None, "YAML search space: flag: [values] or flag: {low, high, log}", group="search")
+    restarts: int = setting(0, "train the best setting again with K other seeds", type=non_negative_int,
+                            group="search")
+    pruning: bool = setting(True, "train every trial to its last epoch", negate=True, group="search")
+    resume: bool = setting(False, "continue the interrupted search in --out", cli=False)
+    startup_trials: int = setting(2, "trials that finish before any is pruned", type=positive_int, cli=False)
 
 
 @dataclass
@@ -114,10 +124,11 @@ class Search:
 
 # -- the search space --------------------------------------------------------------------
 def searchable(kind: str) -> dict:
-    """Flag dest -> argparse action of what a search may vary for this kind: the kind's own
-    options, the head options and the searched training settings."""
-    allowed = {*own_options(kind), *names(HeadOptions), *TRAINING_FLAGS} - set(NOT_SEARCHED)
-    return {k: a for k, a in actions_of(kind_parser(kind)).items() if k in allowed}
+    """name -> field of what a search may vary for this kind: the kind's own settings, the head
+    options and the searched training settings."""
+    fields = {**kind_options(kind), **{f.name: f for f in dataclasses.fields(TrainSettings)}}
+    return {k: f for k, f in fields.items() if k not in NOT_SEARCHED and f.metadata.get("cli", True)
+            and (k in TRAINING_FLAGS or k not in names(TrainSettings))}
 
 
 def default_search(kind: str) -> Search:
@@ -138,7 +149,7 @@ def read_space(path: str, kind: str) -> Search:
     if not isinstance(data, dict) or not data:
         raise UserError(f"{where(path)}: expected a mapping of flag names to values or ranges")
     allowed = searchable(kind)
-    by_flag = {opt.lstrip("-").replace("-", "_"): dest for dest, a in allowed.items() for opt in a.option_strings}
+    by_flag = {flag_of(f).lstrip("-").replace("-", "_"): name for name, f in allowed.items()}
     old = renamed(HeadOptions)
     dims = []
     for key, value in data.items():
@@ -154,11 +165,11 @@ def read_space(path: str, kind: str) -> Search:
         if dest is None:
             fail(f"not a flag a {kind} search can vary{suggest(name, sorted(by_flag))} "
                  f"(known: {', '.join(sorted(by_flag))})")
-        action = allowed[dest]
+        field_ = allowed[dest]
         if isinstance(value, list):
             if not value:
                 fail("expected at least one value")
-            choices = [option_value(action, v, fail) for v in value]
+            choices = [convert(field_, v, fail) for v in value]
             if len(set(map(str, choices))) < len(choices):
                 fail("a value is listed twice")
             dims.append(Dimension(dest, choices=choices))
@@ -166,9 +177,10 @@ def read_space(path: str, kind: str) -> Search:
             unknown = set(value) - {"low", "high", "log", "step"}
             if unknown or "low" not in value or "high" not in value:
                 fail("a range needs low and high (and may have log or step)")
-            if action.choices is not None or action.type in (None, str) or action.dest == "layers":
+            meta = field_.metadata
+            if meta.get("choices") is not None or meta.get("type") in (None, str) or dest == "layers":
                 fail("a range needs a numeric flag; list the values instead")
-            low, high = option_value(action, value["low"], fail), option_value(action, value["high"], fail)
+            low, high = convert(field_, value["low"], fail), convert(field_, value["high"], fail)
             if not low < high:
                 fail(f"low ({low}) must be below high ({high})")
             log_scale = value.get("log", False)
@@ -182,7 +194,7 @@ def read_space(path: str, kind: str) -> Search:
             integer = isinstance(low, int) and isinstance(high, int)
             dims.append(Dimension(dest, low=low, high=high, log=log_scale, step=step, integer=integer))
         else:
-            dims.append(Dimension(dest, choices=[option_value(action, value, fail)]))
+            dims.append(Dimension(dest, choices=[convert(field_, value, fail)]))
     return Search(kind, dims)
 
 
@@ -314,9 +326,9 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
     from optuna.trial import TrialState
 
     search = search or TuneSettings()
-    options = new_names(options, HeadOptions)
-    check_names(options, [*kind_options(kind), *names(TrainSettings)])
+    options = check_given(options, kind_options(kind), TrainSettings)
     training = {k: options.pop(k) for k in list(options) if k in names(TrainSettings)}
+    options = convert_options(kind, options)
     base = from_mapping(TrainSettings, training, base=settings or TrainSettings(epochs=4))
     if not dev:
         raise UserError("tune needs --dev: trials are compared on it")

@@ -4,7 +4,6 @@ found by name, the labels settled from the training file."""
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import re
@@ -159,16 +158,6 @@ def detect_columns(columns: list[str], spec: ClassifySpec, path, need_labels: bo
     if label_col:
         spec.label_column = label_col
     return text_col, pair_col, label_col
-
-
-def label_name_list(text: str) -> list[str]:
-    """`--label-names negative,positive`: distinct, non-empty names."""
-    names = [n.strip() for n in str(text).split(",")]
-    if len(names) < 2 or not all(names):
-        raise argparse.ArgumentTypeError(f"expected comma-separated names like negative,positive, got {text!r}")
-    if len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(f"the names must differ, got {text!r}")
-    return names
 
 
 def check_label_names(spec: ClassifySpec, path) -> None:

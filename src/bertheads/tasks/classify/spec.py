@@ -1,37 +1,57 @@
-"""What a classify head is: its saved settings (`ClassifySpec`) and the choices they take."""
+"""What a classify head is: its settings (`ClassifySpec`: the `bertheads train classify` flags,
+config fields and keywords, saved with the head) and the choices they take."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bertheads.base.schema import setting, settled
+from bertheads.base.values import comma_text, fraction, name_list, non_negative_int
 from bertheads.tasks.base import HeadSettings
 
 PROBLEMS = ("single_label", "regression", "multi_label")
 LONG_INPUTS = ("truncate", "windows")
 POOLS = ("mean", "max")
+WEIGHTS = ("none", "balanced")
+PREDICTING = ("predict", "serve")  # the commands that may override how a saved head reads long texts
 
 
 @dataclass
 class ClassifySpec(HeadSettings):
-    problem: str = "single_label"
-    labels: list = field(default_factory=list)  # label values in output order (empty for regression)
-    text_column: str | None = None
-    pair_column: str | None = None
-    label_column: str | None = None
-    pair: bool = False  # whether training inputs were pairs
-    class_weights: str | None = None  # "balanced": the loss weighs each label by n / (labels * its count)
-    label_weights: list = field(default_factory=list)  # the weights, in label order (empty: all 1)
-    threshold: float | None = None  # multi-label: one decision threshold for every label (fixed)
+    text_column: str | None = setting(None, "column (or JSON key) of the text (default: found by its name: "
+                                            "sentence, text, sentence1, question, ...)")
+    pair_column: str | None = setting(None, "column of the second text of a pair (default: found by its name: "
+                                            "sentence2, hypothesis, question2, ...)")
+    label_column: str | None = setting(None, "column of the label (default: found by its name: label, score, "
+                                             "class, ...)")
+    # settled from the training labels when not given (`ClassifyTask.prepare`)
+    problem: str | None = setting(None, "default: decided from the training labels", choices=PROBLEMS,
+                                  tags=("shape",))
+    class_weights: str | None = setting(None, "single-label: 'balanced' weighs each label's loss by n / (labels * "
+                                              "its count)", choices=WEIGHTS)
+    threshold: float | None = setting(None, "multi-label: one decision threshold for every label (default: one "
+                                            "per label, tuned on --dev for F1 after each epoch; 0.5 without --dev)",
+                                      type=fraction, at=("predict", "evaluate", "serve"))
+    label_names: list | None = setting(None, "names for the labels in sorted order, e.g. negative,positive for 0/1 "
+                                             "labels; predictions show the names, files may use either",
+                                       type=name_list, coerce=comma_text)
+    long_input: str = setting("truncate", "a text longer than --max-length: cut at it, or cut into overlapping "
+                                          "windows whose outputs are pooled (training: each window learns the "
+                                          "text's label)", choices=LONG_INPUTS, at=PREDICTING)
+    pool: str = setting("mean", "--long-input windows: pool the windows' outputs (logits) by mean or max",
+                        choices=POOLS, at=PREDICTING)
+    stride: int = setting(32, "--long-input windows: tokens shared by neighbouring windows", type=non_negative_int)
+    # how the head reads the tokens: "cls", "mean" or "max" once built ("auto": the checkpoint's
+    # declared pooling in features mode, else the family's head; None in a spec saved before
+    # this field: the family's head, [CLS] for all but a mean-pooling ModernBERT). Its flag is
+    # the head option --pooling, which every kind of a run takes.
+    pooling: str | None = settled("auto", tags=("shape",))
+    # what training settled
+    labels: list = settled(factory=list, tags=("shape",))  # label values in output order (empty for regression)
+    pair: bool = settled(False, tags=("shape",))  # whether training inputs were pairs
+    label_weights: list = field(default_factory=list)  # the class weights, in label order (empty: all 1)
     thresholds: list | None = None  # multi-label: per-label thresholds tuned on dev for F1
-    label_names: list | None = None  # names shown for `labels` (same order), e.g. negative, positive
 
     def shown_labels(self) -> list:
         """The labels as predictions show them: their names when given, else the values."""
         return list(self.label_names) if self.label_names else list(self.labels)
-    long_input: str = "truncate"  # or "windows": a longer input is cut into overlapping windows
-    pool: str = "mean"  # windows: how a document's window outputs are pooled ("mean" or "max")
-    stride: int = 32  # windows: tokens shared by neighbouring windows
-    # how the head reads the tokens: "cls", "mean" or "max" once built ("auto": the checkpoint's
-    # declared pooling in features mode, else the family's head; None in a spec saved before
-    # this field: the family's head, [CLS] for all but a mean-pooling ModernBERT)
-    pooling: str | None = "auto"

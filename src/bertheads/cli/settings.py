@@ -1,0 +1,126 @@
+"""The command line's own settings: what a command reads and writes (files, directories, the
+head it names) and how loud it is. Every flag of `bertheads` is a field of a dataclass, here
+or in the library (training, runtime, stream, serve and extract settings, each kind's spec);
+`cli/parser.py` builds the parsers from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bertheads.base.schema import setting
+
+DATA_FORMATS_DOC = "docs/classify.md, docs/tag.md, docs/qa.md"
+
+
+@dataclass
+class Verbosity:
+    verbose: bool = setting(False, "more messages (debug level)", short="-v", exclusive="verbosity")
+    quiet: bool = setting(False, "only warnings and errors", short="-q", exclusive="verbosity")
+
+
+@dataclass
+class SavedModel:
+    """A command that reads one saved model."""
+
+    model_dir: str = setting(help="a model directory written by `bertheads train` (or `tune`, `combine`)",
+                             positional=True)
+
+
+@dataclass
+class Head:
+    head: str | None = setting(None, "which head, for a model with several (export --to hf: the head to write)")
+
+
+@dataclass
+class AsJson:
+    json: bool = setting(False, "one JSON object on stdout")
+
+
+# -- train and tune ------------------------------------------------------------------------------
+@dataclass
+class TrainRun:
+    """`bertheads train --config F` (no kind: the file names it)."""
+
+    config: str | None = setting(None, "YAML (or TOML) holding the run's task(s) and settings (docs/multi.md); a "
+                                       "saved model's DIR/config.yaml re-runs it")
+    out: str | None = setting(None, "model directory to write (replaced atomically)")
+
+
+@dataclass
+class TrainFiles:
+    """`bertheads train KIND`."""
+
+    train: str | None = setting(None, f"training file (formats: {DATA_FORMATS_DOC})")
+    dev: str | None = setting(None, "labelled file evaluated after every epoch; the best epoch is kept")
+    out: str = setting(None, "model directory to write (replaced atomically; one of another run only with "
+                            "--overwrite)", required=True)
+    config: str | None = setting(None, "YAML (or TOML) holding this run's settings (and --train, --dev); flags "
+                                       "given override it")
+
+
+@dataclass
+class MultiFiles:
+    """`bertheads train multi`."""
+
+    config: str = setting(None, "YAML (or TOML) naming the tasks (docs/multi.md)", required=True)
+    out: str = setting(None, "model directory to write (replaced atomically)", required=True)
+
+
+@dataclass
+class TuneFiles:
+    train: str = setting(None, "training file", required=True)
+    dev: str = setting(None, "labelled file the trials are compared on", required=True)
+    out: str = setting(None, "directory for the best model, trials.jsonl and the search's storage", required=True)
+
+
+# -- prediction ---------------------------------------------------------------------------------
+@dataclass
+class EvaluateFiles:
+    data: str = setting(None, "labelled file in one of the task's formats", required=True)
+
+
+@dataclass
+class PredictFiles:
+    input: str | None = setting(None, "file in a training format or plain lines (TAB separates a pair); default "
+                                      "stdin")
+    output: str | None = setting(None, "JSONL file (written atomically); default stdout")
+    # the choices are the kinds' formats (`cli/parser.py` fills them in)
+    format: str = setting("auto", "input format (a tag head given --format conll also writes CoNLL columns)")
+
+
+@dataclass
+class AnalyzeFiles:
+    input: str | None = setting(None, "JSONL records with \"text\" (and the field each head's input form adds: "
+                                      "see GET /heads), or plain lines (TAB separates a second text); default stdin")
+    output: str | None = setting(None, "JSONL file (written atomically); default stdout")
+
+
+# -- the other commands --------------------------------------------------------------------------
+@dataclass
+class ExportFiles:
+    to: str = setting(None, "the format to write", choices=("hf", "onnx"), required=True)
+    out: str | None = setting(None, "hf: the new directory (required); onnx: default MODEL_DIR/onnx")
+    quantize: str | None = setting(None, "onnx: also write the int8 graphs (dynamic for ONNX Runtime; static QDQ, "
+                                         "calibrated on dev data, for OpenVINO)", choices=("int8",))
+
+
+@dataclass
+class ReportFiles:
+    data: str | None = setting(None, "labelled file: confusion matrices, per-class scores, worst examples")
+    out: str | None = setting(None, "page directory; default: MODEL_DIR/report")
+
+
+@dataclass
+class CombineFiles:
+    model_dirs: list[str] = setting(help="model directories whose encoders are identical", positional=True,
+                                    nargs="+")
+    out: str = setting(None, "model directory to write (replaced atomically)", required=True)
+    names: list[str] | None = setting(None, "new head names, one per head in input order", nargs="+")
+
+
+@dataclass
+class ReferenceSettings:
+    """`python -m bertheads.cli.reference`."""
+
+    check: bool = setting(False, "compare with docs/cli.md instead of printing; exit 1 when it differs")
+    file: str | None = setting(None, "the file --check compares with (default: docs/cli.md)")

@@ -1,0 +1,126 @@
+"""A classify head: the sequence head of the checkpoint's family over one vector per input,
+and what it is trained on (one feature per text, or per window of a long one) and its loss."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from bertheads.base.errors import UserError
+from bertheads.encoder.layers import POOLINGS, LayerCombine, pool_tokens
+from bertheads.tasks.base import HeadSettings, init_linear
+from bertheads.tasks.classify.formats import ClassifyExample
+from bertheads.tasks.classify.spec import LONG_INPUTS, POOLS, ClassifySpec
+from bertheads.tasks.families import (
+    FAMILIES,
+    Family,
+    activation,
+    copy_start,
+    dense_block,
+    init_head_linear,
+    pooling,
+)
+from bertheads.tasks.parts import Modeling
+from bertheads.text.encoding import encode_texts, encode_windows
+
+
+class ClassifyHead(nn.Module):
+    """The sequence head of the checkpoint's family (`tasks/families.py`): BERT's pooler (dense
+    + tanh over [CLS]), dropout and a linear layer; RoBERTa's, ELECTRA's, DeBERTa's, DistilBERT's
+    or ModernBERT's own layout for those checkpoints. It reads one vector per input: [CLS], or
+    the mean or max of the tokens the attention mask keeps (`pooling`, settled by
+    `ClassifyTask.build`; `family_pooling` is what the family's transformers class reads)."""
+
+    token_level = False
+
+    def __init__(self, hidden_size: int, num_outputs: int, settings: HeadSettings, pooler_state=None,
+                 family: Family | None = None, config=None) -> None:
+        super().__init__()
+        family = family or FAMILIES["bert"]
+        self.layers = tuple(settings.layers)
+        self.combine = LayerCombine(len(self.layers), settings.combine)
+        size = self.combine.output_size(hidden_size)
+        if family.init == "bert":  # as bertheads always built it (same weights for the same seed)
+            self.pooler = init_linear(nn.Linear(size, size))
+            self.norm = None
+        else:
+            dense, self.norm = dense_block(family, config, size)
+            self.pooler = init_head_linear(dense, family, config, "dense")
+        copy_start(self.pooler, self.norm, pooler_state)
+        self.activation = activation(family, config)
+        self.dropout_first = family.dropout_first
+        self.family_pooling = pooling(family, config)
+        chosen = getattr(settings, "pooling", None)
+        self.pooling = chosen if chosen in POOLINGS else self.family_pooling
+        self.dropout = nn.Dropout(settings.dropout)
+        if family.init == "bert":
+            self.out = init_linear(nn.Linear(size, num_outputs))
+        else:
+            self.out = init_head_linear(nn.Linear(size, num_outputs), family, config, "out")
+
+    def forward(self, hidden, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        states = self.combine(hidden)
+        # [CLS], or the mean/max of every token the mask keeps, specials included (cached pooled
+        # states come as one position with a mask of ones)
+        cls = pool_tokens(states, batch.get("attention_mask"), self.pooling)
+        if self.dropout_first:
+            cls = self.dropout(cls)
+        pooled = self.activation(self.pooler(cls))
+        if self.norm is not None:
+            pooled = self.norm(pooled)
+        return self.out(self.dropout(pooled))
+
+
+class ClassifyModeling(Modeling):
+    """A classify head's features (one per text, or per window of a long one) and its loss."""
+
+    def encode(self, examples: list[ClassifyExample], tokenizer, with_labels: bool = True,
+               path: str | None = None) -> list[dict]:
+        """One feature per example, or with `long_input="windows"` one per window (each window
+        of a training text learns the text's label)."""
+        return self.encode_with_owner(examples, tokenizer, with_labels, path)[0]
+
+    def encode_with_owner(self, examples: list[ClassifyExample], tokenizer, with_labels: bool = True,
+                          path: str | None = None) -> tuple[list[dict], list[int]]:
+        spec = self.spec
+        texts, pairs = [e.text for e in examples], [e.pair for e in examples]
+        if spec.long_input == "windows":
+            check_windows(spec)
+            feats, owner = encode_windows(tokenizer, texts, pairs, spec.max_length, spec.stride)
+        else:
+            feats, owner = encode_texts(tokenizer, texts, pairs, spec.max_length), list(range(len(examples)))
+        if with_labels:
+            targets = [self.label_target(e, path) for e in examples]
+            for f, k in zip(feats, owner):
+                f["labels"] = targets[k]
+        return feats, owner
+
+    def encode_for_inference(self, examples: list[ClassifyExample], tokenizer,
+                             with_labels: bool = False) -> tuple[list[dict], list[int]]:
+        """One feature per example (longer inputs are truncated, as in training), or one per window."""
+        return self.encode_with_owner(examples, tokenizer, with_labels)
+
+    def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        labels = batch["labels"]
+        if self.spec.problem == "regression":
+            return F.mse_loss(logits.squeeze(-1), labels.float())
+        if self.spec.problem == "multi_label":
+            return F.binary_cross_entropy_with_logits(logits, labels.float())
+        weight = None
+        if self.spec.label_weights:
+            weight = torch.tensor(self.spec.label_weights, dtype=logits.dtype, device=logits.device)
+        return F.cross_entropy(logits, labels.long(), weight=weight)
+
+    def output_hint(self) -> str:
+        count = 1 if self.spec.problem == "regression" else len(self.spec.labels)
+        return f" ({self.spec.problem}, {len(self.spec.labels)} labels: {count} outputs)"
+
+
+def check_windows(spec: ClassifySpec) -> None:
+    if spec.long_input not in LONG_INPUTS:
+        raise UserError(f"--long-input: expected one of {', '.join(LONG_INPUTS)}, got {spec.long_input!r}")
+    if spec.pool not in POOLS:
+        raise UserError(f"--pool: expected one of {', '.join(POOLS)}, got {spec.pool!r}")
+    if not 0 <= spec.stride < spec.max_length - 3:
+        raise UserError(f"--stride {spec.stride}: must be at least 0 and below --max-length minus 3")

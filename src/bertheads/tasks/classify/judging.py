@@ -1,0 +1,109 @@
+"""Decoding classify outputs and their metrics (`metrics.py` holds the formulas)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bertheads.tasks.classify.formats import ClassifyExample
+from bertheads.tasks.classify.metrics import (
+    label_metrics,
+    multi_label_metrics,
+    regression_metrics,
+    tune_thresholds,
+)
+from bertheads.tasks.parts import Judging, softmax
+
+
+class ClassifyJudging(Judging):
+    """A classify head's decoding and metrics: softmax labels with scores (or `min_score`'s
+    null), multi-label thresholds, regression values; accuracy/F1/MCC, micro/macro F1, Pearson."""
+
+    @property
+    def main_metric(self) -> str:  # type: ignore[override]
+        return {"single_label": "accuracy", "regression": "pearson", "multi_label": "micro_f1"}[self.spec.problem]
+
+    def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples, features) -> list[np.ndarray]:
+        """One output per example: its feature's, or its windows' pooled (mean or max of the logits)."""
+        if len(feature_outputs) == len(examples):
+            return list(feature_outputs)
+        groups: list[list[int]] = [[] for _ in examples]
+        for i, k in enumerate(owner):
+            groups[k].append(i)
+        pool = np.max if self.spec.pool == "max" else np.mean
+        return [feature_outputs[g[0]] if len(g) == 1 else pool(np.stack([feature_outputs[i] for i in g]), axis=0)
+                for g in groups]
+
+    def label_thresholds(self, threshold: float | None = None) -> np.ndarray:
+        """Multi-label decision thresholds: `threshold` if given, else the spec's fixed one,
+        else the per-label ones tuned on dev, else 0.5."""
+        n = len(self.spec.labels)
+        if threshold is None:
+            threshold = self.spec.threshold
+        if threshold is not None:
+            return np.full(n, float(threshold))
+        if self.spec.thresholds and len(self.spec.thresholds) == n:
+            return np.asarray(self.spec.thresholds, dtype=float)
+        return np.full(n, 0.5)
+
+    def decode(self, logits: list[np.ndarray], examples=None, threshold: float | None = None,
+               min_score: float | None = None, **_) -> list[dict]:
+        """Head outputs to `{"label", "scores"}` (or `{"value"}`, or `{"labels", "scores"}`),
+        after the example's carried fields (`id`, --keep-fields) when it has any. Single-label:
+        `min_score` gives `"label": null` when the best score is below it."""
+        preds = self.decode_scores(logits, threshold, min_score)
+        if examples is None:
+            return preds
+        return [{**e.extra, **p} if getattr(e, "extra", None) else p for p, e in zip(preds, examples)]
+
+    def decode_scores(self, logits: list[np.ndarray], threshold: float | None = None,
+                      min_score: float | None = None) -> list[dict]:
+        if not logits:
+            return []
+        arr = np.stack(logits)
+        shown = self.spec.shown_labels()
+        names = [str(label) for label in shown]
+        if self.spec.problem == "regression":
+            return [{"value": float(v)} for v in arr[:, 0]]
+        if self.spec.problem == "multi_label":
+            probs = sigmoid(arr)
+            cut = self.label_thresholds(threshold)
+            return [{"labels": [shown[j] for j in np.flatnonzero(p >= cut)],
+                     "scores": {n: round(float(x), 6) for n, x in zip(names, p)}} for p in probs]
+        probs = softmax(arr)
+        best = probs.argmax(-1)
+        return [{"label": None if min_score is not None and p[b] < min_score else shown[b],
+                 "scores": {n: round(float(x), 6) for n, x in zip(names, p)}}
+                for b, p in zip(best, probs)]
+
+    def metrics(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None,
+                threshold: float | None = None, during_training: bool = False, **_) -> dict:
+        """Accuracy, F1, MCC with per-class figures and the confusion matrix (single-label),
+        micro/macro F1 with per-label figures (multi-label; after an epoch the per-label
+        thresholds are tuned here unless one was fixed), or Pearson/Spearman (regression)."""
+        return self.metrics_from_parts([self.metric_part(logits, examples, path)], path, threshold=threshold,
+                                       during_training=during_training)
+
+    def metric_part(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None, **_):
+        """A chunk's outputs and gold targets as arrays (the examples are not kept)."""
+        return np.stack(logits), [self.label_target(e, path) for e in examples]
+
+    def metrics_from_parts(self, parts: list, path=None, threshold: float | None = None,
+                           during_training: bool = False, **_) -> dict:
+        arr = np.concatenate([p[0] for p in parts])
+        gold = [g for p in parts for g in p[1]]
+        names = [str(label) for label in self.spec.shown_labels()]  # per_class keyed as predictions name them
+        if self.spec.problem == "regression":
+            return regression_metrics(arr[:, 0], np.asarray(gold, dtype=float))
+        if self.spec.problem == "multi_label":
+            probs, truth = sigmoid(arr), np.asarray(gold) >= 0.5
+            if during_training and self.spec.threshold is None and threshold is None:
+                self.spec.thresholds = [round(float(t), 6) for t in tune_thresholds(probs, truth)]
+            cut = self.label_thresholds(threshold)
+            result = multi_label_metrics(probs >= cut, truth, names)
+            result["thresholds"] = {n: round(float(t), 4) for n, t in zip(names, cut)}
+            return result
+        return label_metrics(arr.argmax(-1), np.asarray(gold), len(self.spec.labels), names)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))

@@ -1,0 +1,93 @@
+"""What a classify head shows: its labels, figures, card and transformers class."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from bertheads.base.errors import UserError
+from bertheads.tasks.classify.report import classify_section
+from bertheads.tasks.families import FAMILIES, copy_into
+from bertheads.tasks.parts import CardText, Publishing
+
+HF_PROBLEM_TYPES = {"single_label": "single_label_classification", "regression": "regression",
+                    "multi_label": "multi_label_classification"}
+
+
+class ClassifyPublishing(Publishing):
+    """A classify head as `GET /heads`, the report, the model card and `export --to hf` show it."""
+
+    shows = "scores"
+    hf_auto_class = "AutoModelForSequenceClassification"
+    hf_pipeline = "text-classification"
+
+    def describe(self) -> dict:
+        return {**super().describe(), "labels": [str(x) if not isinstance(x, (int, str)) else x
+                                                 for x in self.spec.shown_labels()], "problem": self.spec.problem}
+
+    def report_section(self, outputs: list, examples: list, metrics: dict, section) -> None:
+        classify_section(self, outputs, examples, metrics, section)
+
+    # -- the model card ------------------------------------------------------------------------
+    def card_text(self) -> CardText:
+        spec = self.spec
+        labels = [str(label) for label in spec.shown_labels()]
+        inputs = "texts and pairs" if spec.pair else "texts"
+        longer = (f"{inputs} longer than {spec.max_length} tokens are cut into overlapping windows whose scores "
+                  f"are pooled ({spec.pool})" if spec.long_input == "windows"
+                  else f"{inputs} longer than {spec.max_length} tokens are cut at that length")
+        limits = [longer[0].upper() + longer[1:] + "."]
+        if spec.pair:
+            limits.append("It reads a pair of texts (the second after the separator); a single text is not "
+                          "what it was trained on.")
+        if spec.problem == "regression":
+            return CardText(outputs="`value`: a number on the scale of the training labels",
+                            raw_outputs="`[batch, 1]`: the value", pipeline_tag=self.hf_pipeline,
+                            limits=["The value is learned from the training labels; nothing keeps it within "
+                                    "their range.", *limits], example=self.form.example)
+        if spec.problem == "multi_label":
+            return CardText(outputs="`labels`: every label whose probability passes its threshold, and `scores`: "
+                                    "a probability per label (sigmoid)",
+                            raw_outputs=f"`[batch, {len(labels)}]`: one score (logit) per label, in the order listed",
+                            pipeline_tag=self.hf_pipeline, labels=labels,
+                            limits=["Only the labels of the training file exist; each is chosen when its "
+                                    "probability passes its threshold (tuned on the dev set for F1 unless one "
+                                    "was fixed).", *limits], example=self.form.example)
+        return CardText(outputs="`label`: the most probable label, and `scores`: a probability per label (softmax)",
+                        raw_outputs=f"`[batch, {len(labels)}]`: one score (logit) per label, in the order listed",
+                        pipeline_tag=self.hf_pipeline, labels=labels,
+                        limits=[f"Every input gets one of the {len(labels)} training labels, also an input that "
+                                f"fits none of them (`--min-score` leaves an unsure one without a label).", *limits],
+                        example=self.form.example)
+
+    def hf_usage(self, path: str) -> str:
+        """The text-classification pipeline; a pair as `text` and `text_pair`, every label's
+        score for a multi-label head."""
+        example = self.form.example
+        if isinstance(example, tuple):
+            example = {"text": example[0], "text_pair": example[1]}
+        options = ", top_k=None" if self.spec.problem == "multi_label" else ""
+        return (f"from transformers import pipeline\n\n"
+                f"pipe = pipeline({self.hf_pipeline!r}, model={path!r}{options})\n"
+                f"print(pipe({example!r}))\n")
+
+    # -- export --to hf: the head's layers into the family's own class (`families.py` key maps) --
+    def hf_labels(self) -> list[str]:
+        """The labels as predictions show them (their `--label-names` when given), so the
+        transformers pipeline answers with the same names; regression has its one output."""
+        return ["value"] if self.spec.problem == "regression" else [str(label) for label in self.spec.shown_labels()]
+
+    def hf_check(self, name: str) -> None:
+        super().hf_check(name)
+        if self.head.pooling != self.head.family_pooling:
+            raise UserError(f"head {name!r} reads the {self.head.pooling} of its tokens (pooling {self.head.pooling}), "
+                            f"but the transformers {self.hf_auto_class} of its family reads "
+                            f"{'the first token' if self.head.family_pooling == 'cls' else 'their ' + self.head.family_pooling}, "
+                            f"so it has no transformers equivalent; export it with --to onnx")
+
+    def hf_configure(self, config) -> None:
+        super().hf_configure(config)
+        config.problem_type = HF_PROBLEM_TYPES[self.spec.problem]
+
+    def hf_copy_head(self, model: nn.Module, name: str) -> None:
+        family = FAMILIES[self.spec.head_family or "bert"]
+        copy_into(model, self.head, family.sequence_keys, f"head {name!r}")

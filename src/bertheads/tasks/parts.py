@@ -1,0 +1,237 @@
+"""The four parts a task kind implements, each a small class in a module of the kind's own
+folder; `Task` (`tasks/base.py`) is their sum. What a part leaves out has the default here.
+
+```
+Reading     its data: files and Python values -> examples                    KIND/reading.py
+Modeling    its head and loss: examples -> features -> loss; what a pass costs  KIND/head.py
+Judging     its decoding and metric: head outputs -> predictions and metrics  KIND/judging.py
+Publishing  what it shows: GET /heads, the report, the model card, export --to hf  KIND/publishing.py
+```
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertheads.base.errors import UserError
+from bertheads.tasks.forms import InputForm
+
+
+@dataclass
+class TextInput:
+    """One encoder input as read from a file: a text, an optional second text, its line, and
+    what the format adds ("id", "words": character spans of given words)."""
+
+    text: str
+    pair: str | None = None
+    line: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    def texts(self) -> dict:
+        """Its texts as `extract`'s index records them."""
+        return {"text": self.text, "pair": self.pair}
+
+
+class Reading:
+    """Its data: examples from the kind's file formats (with file and line in every error),
+    from rows in memory, and from Python values; plain texts for `extract`."""
+
+    formats: ClassVar[tuple[str, ...]] = ()  # the formats `read` takes (predict's --format)
+    text_formats: ClassVar[tuple[str, ...]] = ()  # the formats `read_texts` reads for `extract`
+    generic_reader: ClassVar[bool] = False  # reads tables no other kind claims (classify)
+    counts_lines: ClassVar[bool] = True  # False: records are not lines (progress counts records)
+
+    def read(self, path, need_labels: bool = True, fmt: str | None = None, **options) -> list:
+        """The examples of a file (or rows in memory); labels required with `need_labels`."""
+        raise NotImplementedError
+
+    def iter_read(self, path, need_labels: bool = True, fmt: str | None = None, keep: tuple[str, ...] = (),
+                  bad=None, **options):
+        """`read` one example at a time as the input is read; `keep`: input fields carried into
+        each prediction; `bad(error)`: told of a bad record, which is then skipped (None: raise)."""
+        yield from self.read(path, need_labels, fmt, **options)
+
+    def from_inputs(self, inputs: list, **options) -> list:
+        """Examples from Python values, one per input of the kind's form."""
+        raise NotImplementedError
+
+    @classmethod
+    def read_texts(cls, path: str | None, fmt: str) -> list[TextInput]:
+        """Plain encoder inputs from the kind's own formats (`text_formats`), for `extract`."""
+        raise NotImplementedError
+
+    @classmethod
+    def sniff_format(cls, path: str) -> str | None:
+        """The kind's own format a file's name (or first bytes) shows, else None."""
+        return None
+
+    @classmethod
+    def claims_records(cls, keys: set[str]) -> bool:
+        """Whether JSON Lines records with these keys are inputs of this kind."""
+        return False
+
+
+class Modeling:
+    """Its head and loss: the features an example is encoded to (several when it is cut into
+    windows), the loss, and what one input's encoder pass costs."""
+
+    spec: Any
+
+    def encode(self, examples: list, tokenizer, with_labels: bool = True, path: str | None = None) -> list[dict]:
+        """Training features (with the loss's targets)."""
+        raise NotImplementedError
+
+    def encode_for_inference(self, examples: list, tokenizer, with_labels: bool = False) -> tuple[list[dict], list[int]]:
+        """Features and their owners: `owner[i]` is the example feature i belongs to;
+        `with_labels` adds the loss's targets (for the dev loss)."""
+        raise NotImplementedError
+
+    def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def dev_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The loss an evaluation reports (the same during training and after loading): by default
+        the training loss."""
+        return self.loss(logits, batch)
+
+    def encoder_cost(self, counts: tuple[int, ...]) -> tuple[tuple, int]:
+        """The encoder pass one input of this head costs, from the token counts (no special
+        tokens) of its texts (`form.texts`): `(key, tokens)`, heads with equal keys sharing the
+        pass. One text is cut at max_length, two are packed as a pair."""
+        length = int(self.spec.max_length)
+        if len(counts) == 2:
+            return ("two", length), min(counts[0] + counts[1] + 3, length)
+        if counts[0] + 2 <= length:
+            return ("whole",), counts[0] + 2
+        return ("cut", length), length
+
+    def output_hint(self) -> str:
+        """What in the spec decides the head's output size, for weight-shape messages."""
+        return ""
+
+
+class Judging:
+    """Its decoding and metric: the outputs of one example's features merged (`collect`),
+    predictions (`decode`), their text (`render`), and the metrics, a chunk at a time."""
+
+    main_metric: ClassVar[str]  # the dev metric that keeps an epoch by default
+    metric_scale: ClassVar[float] = 1.0  # 100 when the metrics are percentages (SQuAD EM/F1)
+
+    def collect(self, feature_outputs: list, owner: list[int], examples: list, features: list) -> list:
+        """One output per example: the outputs of its features merged (windows joined, spans chosen)."""
+        raise NotImplementedError
+
+    def decode(self, outputs: list, examples: list, **options) -> list[dict]:
+        """What `predict` writes, a JSON-able dict per example."""
+        raise NotImplementedError
+
+    def metrics(self, outputs: list, examples: list, path=None, **options) -> dict:
+        """What `evaluate` reports (`during_training=True` after an epoch)."""
+        raise NotImplementedError
+
+    def metric_part(self, outputs: list, examples: list, path=None, **options):
+        """What `metrics` needs of one chunk of a streamed evaluation (by default everything)."""
+        return outputs, examples
+
+    def metrics_from_parts(self, parts: list, path=None, **options) -> dict:
+        """`metrics` over all the chunks' parts (see `metric_part`)."""
+        return self.metrics([o for p in parts for o in p[0]], [e for p in parts for e in p[1]], path, **options)
+
+    def render(self, predictions: list[dict], examples: list, fmt: str | None = None) -> str:
+        """The text `predict` writes: JSON lines unless the kind has a format of its own."""
+        return "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
+
+
+@dataclass
+class CardText:
+    """What a model card says of one head in its kind's words (`Task.card_text`)."""
+
+    outputs: str  # what one prediction holds
+    raw_outputs: str  # what the head's raw outputs are (an ONNX graph's output)
+    pipeline_tag: str | None = None  # the Hugging Face Hub's task tag (None: none fits)
+    labels: list[str] = field(default_factory=list)  # what the head chooses among (empty: nothing named)
+    labels_title: str = "labels"  # what they are called
+    limits: list[str] = field(default_factory=list)  # what the head cannot do, a sentence each
+    example: Any = "A sample text."  # one input as `Model.predict` takes it
+
+
+class Publishing:
+    """What it shows: the head in `GET /heads`, its figures in the report, its lines in the
+    model card, and how `export --to hf` (and the ONNX graph) hold it."""
+
+    kind: ClassVar[str]
+    help: ClassVar[str] = ""
+    shows: ClassVar[str] = "json"  # the web page's drawing: "scores", "entities", "answer" or "json"
+    hf_auto_class: ClassVar[str | None] = None  # transformers AutoModelFor... class (None: no export)
+    hf_pipeline: ClassVar[str | None] = None  # transformers pipeline task name
+    form: InputForm
+
+    def describe(self) -> dict:
+        """The head as `GET /heads` lists it (the name is added by the caller): its input form
+        and how the page draws its predictions (`shows`)."""
+        return {"kind": self.kind, **self.form.describe(), "shows": self.shows}
+
+    def report_section(self, outputs: list, examples: list, metrics: dict, section) -> None:
+        """Add the kind's figures and tables for a labelled data file to the report's `section`
+        (a `tasks.figures.Section`); by default, the metrics table alone."""
+        section.notes.append(f"no figures for {self.kind} heads beyond the metrics")
+
+    def card_text(self) -> CardText:
+        """What the model card says of this head; by default its help line, the transformers
+        pipeline task as the Hub's tag and an input of its form."""
+        return CardText(outputs=self.help, raw_outputs="the head's raw scores", pipeline_tag=self.hf_pipeline,
+                        example=self.form.example)
+
+    def hf_usage(self, path: str) -> str:
+        """Python lines that run the `export --to hf` directory at `path` (a transformers
+        pipeline of `hf_pipeline` with `hf_pipeline_options`, on the card's example)."""
+        options = "".join(f", {k}={v!r}" for k, v in self.hf_pipeline_options().items())
+        return (f"from transformers import pipeline\n\n"
+                f"pipe = pipeline({self.hf_pipeline!r}, model={path!r}{options})\n"
+                f"print(pipe({self.card_text().example!r}))\n")
+
+    def onnx_check(self, name: str) -> None:
+        """Refuse (UserError) a head whose layers the ONNX graph cannot hold."""
+
+    def hf_check(self, name: str) -> None:
+        """Refuse (UserError) a head that no `hf_auto_class` model computes."""
+        if self.hf_auto_class is None:
+            raise UserError(f"head {name!r}: {self.kind} heads have no transformers equivalent")
+
+    def hf_labels(self) -> list[str]:
+        """The output names the transformers config lists (`id2label`)."""
+        raise UserError(f"{self.kind} heads have no transformers equivalent")  # pragma: no cover
+
+    def hf_configure(self, config) -> None:
+        """Set the head's outputs on the transformers config."""
+        labels = self.hf_labels()
+        config.num_labels = len(labels)
+        config.id2label = dict(enumerate(labels))
+        config.label2id = {label: i for i, label in enumerate(labels)}
+
+    def hf_copy_head(self, model: nn.Module, name: str) -> None:
+        """Copy the head's weights into the transformers model's head (UserError: no fit)."""
+        raise UserError(f"head {name!r}: {self.kind} heads have no transformers equivalent")  # pragma: no cover
+
+    def hf_outputs(self, out) -> torch.Tensor:
+        """The transformers model's outputs in the head's own layout (to compare them)."""
+        return out.logits
+
+    def hf_pipeline_options(self) -> dict:
+        """Keywords the transformers pipeline should be given for this head."""
+        return {}
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis (an empty array as it is)."""
+    if not len(x):
+        return x
+    z = x - x.max(-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(-1, keepdims=True)

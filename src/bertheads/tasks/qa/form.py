@@ -1,0 +1,33 @@
+"""What one input of a qa head is: a question and the passage that answers it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bertheads.tasks.forms import Extra, Field, InputForm
+
+
+class Question(InputForm):
+    name = "question"
+    says = "a question and a passage"
+    fields = (Field("questions", str, "question"), Field("contexts", str, "passage"))
+    # in `analyze` the shared text is the passage
+    extra = Extra("question", "questions", str, "question", "Question (for question heads; the text above is the "
+                                                            "passage)", "Optional: ask a question about the text")
+    example = {"question": "Where does the tower stand?",
+               "context": "The tower was finished in 1889 and stands in Paris."}
+
+    def from_fields(self, values: Sequence[Sequence]) -> list:
+        return [{"question": q, "context": c} for q, c in zip(*values)]
+
+    def with_text(self, text: str, extra: Any) -> Any:
+        return {"question": extra, "context": text}
+
+    def texts(self, value: Any) -> tuple[str, ...]:
+        if isinstance(value, dict):
+            return (value.get("question") or "", value.get("context") or "")
+        return tuple(value)
+
+
+QUESTION = Question()

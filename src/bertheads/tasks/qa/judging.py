@@ -1,0 +1,164 @@
+"""Decoding answer spans from a question's windows, and the SQuAD metrics (`spans.py`, `metrics.py`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bertheads.tasks.parts import Judging
+from bertheads.tasks.qa.formats import QAExample
+from bertheads.tasks.qa.metrics import (
+    best_threshold,
+    exact,
+    f1_v1,
+    f1_v2,
+    gold_v2,
+    max_over,
+    squad_v1_scores,
+    squad_v2_scores,
+)
+from bertheads.tasks.qa.predictions import probability, write_predictions
+from bertheads.tasks.qa.spans import (
+    QAOutput,
+    answers_nothing,
+    best_spans,
+    merge_windows,
+    null_minus_best,
+    paragraph_match_gaps,
+    span_context,
+    window_choice_parts,
+)
+
+
+class QAJudging(Judging):
+    """A qa head's decoding and metrics: each question's best span over all its windows (or no
+    answer, past the null threshold), the SQuAD v1.1 and v2.0 scores."""
+
+    main_metric = "f1"
+    metric_scale = 100.0  # SQuAD's EM and F1 are percentages
+
+    def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples: list[QAExample],
+                features: list[dict]) -> list[QAOutput]:
+        """Each question's n best spans over all its windows, and its null score (see
+        `spec.window_choice` for how spans of different windows compare; with
+        `spec.paragraph_match`, a span in a paragraph that matches the question's words worse
+        than the best paragraph does loses that weight times the gap)."""
+        spec = self.spec
+        relative, by_context = window_choice_parts(spec.window_choice)
+        per_example: list[list[tuple]] = [[] for _ in examples]
+        owners = np.asarray(owner, dtype=np.int64)
+        change = owners[1:] != owners[:-1]  # an example's windows are consecutive
+        first, last = np.r_[True, change], np.r_[change, True]
+        gaps = paragraph_match_gaps(features, owner) * spec.paragraph_match if spec.paragraph_match else None
+        chunk = 1024
+        for lo in range(0, len(features), chunk):
+            part = range(lo, min(lo + chunk, len(features)))
+            ctx = np.array([features[i]["_context"] for i in part], dtype=np.int64)
+            scores, starts, ends, null, norm = best_spans([feature_outputs[i] for i in part], ctx,
+                                                          spec.n_best, spec.max_answer_length, with_norm=True)
+            probs = np.exp(scores - norm[:, None])  # before the scores are made relative or weighed
+            null_probs = np.exp(null - norm)
+            if relative:
+                scores = scores - null[:, None]
+            if gaps is not None:
+                scores = scores + gaps[lo: lo + len(part), None]
+            room = span_context(starts, ends, ctx, first[part.start:part.stop], last[part.start:part.stop])
+            for j, i in enumerate(part):
+                offsets = features[i]["_offsets"]
+                keep = np.isfinite(scores[j]) & (offsets[ends[j], 1] > offsets[starts[j], 0])  # no empty text
+                chars = np.stack([offsets[starts[j][keep], 0], offsets[ends[j][keep], 1]], axis=1)
+                per_example[owner[i]].append((scores[j][keep], chars, float(null[j]),
+                                              room[j][keep] if by_context else None, probs[j][keep],
+                                              float(null_probs[j])))
+        return [merge_windows(parts, spec.n_best, relative) for parts in per_example]
+
+    def threshold(self, null_threshold: float | None = None) -> float | None:
+        return self.spec.null_threshold if null_threshold is None else float(null_threshold)
+
+    def decode(self, outputs: list[QAOutput], examples: list[QAExample], null_threshold: float | None = None,
+               **_) -> list[dict]:
+        """`{"answer", "start", "end", "score", "raw_score"}` with `context[start:end] == answer`:
+        `score` is the span's probability, P(start) * P(end) in its window as the transformers
+        pipeline reports it, `raw_score` the score spans are ranked and thresholded by (start +
+        end logits; relative to the window's null score with `window_choice` relative). An
+        empty answer (start = end = 0) when the model answers nothing, with [CLS]'s probability
+        and the null score."""
+        threshold = self.threshold(null_threshold)
+        out = []
+        for o, e in zip(outputs, examples):
+            if answers_nothing(o, threshold):
+                pred = {"answer": "", "start": 0, "end": 0, "score": probability(o.null_probability),
+                        "raw_score": round(o.null_score, 4)}
+            else:
+                s, t = (int(x) for x in o.spans[0])
+                pred = {"answer": e.context[s:t], "start": s, "end": t,
+                        "score": probability(None if o.probabilities is None else o.probabilities[0]),
+                        "raw_score": round(float(o.scores[0]), 4)}
+            out.append({**({"id": e.id} if e.has_id else {}), **e.extra, **pred})
+        return out
+
+    def metrics(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
+                null_threshold: float | None = None, predictions_out: str | None = None,
+                during_training: bool = False, **_) -> dict:
+        """SQuAD EM and F1 (v2.0's with HasAns/NoAns when some questions have no answer).
+        After an epoch (`during_training`) a v2.0 model's null threshold is tuned here."""
+        spec = self.spec
+        best_text = [e.context[int(o.spans[0][0]):int(o.spans[0][1])] if len(o.scores) else ""
+                     for o, e in zip(outputs, examples)]
+        if during_training and spec.unanswerable and spec.tune_threshold and null_threshold is None:
+            diffs = np.array([null_minus_best(o) for o in outputs])
+            has_answer = np.array([bool(e.answers) for e in examples])
+            span_f1 = np.array([max_over(f1_v2, t, gold_v2(e.answers)) if e.answers else 0.0
+                                for t, e in zip(best_text, examples)])
+            spec.null_threshold = best_threshold(diffs, has_answer, span_f1)
+        threshold = self.threshold(null_threshold)
+        preds = ["" if answers_nothing(o, threshold) else text for o, text in zip(outputs, best_text)]
+        if any(not e.answers for e in examples):
+            result = squad_v2_scores(preds, examples)
+        else:
+            result = squad_v1_scores(preds, examples)
+        if spec.unanswerable or threshold is not None:
+            result["null_threshold"] = None if threshold is None else round(float(threshold), 4)
+        if predictions_out:
+            write_predictions(predictions_out, preds, outputs, examples)
+        return result
+
+    def metric_part(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
+                    null_threshold: float | None = None, predictions_out: str | None = None, **_):
+        """A chunk's per-question scores (v1.1 and v2.0 forms: which one applies is known only at
+        the end) under the saved or given null threshold. With `predictions_out` every output
+        and example is kept, as the prediction files hold them all."""
+        if predictions_out:
+            return super().metric_part(outputs, examples)
+        threshold = self.threshold(null_threshold)
+        preds = ["" if answers_nothing(o, threshold) else e.context[int(o.spans[0][0]):int(o.spans[0][1])]
+                 for o, e in zip(outputs, examples)]
+        has = np.array([bool(e.answers) for e in examples], dtype=bool)
+        v1 = np.array([(max_over(exact, p, e.answers), max_over(f1_v1, p, e.answers)) if e.answers else (0.0, 0.0)
+                       for p, e in zip(preds, examples)]).reshape(-1, 2)
+        v2 = np.array([(max_over(exact, p, gold_v2(e.answers)), max_over(f1_v2, p, gold_v2(e.answers)))
+                       for p, e in zip(preds, examples)]).reshape(-1, 2)
+        return has, v1, v2
+
+    def metrics_from_parts(self, parts: list, path=None, null_threshold: float | None = None,
+                           predictions_out: str | None = None, **options) -> dict:
+        if predictions_out:
+            return super().metrics_from_parts(parts, path, null_threshold=null_threshold,
+                                              predictions_out=predictions_out, **options)
+        has = np.concatenate([p[0] for p in parts])
+        if has.all():
+            v1 = np.concatenate([p[1] for p in parts])
+            result = {"exact_match": 100.0 * float(v1[:, 0].mean()), "f1": 100.0 * float(v1[:, 1].mean()),
+                      "examples": len(has)}
+        else:
+            v2 = np.concatenate([p[2] for p in parts])
+            result = {"exact_match": 100.0 * float(v2[:, 0].mean()), "f1": 100.0 * float(v2[:, 1].mean()),
+                      "examples": len(has)}
+            for name, mask in (("HasAns", has), ("NoAns", ~has)):
+                if mask.any():
+                    result[f"{name}_exact"] = 100.0 * float(v2[mask, 0].mean())
+                    result[f"{name}_f1"] = 100.0 * float(v2[mask, 1].mean())
+                    result[f"{name}_total"] = int(mask.sum())
+        threshold = self.threshold(null_threshold)
+        if self.spec.unanswerable or threshold is not None:
+            result["null_threshold"] = None if threshold is None else round(float(threshold), 4)
+        return result

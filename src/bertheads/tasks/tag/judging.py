@@ -1,0 +1,125 @@
+"""Decoding tag outputs into words, tags and entities, and their metrics (`scheme.py`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from bertheads.base.errors import UserError, where
+from bertheads.tasks.base import softmax
+from bertheads.tasks.parts import Judging
+from bertheads.tasks.tag.formats import TagExample, separator
+from bertheads.tasks.tag.scheme import entity_errors, entity_metrics, entity_spans, scheme_codes
+
+
+@dataclass
+class WordScores:
+    """What `collect` returns for one example: tag probabilities per word (and, for raw
+    text, each word's character span)."""
+
+    probs: np.ndarray  # (words, tags)
+    spans: np.ndarray | None = None  # (words, 2) start, end offsets in the text
+
+
+class TagJudging(Judging):
+    """A tag head's decoding and metrics: one tag per word from the window where its first piece
+    has the most context, entities by the scheme's rules, seqeval's entity scores."""
+
+    main_metric = "f1"
+
+    def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples, features) -> list[WordScores]:
+        """One row of tag scores per word: from the example's only window, or from the window
+        where the word's first piece has the most context."""
+        groups: list[list[int]] = [[] for _ in examples]
+        for i, k in enumerate(owner):
+            groups[k].append(i)
+        rows, spans = [], []
+        for k, idx in enumerate(groups):
+            if not idx:
+                raise ValueError(f"example {k} has no encoded window")
+            head = features[idx[0]]
+            n_words = head["_n_words"]
+            if len(idx) == 1:
+                chosen = feature_outputs[idx[0]][head["_pos"]]
+            else:
+                chosen = np.zeros((n_words, feature_outputs[idx[0]].shape[-1]), dtype=np.float32)
+                best = np.full(n_words, -1, dtype=np.int64)
+                for i in idx:
+                    f = features[i]
+                    better = f["_ctx"] > best[f["_word"]]
+                    chosen[f["_word"][better]] = feature_outputs[i][f["_pos"][better]]
+                    best[f["_word"][better]] = f["_ctx"][better]
+                if (best < 0).any():
+                    raise ValueError(f"example {k}: {int((best < 0).sum())} words got no prediction")
+            if len(chosen) != n_words:
+                raise ValueError(f"example {k}: {len(chosen)} predictions for {n_words} words")
+            rows.append(chosen)
+            spans.append(head.get("_spans"))
+        probs = softmax(np.concatenate(rows).astype(np.float32)) if rows else np.zeros((0, len(self.spec.tags)))
+        parts = np.split(probs, np.cumsum([len(r) for r in rows])[:-1])
+        return [WordScores(p, s) for p, s in zip(parts, spans)]
+
+    def predicted_tags(self, outputs: list[WordScores]) -> list[list[str]]:
+        tags = self.spec.tags
+        return [[tags[i] for i in o.probs.argmax(-1).tolist()] for o in outputs]
+
+    def decode(self, outputs: list[WordScores], examples: list[TagExample], **_) -> list[dict]:
+        """Entities (with character offsets for raw text, word indices for word input)."""
+        codes, types = scheme_codes(self.spec.tags)
+        results = []
+        for out, e in zip(outputs, examples):
+            best = out.probs.argmax(-1).tolist()
+            top = out.probs.max(-1) if len(out.probs) else np.zeros(0)
+            found = entity_spans([codes[i] for i in best], [types[i] for i in best])
+            entities = []
+            for kind, a, b in found:
+                score = round(float(top[a:b].mean()), 4)
+                if e.text is not None:
+                    start, end = int(out.spans[a, 0]), int(out.spans[b - 1, 1])
+                    entities.append({"text": e.text[start:end], "type": kind, "start": start, "end": end,
+                                     "score": score})
+                else:
+                    entities.append({"text": " ".join(e.words[a:b]), "type": kind, "start_token": a,
+                                     "end_token": b, "score": score})
+            if e.text is not None:
+                result = {"entities": entities}
+            else:
+                result = {"tokens": e.words, "tags": [self.spec.tags[i] for i in best], "entities": entities}
+            results.append({**e.extra, **result} if e.extra else result)
+        return results
+
+    def metrics(self, outputs: list[WordScores], examples: list[TagExample], path=None, **_) -> dict:
+        """Entity precision, recall and F1 (micro and per type) as seqeval's default mode
+        (conlleval rules) computes them, word accuracy, and the span and type errors
+        (`tag_scheme.entity_errors`)."""
+        return self.metrics_from_parts([self.metric_part(outputs, examples, path)])
+
+    def metrics_from_parts(self, parts: list, path=None, **_) -> dict:
+        gold, pred = [t for p in parts for t in p[0]], [t for p in parts for t in p[1]]
+        return {**entity_metrics(gold, pred), **entity_errors(gold, pred)}
+
+    def metric_part(self, outputs: list[WordScores], examples: list[TagExample], path=None, **_):
+        """A chunk's gold and predicted tags (the tag names are shared strings: a pointer a word)."""
+        known = {t: t for t in self.spec.tags}
+        for e in examples:
+            for j, tag in enumerate(e.tags or []):
+                if tag not in known:
+                    line = e.word_lines[j] if e.word_lines else e.line
+                    raise UserError(f"{where(path, line)}: tag {tag!r} was not seen in training")
+        return [[known[t] for t in e.tags or []] for e in examples], self.predicted_tags(outputs)
+
+    def render(self, predictions: list[dict], examples: list[TagExample], fmt: str | None = None) -> str:
+        """JSON lines, or for `--format conll` the input's lines with a predicted tag column."""
+        if fmt != "conll":
+            return "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
+        out = []
+        for p, e in zip(predictions, examples):
+            for line in e.docstart:
+                out.append(f"{line}{separator(line)}O\n\n")
+            rows = e.rows or e.words or []
+            for row, tag in zip(rows, p.get("tags", [])):
+                out.append(f"{row}{separator(row)}{tag}\n")
+            out.append("\n")
+        return "".join(out)

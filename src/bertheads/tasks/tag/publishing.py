@@ -1,0 +1,61 @@
+"""What a tag head shows: its tags and entity types, figures, card and transformers class."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from bertheads.base.errors import UserError
+from bertheads.tasks.base import CardText
+from bertheads.tasks.families import FAMILIES, copy_into
+from bertheads.tasks.parts import Publishing
+from bertheads.tasks.tag.report import tag_section
+
+
+class TagPublishing(Publishing):
+    """A tag head as `GET /heads`, the report, the model card and `export --to hf` show it."""
+
+    shows = "entities"
+    hf_auto_class = "AutoModelForTokenClassification"
+    hf_pipeline = "token-classification"
+
+    def describe(self) -> dict:
+        return {**super().describe(), "labels": list(self.spec.tags),
+                "entity_types": sorted({t.split("-", 1)[1] for t in self.spec.tags if "-" in t})}
+
+    def report_section(self, outputs: list, examples: list, metrics: dict, section) -> None:
+        tag_section(self, outputs, examples, metrics, section)
+
+    # -- the model card ------------------------------------------------------------------------
+    def card_text(self) -> CardText:
+        spec = self.spec
+        types = sorted({t.split("-", 1)[1] for t in spec.tags if "-" in t})
+        limits = [f"It finds entities of the types of its training file only ({', '.join(types) or 'none'}), "
+                  f"as spans of whole words ({spec.scheme} tags; a word's tag is read from its first piece).",
+                  f"Texts longer than {spec.max_length} tokens are read in overlapping windows "
+                  f"({spec.stride} tokens shared)."]
+        if spec.head_type == "bilstm":
+            limits.append("Its BiLSTM layer has no transformers or ONNX form: only the torch runtime runs it.")
+        return CardText(outputs="`entities`: each entity's text, type, start and end characters and score (for "
+                                "given words: `tokens`, `tags` and entities by word index)",
+                        raw_outputs=f"`[batch, seq, {len(spec.tags)}]`: one score per tag for each token",
+                        pipeline_tag=self.hf_pipeline, labels=list(spec.tags), labels_title="tags", limits=limits,
+                        example="Angela Merkel visited Paris last week.")
+
+    # -- export --to hf: the linear layer into the token classifier ----------------------------
+    def hf_check(self, name: str) -> None:
+        if self.spec.head_type != "linear":
+            raise UserError(f"head {name!r}: a BiLSTM tag head has no transformers equivalent")
+
+    def hf_labels(self) -> list[str]:
+        return list(self.spec.tags)
+
+    def onnx_check(self, name: str) -> None:
+        if self.spec.head_type == "bilstm":
+            raise UserError(f"head {name!r}: a BiLSTM tag head cannot be exported to ONNX "
+                            f"(its packed sequences have no ONNX form); use the torch runtime")
+
+    def hf_copy_head(self, model: nn.Module, name: str) -> None:
+        copy_into(model, self.head, FAMILIES[self.spec.head_family or "bert"].token_keys, f"head {name!r}")
+
+    def hf_pipeline_options(self) -> dict:
+        return {"aggregation_strategy": "first"}
