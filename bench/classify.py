@@ -339,7 +339,7 @@ def bench_prediction(ours_dir: Path, trainer_dir: Path, folder: Path, repeats: i
     from transformers import AutoConfig, AutoTokenizer, pipeline
 
     import bertheads
-    from bertheads.text.batching import INFERENCE_BATCH, INFERENCE_TOKENS, sorted_batches
+    from bertheads.compute.batching import INFERENCE_BATCH, INFERENCE_TOKENS, sorted_batches
 
     model = bertheads.load(ours_dir)
     labels = model.task().spec.labels

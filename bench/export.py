@@ -185,7 +185,7 @@ def quality(task: str, model_dir: Path, dev_path: str, limit: int | None, qa_all
     import numpy as np
 
     from bertheads.base.errors import UserError
-    from bertheads.model import run_heads
+    from bertheads.compute.runner import run_heads
 
     result: dict = {}
     raw: dict = {}

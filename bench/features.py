@@ -158,7 +158,7 @@ def last_cls_build(train: Path, tmp: Path, limit: int, repeats: int) -> dict:
     off), rounds alternating; the caches must agree."""
     import numpy as np
 
-    import bertheads.text.batching as packing
+    import bertheads.compute.batching as packing
     from bertheads.encoder.pretrained import Encoder
     from bertheads.store.features_cache import CacheSettings, cache_key, encoder_identity, ensure_cache
     from bertheads.tasks.classify.spec import ClassifySpec

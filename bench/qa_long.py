@@ -110,7 +110,7 @@ SEEN: dict[tuple[int, bytes], np.ndarray] = {}  # (model, window's token ids) ->
 def window_logits(model, examples, cache: Path):
     """Our windows of `examples` and the head's logits for each (cached; a window this run has
     already read with the same model, under another setting, is not read again)."""
-    from bertheads.model import run_heads
+    from bertheads.compute.runner import run_heads
 
     name = next(iter(model.net.tasks))
     task = model.net.tasks[name]

@@ -255,13 +255,13 @@ def test_the_gate_refuses_a_broken_mode(trained_dir, tmp_path, monkeypatch, caps
 
     target = tmp_path / "model"
     shutil.copytree(trained_dir, target)
-    real = BertHeads.run
+    real = BertHeads.run_batch
 
     def broken(self, features, rows, heads, with_loss=False):  # a bf16 kernel that flips every score
         outputs, losses = real(self, features, rows, heads, with_loss)
         return ({k: -v for k, v in outputs.items()} if self.inference_dtype is not None else outputs), losses
 
-    monkeypatch.setattr(BertHeads, "run", broken)
+    monkeypatch.setattr(BertHeads, "run_batch", broken)
     with pretend(AMX), pytest.raises(UserError, match="refused: torch bf16 changes the dev metric") as err:
         bertheads.load(target, runtime="torch", precision="bf16")
     assert "\n" not in str(err.value)
@@ -269,7 +269,7 @@ def test_the_gate_refuses_a_broken_mode(trained_dir, tmp_path, monkeypatch, caps
     with pretend(AMX.__class__(**{**AMX.__dict__, "installed": frozenset()})):  # no exported runtimes
         auto = bertheads.load(target)
     assert (auto.mode.runtime, auto.mode.precision) == ("torch", "fp32")  # the broken bf16 passed over
-    monkeypatch.setattr(BertHeads, "run", real)
+    monkeypatch.setattr(BertHeads, "run_batch", real)
     (target / "gate.json").unlink()
     with pretend(AMX.__class__(**{**AMX.__dict__, "installed": frozenset()})):
         fixed = bertheads.load(target)

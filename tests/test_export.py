@@ -17,9 +17,9 @@ import bertheads
 from bertheads.base.errors import UserError
 from bertheads.base.machine import machine, pretend
 from bertheads.cli.main import main
+from bertheads.compute.runner import run_heads
 from bertheads.export import onnx as export_onnx
 from bertheads.export.hf import export_hf
-from bertheads.model import run_heads
 from bertheads.serve.app import create_app
 
 TEXTS = ["Angela Merkel visited Paris last week.", "A warm, funny and wonderfully acted film.",

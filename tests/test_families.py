@@ -16,10 +16,10 @@ from families_matrix import FAMILIES, MATRIX, checkpoint, render, tiny_checkpoin
 from safetensors.torch import load_file, save_file
 
 import bertheads
+from bertheads.compute.runner import run_heads
 from bertheads.encoder.pretrained import Encoder
 from bertheads.export.hf import export_hf
 from bertheads.export.onnx import export_onnx
-from bertheads.model import run_heads
 from bertheads.tasks import TASKS
 from bertheads.tasks.families import FAMILIES as HEAD_FAMILIES
 from bertheads.tasks.families import family_of_config, settle_family, start_weights

@@ -159,7 +159,7 @@ def test_cls_of_the_last_layer_is_cached_and_extracted_by_the_first_token_path(t
 def test_cache_builds_and_extract_run_batches_on_cpu_workers(tiny_bert, tmp_path, write, monkeypatch):
     """With 2 torch threads, cache and extract batches run on 2 single-threaded workers and
     write the same rows, in the same places, as a serial run."""
-    import bertheads.text.batching as packing_module
+    import bertheads.compute.runner as packing_module
     from bertheads.running.extract import ExtractSettings, extract
 
     used: list[int] = []

@@ -1,9 +1,11 @@
 """Packing: the BERT layouts, truncation, dynamic padding, length grouping, order restoring."""
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 
-from bertheads.text.batching import length_grouped_batches, shard, sorted_batches
+from bertheads.compute.batching import length_grouped_batches, shard, sorted_batches
 from bertheads.text.encoding import collate, encode_texts
 
 
@@ -105,7 +107,7 @@ def test_batches_on_worker_threads_match_one_thread(tiny_bert, tmp_path, write):
     import torch
 
     import bertheads
-    import bertheads.text.batching as packing_module
+    import bertheads.compute.runner as packing_module
 
     rows = "".join(f"{'good ' * (i % 7 + 1)}film {i}\t{i % 2}\n" for i in range(40))
     model = bertheads.train("classify", write("t.tsv", "sentence\tlabel\n" + rows), None, tmp_path / "m",
@@ -137,14 +139,15 @@ def test_worker_threads_do_not_leak_and_are_capped():
 
     import torch
 
-    from bertheads.text.batching import MAX_CPU_WORKERS, cpu_workers, run_batches
+    from bertheads.compute.batching import MAX_CPU_WORKERS, cpu_workers
+    from bertheads.compute.runner import run_heads
 
     before = torch.get_num_threads()
-    seen: list[int] = []
     try:
         torch.set_num_threads(2)
-        run_batches([[0], [1], [2]], lambda idx: seen.append(torch.get_num_threads()), torch.device("cpu"))
-        assert seen == [1, 1, 1] and torch.get_num_threads() == 2
+        runner = CountingRunner()
+        run_heads(runner, [{"input_ids": [1]}, {"input_ids": [1, 2]}, {"input_ids": [1, 2, 3]}], ["sum"], batch_size=1)
+        assert runner.threads == [1, 1, 1] and torch.get_num_threads() == 2
         later: list[int] = []
         thread = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
         thread.start()
@@ -165,11 +168,17 @@ class CountingRunner:
         import torch
 
         self.pad_id, self.device, self.workers, self.loss, self.threads = 0, torch.device("cpu"), workers, loss, []
+        self.tasks, self.tokenizer, self.evaluations = {}, None, 0
 
     def token_level(self, head: str) -> bool:
         return head == "tok"
 
-    def run(self, features, rows, heads, with_loss=False):
+    @contextmanager
+    def evaluating(self):
+        self.evaluations += 1
+        yield
+
+    def run_batch(self, features, rows, heads, with_loss=False):
         import torch
 
         self.threads.append(torch.get_num_threads())
@@ -179,15 +188,16 @@ class CountingRunner:
         return {h: outputs[h] for h in heads}, ({h: float(len(rows)) for h in heads} if with_loss and self.loss else {})
 
 
-def test_run_features_restores_order_trims_tokens_and_sums_losses():
+def test_run_heads_restores_order_trims_tokens_and_sums_losses():
     """The one loop of head outputs: input order back, token rows trimmed to each feature, batch
-    losses weighted by batch size; a runner that gives no loss reports [nan, 0]; a runner with
-    threads of its own (`workers`) runs side by side and leaves torch's thread count alone."""
+    losses weighted by batch size, in the runner's evaluation mode; a runner that gives no loss
+    reports [nan, 0]; a runner with threads of its own (`workers`) runs side by side and leaves
+    torch's thread count alone; a sink gets every batch in order instead."""
     import math
 
     import torch
 
-    from bertheads.text.runner import run_features
+    from bertheads.compute.runner import run_heads
 
     features = [{"input_ids": list(range(1, 2 + (i * 7) % 11))} for i in range(30)]
     before = torch.get_num_threads()
@@ -195,7 +205,8 @@ def test_run_features_restores_order_trims_tokens_and_sums_losses():
         torch.set_num_threads(2)
         for runner in (CountingRunner(), CountingRunner(workers=3, loss=False)):
             losses: dict = {}
-            got = run_features(runner, features, ["tok", "sum"], batch_size=4, losses=losses)
+            got = run_heads(runner, features, ["tok", "sum"], batch_size=4, losses=losses)
+            assert runner.evaluations == 1
             assert [a[:, 0].tolist() for a in got["tok"]] == [f["input_ids"] for f in features]
             assert [int(a) for a in got["sum"]] == [sum(f["input_ids"]) for f in features]
             if runner.loss:  # batches of 4, 4, ... 2: each reports its own size as its loss
@@ -205,5 +216,10 @@ def test_run_features_restores_order_trims_tokens_and_sums_losses():
                 assert all(math.isnan(losses[h][0]) and losses[h][1] == 0 for h in ("tok", "sum"))
                 assert runner.threads == [2] * 8  # torch's threads left alone
             assert torch.get_num_threads() == 2
+        batches: list = []
+        assert run_heads(CountingRunner(), features, ["sum"], batch_size=4,
+                         sink=lambda rows, out, _: batches.append((rows, out["sum"].tolist()))) == {}
+        assert sorted(i for rows, _ in batches for i in rows) == list(range(30))
+        assert all(sums == [sum(features[i]["input_ids"]) for i in rows] for rows, sums in batches)
     finally:
         torch.set_num_threads(before)

@@ -246,7 +246,7 @@ def test_onnx_graph_pools_like_torch(tiny_bert, tmp_path):
 
 def raw(model, head: str, inputs: list) -> list[dict]:
     """Each input's raw head outputs (logits), batched as `predict` batches them."""
-    from bertheads.model import run_heads
+    from bertheads.compute.runner import run_heads
 
     task = model.task(head)
     features, _ = task.encode_for_inference(task.from_inputs(inputs), model.net.encoder.tokenizer)

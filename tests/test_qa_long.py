@@ -151,7 +151,7 @@ def test_shared_norm_groups_a_questions_windows(tiny_bert):
     assert [f["group"] for f in feats] == [0, 1, 2, 0, 1, 2]
     assert [f["start_positions"] > 0 for f in feats] == [True] * 3 + [False] * 3
     assert "group" not in task.encode_for_inference(ex, tokenizer)[0][0]
-    from bertheads.text.batching import length_grouped_batches
+    from bertheads.compute.batching import length_grouped_batches
 
     batches = length_grouped_batches([len(f["input_ids"]) for f in feats], 2, seed=0,
                                      groups=[f["group"] for f in feats])

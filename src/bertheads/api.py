@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bertheads.base.errors import UserError
 from bertheads.base.schema import check_given, from_mapping, names, warn
+from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.export.modes import RuntimeSettings
 from bertheads.export.select import open_model
 from bertheads.model import BertHeads, head_outputs, pick_head
@@ -22,7 +23,6 @@ from bertheads.running.stream import (
     predict_stream,
 )
 from bertheads.saved.combine import combine as combine_models
-from bertheads.text.batching import INFERENCE_BATCH
 from bertheads.text.readers import carried_fields
 from bertheads.text.rows import as_rows, split_dataset
 from bertheads.training.flags import convert_options, kind_options, task_class

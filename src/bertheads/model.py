@@ -10,11 +10,11 @@ import torch
 from torch import nn
 
 from bertheads.base.errors import UserError
+from bertheads.compute.batching import INFERENCE_BATCH
+from bertheads.compute.runner import Runner, run_heads
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.encoder.pretrained import Encoder
-from bertheads.text.batching import INFERENCE_BATCH, INFERENCE_TOKENS
 from bertheads.text.encoding import Feature, collate
-from bertheads.text.runner import Runner, run_features
 
 
 class BertHeads(nn.Module):
@@ -51,7 +51,7 @@ class BertHeads(nn.Module):
             out[name] = head(picked if len(picked) > 1 else picked[0], batch)
         return out
 
-    # the `text.runner.Runner` members: a batch of features through `forward`
+    # the `compute.runner.Runner` members: a batch of features through `forward`
     workers = None  # batches side by side as torch's threads allow (`cpu_workers`)
     inference_dtype: torch.dtype | None = None  # the encoder's weights in bf16 or fp16 (None: fp32)
 
@@ -62,70 +62,49 @@ class BertHeads(nn.Module):
         self.inference_dtype = dtype
 
     @property
+    def tokenizer(self):
+        return self.encoder.tokenizer
+
+    @property
     def pad_id(self) -> int:
         return self.encoder.tokenizer.pad_token_id or 0
 
     def token_level(self, name: str) -> bool:
         return bool(self.heads[name].token_level)
 
-    def run(self, features: Sequence[Feature], rows: Sequence[int], heads: Sequence[str],
-            with_loss: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    @contextmanager
+    def evaluating(self) -> Iterator[None]:
+        was_training = self.training
+        self.eval()
+        try:
+            yield
+        finally:
+            self.train(was_training)
+
+    def run_batch(self, features: Sequence[Feature], rows: Sequence[int], heads: Sequence[str],
+                  with_loss: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """Each head's outputs for a batch (and its loss on it, with `with_loss`)."""
-        device = self.device
-        batch = {k: v.to(device) for k, v in collate(features, self.pad_id).items()}
-        out = self(batch, heads)
-        losses = {name: float(self.tasks[name].dev_loss(out[name], batch)) for name in heads} if with_loss else {}
-        return {name: out[name].float().cpu().numpy() for name in heads}, losses
+        with torch.inference_mode():
+            batch = {k: v.to(self.device) for k, v in collate(features, self.pad_id).items()}
+            out = self(batch, heads)
+            losses = {name: float(self.tasks[name].dev_loss(out[name], batch)) for name in heads} if with_loss else {}
+            return {name: out[name].float().cpu().numpy() for name in heads}, losses
 
 
-def run_heads(
-    model: Runner,
-    features: Sequence[Feature],
-    names: Sequence[str],
-    batch_size: int = INFERENCE_BATCH,
-    max_tokens: int | None = INFERENCE_TOKENS,
-    progress: str | None = None,
-    losses: dict[str, list[float]] | None = None,
-) -> dict[str, list[np.ndarray]]:
-    """Head outputs per feature, in input order, from the torch model or another runtime
-    (`export.onnx_runtime.OnnxNet`): `text.runner.run_features` over batches sorted by length,
-    side by side on a CPU. With `losses` (features carrying their labels), `losses[name]`
-    collects each head's `[sum, examples]` (`[nan, 0]` from a runtime that gives outputs only).
-    A torch model runs in eval mode and gets its mode back afterwards.
-    """
-    with eval_mode(model):
-        return run_features(model, features, names, batch_size, max_tokens, progress, losses)
-
-
-@contextmanager
-def eval_mode(model) -> Iterator[None]:
-    """A torch module in eval mode for the duration (its own mode back afterwards); any other
-    runtime as it is."""
-    if not isinstance(model, nn.Module):
-        yield
-        return
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
-
-
-def head_outputs(model: BertHeads, name: str, examples: list, batch_size: int = INFERENCE_BATCH,
+def head_outputs(model: Runner, name: str, examples: list, batch_size: int = INFERENCE_BATCH,
                  progress: str | None = None) -> list:
-    """One head's outputs for each example: encode, run the encoder and the head, merge windows."""
+    """One head's outputs for each example, from any runner: encode, run, merge windows."""
     task = model.tasks[name]
-    features, owner = task.encode_for_inference(examples, model.encoder.tokenizer)
+    features, owner = task.encode_for_inference(examples, model.tokenizer)
     feature_outputs = run_heads(model, features, [name], batch_size, progress=progress)[name]
     return task.collect(feature_outputs, owner, examples, features)
 
 
-def evaluate_head(model: BertHeads, name: str, examples: list, path: str | None = None,
+def evaluate_head(model: Runner, name: str, examples: list, path: str | None = None,
                   batch_size: int = INFERENCE_BATCH, **options) -> dict:
     """One head's metrics on labelled examples, with its mean `loss` (from the same pass)."""
     task = model.tasks[name]
-    features, owner = task.encode_for_inference(examples, model.encoder.tokenizer, with_labels=True)
+    features, owner = task.encode_for_inference(examples, model.tokenizer, with_labels=True)
     losses: dict[str, list[float]] = {}
     outputs = run_heads(model, features, [name], batch_size, losses=losses)[name]
     metrics = task.metrics(task.collect(outputs, owner, examples, features), examples, path, **options)

@@ -2,7 +2,7 @@
 `bertheads export DIR --to onnx`) instead of torch.
 
 `OnnxNet` holds the tasks (for reading, encoding and decoding, which stay the same) and the
-tokenizer, and is a `text.runner.Runner`: `model.run_heads` batches, orders and threads its
+tokenizer, and is a `compute.runner.Runner`: `model.run_heads` batches, orders and threads its
 session calls as it does the torch model's, on single-threaded workers (one per CPU thread).
 The encoder's torch weights are never loaded.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,10 +23,10 @@ import torch
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine
+from bertheads.compute.batching import MAX_CPU_WORKERS
 from bertheads.encoder.pretrained import EncoderInfo, load_tokenizer
 from bertheads.export.onnx import GRAPHS, INPUTS, META, ONNX_DIR, PRECISIONS, manifest_digest, session
 from bertheads.saved import bundle
-from bertheads.text.batching import MAX_CPU_WORKERS
 from bertheads.text.encoding import Feature, encoder_batch
 
 
@@ -120,10 +121,17 @@ class OnnxNet:
         threads = self.settings.threads or max(1, cpus // workers)
         return workers, threads
 
-    # the `text.runner.Runner` members: a batch of features through the session
+    # the `compute.runner.Runner` members: a batch of features through the session
+    @property
+    def tokenizer(self):
+        return self.encoder.tokenizer
+
     @property
     def pad_id(self) -> int:
         return self.encoder.tokenizer.pad_token_id or 0
+
+    def evaluating(self) -> AbstractContextManager:
+        return nullcontext()  # (a graph has no training mode)
 
     @property
     def device(self) -> torch.device:
@@ -136,8 +144,8 @@ class OnnxNet:
     def token_level(self, name: str) -> bool:
         return self.token_levels[name]
 
-    def run(self, features: Sequence[Feature], rows: Sequence[int], heads: Sequence[str],
-            with_loss: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    def run_batch(self, features: Sequence[Feature], rows: Sequence[int], heads: Sequence[str],
+                  with_loss: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """Each head's outputs for a batch; the graph gives no loss."""
         batch = encoder_batch(features, self.pad_id, torch.device("cpu"))
         outputs = self.session.run(list(heads), {k: batch[k].numpy() for k in self.input_names})

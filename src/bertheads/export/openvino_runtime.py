@@ -73,8 +73,8 @@ class OpenVinoNet(OnnxNet):
             req = self.local.request = self.compiled.create_infer_request()
         return req
 
-    def run(self, features: Sequence[Feature], rows: Sequence[int], heads: Sequence[str],
-            with_loss: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    def run_batch(self, features: Sequence[Feature], rows: Sequence[int], heads: Sequence[str],
+                  with_loss: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """Each head's outputs for a batch; the graph gives no loss."""
         batch = encoder_batch(features, self.pad_id, torch.device("cpu"))
         req = self.request()

@@ -10,8 +10,9 @@ from contextlib import ExitStack
 
 from bertheads.base.errors import UserError
 from bertheads.base.schema import suggest
-from bertheads.model import BertHeads, run_heads
-from bertheads.text.batching import INFERENCE_BATCH
+from bertheads.compute.batching import INFERENCE_BATCH
+from bertheads.compute.runner import run_heads
+from bertheads.model import BertHeads
 
 
 def extras_of(net) -> dict:

@@ -30,14 +30,15 @@ from bertheads.base.errors import UserError, where
 from bertheads.base.machine import resolve_device
 from bertheads.base.schema import renamed, setting, warn
 from bertheads.base.values import positive_int
+from bertheads.compute.batching import INFERENCE_BATCH, INFERENCE_TOKENS
+from bertheads.compute.runner import run_heads
+from bertheads.compute.states import EncoderStates, combined
 from bertheads.encoder.layers import LayerCombine, parse_layers
 from bertheads.encoder.pretrained import Encoder
 from bertheads.store.atomic import atomic_directory
 from bertheads.store.rowfiles import create_npy, create_safetensors
 from bertheads.tasks import TASKS
 from bertheads.tasks.base import TextInput
-from bertheads.text.batching import INFERENCE_BATCH, INFERENCE_TOKENS, run_in_length_order
-from bertheads.text.encoding import encoder_batch
 from bertheads.text.readers import file_format, read_jsonl, read_lines
 
 MARKER = "bertheads_extract"
@@ -130,7 +131,7 @@ def detect_format(path: str | None) -> str:
 # -- encoding --------------------------------------------------------------------------
 def encode_inputs(tokenizer, inputs: list[TextInput], max_length: int) -> list[dict]:
     """Model inputs with each piece's character offsets and segment (-1 for special tokens),
-    packed like training (`packing.encode_texts`: longest-first truncation)."""
+    packed like training (`text.encoding.encode_texts`: longest-first truncation)."""
     out: list[dict | None] = [None] * len(inputs)
     for has_pair in (False, True):
         idx = [i for i, x in enumerate(inputs) if (x.pair is not None) == has_pair]
@@ -242,34 +243,22 @@ def extract(model: str, path: str | None, out: str | Path, settings: ExtractSett
 
 def run_encoder(encoder, features: list[dict], layers: tuple[int, ...], combine: LayerCombine,
                 settings: ExtractSettings, arrays: dict, starts: np.ndarray) -> None:
-    """Encoder over length-sorted batches (side by side on a CPU: `packing.run_batches`); each
-    text's rows go straight to their place on disk."""
-    encoder.eval()
-    device = resolve_device(settings.device)
-    encoder.to(device)
-    pad_id = encoder.tokenizer.pad_token_id or 0
+    """The encoder's states (`compute/states.py`) over length-sorted batches; each text's rows,
+    merged over the layers, go straight to their place on disk."""
+    wanted = (["tokens"] if settings.tokens else []) + ([settings.vector_pool] if settings.vector_pool != "none"
+                                                        else [])
+    runner = EncoderStates(encoder, layers, wanted, resolve_device(settings.device))
     lengths = [len(f["input_ids"]) for f in features]
-    cls_only = settings.vector_pool == "cls" and not settings.tokens
 
-    def run(idx: list[int]) -> None:
-        batch = encoder_batch([features[i] for i in idx], pad_id, device)
-        states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers,
-                         first_token_only=cls_only)  # T = 1 when only [CLS] of the last layer is kept
-        vectors = combine(states).float()  # [B, T, dim]
-        if settings.vector_pool == "cls":
-            pooled = vectors[:, 0]
-        elif settings.vector_pool == "mean":
-            mask = batch["attention_mask"].unsqueeze(-1).to(vectors.dtype)
-            pooled = (vectors * mask).sum(1) / mask.sum(1)
-        vectors = vectors.cpu().numpy()
+    def write(idx: list[int], states: dict, _) -> None:
         for j, i in enumerate(idx):
             if settings.tokens:
-                arrays["tokens"].write(int(starts[i]), vectors[j, : lengths[i]])
+                arrays["tokens"].write(int(starts[i]), combined(states["tokens"][j, : lengths[i]], combine.mode))
             if settings.vector_pool != "none":
-                arrays["pooled"].write(i, pooled[j : j + 1].cpu().numpy())
+                arrays["pooled"].write(i, combined(states[settings.vector_pool][j : j + 1], combine.mode))
 
-    run_in_length_order(features, run, device, settings.batch_size, INFERENCE_TOKENS,
-                        progress="extract" if settings.progress else None, unit="text")
+    run_heads(runner, features, wanted, settings.batch_size, INFERENCE_TOKENS,
+              "extract" if settings.progress else None, sink=write, unit="text")
 
 
 def write_index(path: Path, inputs: list[TextInput], features: list[dict], starts: np.ndarray, tokenizer) -> None:

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from bertheads.base.errors import UserError
+from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.model import head_outputs
 from bertheads.saved import bundle
 from bertheads.store.atomic import atomic_directory
 from bertheads.tasks.figures import Figure, Section, html_table, pyplot, to_png
-from bertheads.text.batching import INFERENCE_BATCH
 
 
 # -- training curves ---------------------------------------------------------------------------

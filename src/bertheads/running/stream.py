@@ -23,11 +23,12 @@ from tqdm.auto import tqdm
 from bertheads.base.errors import UserError, where
 from bertheads.base.schema import setting
 from bertheads.base.values import field_list, positive_int
-from bertheads.model import BertHeads, head_outputs, run_heads
+from bertheads.compute.batching import INFERENCE_BATCH
+from bertheads.compute.runner import run_heads
+from bertheads.model import BertHeads, head_outputs
 from bertheads.running.analyze import analyze, extras_of
 from bertheads.store.atomic import atomic_writer
 from bertheads.tasks.forms import Extra
-from bertheads.text.batching import INFERENCE_BATCH
 from bertheads.text.readers import (
     carried_fields,
     count_lines,

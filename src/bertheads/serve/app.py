@@ -35,12 +35,12 @@ from pydantic import BaseModel
 
 from bertheads.api import load
 from bertheads.base.errors import UserError
+from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.running.analyze import analyze_inputs, extras_of
 from bertheads.serve.bodies import analyze_body, given_fields, predict_body
 from bertheads.serve.guard import Control, Guard, Metrics, allowed_hosts
 from bertheads.serve.queue import Batcher, DeadlineExceeded, Overloaded, request_tokens, token_counter
 from bertheads.serve.settings import ServeSettings, settings_from_args  # noqa: F401 (re-exported)
-from bertheads.text.batching import INFERENCE_BATCH
 
 __all__ = ["Batcher", "ServeSettings", "create_app", "running_server", "serve"]
 

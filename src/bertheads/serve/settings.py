@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from bertheads.base.errors import UserError
 from bertheads.base.schema import setting, vars_for
 from bertheads.base.values import positive_float, positive_int
-from bertheads.text.batching import INFERENCE_BATCH
+from bertheads.compute.batching import INFERENCE_BATCH
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 

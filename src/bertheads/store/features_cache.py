@@ -1,4 +1,5 @@
-"""The on-disk cache of frozen-encoder states that `--mode features` trains from.
+"""The on-disk cache of frozen-encoder states that `--mode features` trains from (its entries;
+`training/features.py` gives a run's tasks their entries and evaluates heads over them).
 
 Cache layout (`--cache-dir`, else `$BERTHEADS_CACHE`, else `~/.cache/bertheads`):
 ```
@@ -34,15 +35,15 @@ import numpy as np
 import torch
 
 from bertheads.base.errors import UserError
-from bertheads.encoder.layers import cached_positions, normalise_layers, pool_tokens
+from bertheads.compute.batching import INFERENCE_BATCH, INFERENCE_TOKENS
+from bertheads.compute.runner import run_heads
+from bertheads.compute.states import EncoderStates
 from bertheads.encoder.pretrained import weights_hash
 from bertheads.store import lock
 from bertheads.store.atomic import atomic_directory
 from bertheads.store.encoder_refs import CACHE_ENV, cache_root  # noqa: F401 (where they were defined before)
 from bertheads.store.rowfiles import create_npy
-from bertheads.text.batching import INFERENCE_BATCH, INFERENCE_TOKENS, run_in_length_order
-from bertheads.text.encoding import collate, encoder_batch
-from bertheads.text.runner import run_features
+from bertheads.text.encoding import collate
 
 log = logging.getLogger(__name__)
 
@@ -145,42 +146,6 @@ class CachedDev:
     cached: CachedFeatures
 
 
-def attach_cache(net, data: list, options: dict, model_name: str | None = None, train_path: str | None = None,
-                 progress: bool = True) -> None:
-    """Give every task of a features-mode run its cached encoder states (`TaskData.cached`,
-    and `TaskData.dev_cached` for its dev set), building the cache entries that do not exist yet."""
-    from accelerate import PartialState
-
-    modes = {d.task.spec.mode for d in data}
-    if modes != {"features"}:
-        raise UserError("--mode features must be set for every head of a run (the encoder is either "
-                        "frozen for all of them or fine-tuned)")
-    settings = CacheSettings.from_options(options, progress)
-    encoder = net.encoder
-    encoder_id = encoder_identity(encoder)
-    pad_id = encoder.tokenizer.pad_token_id or 0
-    # cpu=True as in `fit`: without CUDA, that is what makes torchrun processes set up gloo.
-    state = PartialState(cpu=not torch.cuda.is_available())
-    for d in data:
-        head = net.heads[d.name]
-        layers = normalise_layers(head.layers, encoder.info.num_layers)
-        positions = cached_positions(head)
-        key = cache_key(encoder_id, d.train_features, layers, positions, settings.dtype,
-                        encoder.info.uses_token_types)
-        info = {"model": model_name, "train": str(train_path) if train_path else None, "task": d.task.kind,
-                "head": d.name, "max_length": getattr(d.task.spec, "max_length", None)}
-        with state.main_process_first():
-            directory = ensure_cache(encoder, d.train_features, key, layers, positions, settings, info, state.device)
-        d.cached = CachedFeatures(directory, [len(f["input_ids"]) for f in d.train_features], pad_id)
-        if d.dev_examples is not None and state.is_main_process:  # the main process evaluates
-            features, owner = d.task.encode_for_inference(d.dev_examples, encoder.tokenizer, with_labels=True)
-            key = cache_key(encoder_id, features, layers, positions, settings.dtype, encoder.info.uses_token_types)
-            info = {**info, "train": None, "dev": str(d.dev_path) if d.dev_path else None}
-            directory = ensure_cache(encoder, features, key, layers, positions, settings, info, state.device)
-            d.dev_cached = CachedDev(features, owner,
-                                     CachedFeatures(directory, [len(f["input_ids"]) for f in features], pad_id))
-
-
 def ensure_cache(encoder, features: Sequence[dict], key: str, layers: tuple[int, ...], positions: str,
                  settings: CacheSettings, info: dict, device=None) -> Path:
     """The entry `ROOT/features/KEY`, built now if it does not exist yet."""
@@ -207,7 +172,16 @@ def ensure_cache(encoder, features: Sequence[dict], key: str, layers: tuple[int,
             offsets[1:] = np.cumsum([1] * len(features) if positions in ONE_ROW else lengths)
             np.save(tmp / "offsets.npy", offsets)
             with create_npy(tmp / "states.npy", (rows, len(layers), hidden), settings.dtype) as out:
-                write_states(encoder, features, layers, positions, offsets, out["array"], settings, device)
+                runner = EncoderStates(encoder, layers, [positions], device, getattr(torch, settings.dtype))
+
+                def write(idx: list[int], states: dict, _) -> None:  # each feature's rows to their place
+                    block = states[positions]
+                    for j, i in enumerate(idx):
+                        out["array"].write(int(offsets[i]), block[j : j + 1] if positions in ONE_ROW
+                                           else block[j, : lengths[i]])
+
+                run_heads(runner, features, [positions], settings.batch_size, settings.max_tokens,
+                          "feature cache" if settings.progress else None, sink=write)
             meta = {"format": CACHE_FORMAT, "key": key, "layers": list(layers), "positions": positions,
                     "dtype": settings.dtype, "features": len(features), "rows": rows, "hidden_size": hidden,
                     "bytes": nbytes, "build_seconds": round(time.perf_counter() - started, 3),
@@ -217,47 +191,6 @@ def ensure_cache(encoder, features: Sequence[dict], key: str, layers: tuple[int,
         lock.release(final)
     say(settings, f"feature cache: built {final} ({nbytes / 1e9:.3f} GB, {time.perf_counter() - started:.1f} s)")
     return final
-
-
-def write_states(encoder, features: Sequence[dict], layers: tuple[int, ...], positions: str,
-                 offsets: np.ndarray, out, settings: CacheSettings, device=None) -> None:
-    """Run the encoder over `features` in length-sorted batches and store each feature's rows
-    (with `pwrite`, so batches may finish in any order: see `packing.run_batches`): [CLS], each
-    layer pooled over the tokens the attention mask keeps (`mean`, `max`), or every token."""
-    was_training = encoder.training
-    encoder.eval()
-    if device is not None:
-        encoder.to(device)
-    device = next(encoder.model.parameters()).device  # (loads a lazy encoder)
-    pad_id = encoder.tokenizer.pad_token_id or 0
-    lengths = [len(f["input_ids"]) for f in features]
-    torch_dtype = getattr(torch, settings.dtype)
-
-    def run(idx: list[int]) -> None:
-        batch = encoder_batch([features[i] for i in idx], pad_id, device)
-        # [CLS] of the last layer alone: that layer runs for [CLS] only
-        states = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers=layers,
-                         first_token_only=positions == "cls")
-        if isinstance(states, torch.Tensor):
-            states = [states]
-        if torch_dtype == torch.float16 and any(s.abs().max() > 65000 for s in states):
-            raise UserError("the encoder's hidden states exceed the float16 range; use --cache-dtype float32")
-        if positions in ONE_ROW:
-            mask = batch["attention_mask"]
-            block = torch.stack([pool_tokens(s, mask, positions) for s in states], dim=1)
-            block = block.to(torch_dtype).cpu().numpy()  # [B, L, H]
-            for j, i in enumerate(idx):
-                out.write(int(offsets[i]), block[j : j + 1])
-        else:
-            block = torch.stack(states, dim=2).to(torch_dtype).cpu().numpy()  # [B, T, L, H]
-            for j, i in enumerate(idx):
-                out.write(int(offsets[i]), block[j, : lengths[i]])
-
-    try:
-        run_in_length_order(features, run, device, settings.batch_size, settings.max_tokens,
-                            progress="feature cache" if settings.progress else None)
-    finally:
-        encoder.train(was_training)
 
 
 def entry_is_whole(directory: Path) -> bool:
@@ -299,48 +232,3 @@ def check_space(settings: CacheSettings, entries: Path, nbytes: int, rows: int, 
 def say(settings: CacheSettings, message: str) -> None:
     if settings.progress:
         log.info(message)
-
-
-class CachedHead:
-    """A head over a dev set's cached encoder states, without the encoder: the
-    `text.runner.Runner` of `evaluate_cached` (`rows` index `dev.features`)."""
-
-    workers = None  # batches side by side as torch's threads allow (`cpu_workers`)
-
-    def __init__(self, name: str, task, head, dev: CachedDev, device: torch.device) -> None:
-        self.name, self.task, self.head, self.dev, self.device = name, task, head, dev, device
-        self.pad_id = dev.cached.pad_id
-
-    def token_level(self, name: str) -> bool:
-        return bool(self.head.token_level)
-
-    def run(self, features: Sequence[dict], rows: Sequence[int], heads: Sequence[str],
-            with_loss: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-        """The head's outputs for a batch of dev features (and its loss, with `with_loss`)."""
-        batch = self.dev.cached.batch(rows, self.dev.features)
-        states = batch.pop("states")
-        states = [s.to(self.device) for s in states] if isinstance(states, list) else states.to(self.device)
-        batch = {k: v.to(self.device) for k, v in batch.items()}
-        logits = self.head(states, batch)
-        losses = {self.name: float(self.task.dev_loss(logits, batch))} if with_loss else {}
-        return {self.name: logits.float().cpu().numpy()}, losses
-
-
-def evaluate_cached(task, head, dev: CachedDev, examples: list, path=None, batch_size: int = INFERENCE_BATCH,
-                    device=None) -> dict:
-    """A head's dev metrics and mean `loss` from the dev set's cached states (what evaluating
-    with the live frozen encoder gives, up to the cache's precision, in the same batches),
-    without the encoder."""
-    was_training = head.training
-    head.eval()
-    runner = CachedHead(task.kind, task, head, dev, device or next(head.parameters()).device)
-    losses: dict[str, list[float]] = {}
-    try:
-        outputs = run_features(runner, dev.features, [runner.name], batch_size, losses=losses)[runner.name]
-    finally:
-        head.train(was_training)
-    collected = task.collect(outputs, dev.owner, examples, dev.features)
-    metrics = task.metrics(collected, examples, path, during_training=True)
-    total, count = losses[runner.name]
-    metrics["loss"] = total / count if count else float("nan")
-    return metrics

@@ -47,11 +47,11 @@ from bertheads.saved import bundle
 from bertheads.saved.bundle import HEAD_NAME
 from bertheads.store import lock
 from bertheads.store.encoder_refs import cache_root, reference
-from bertheads.store.features_cache import attach_cache
 from bertheads.tasks import TASKS
 from bertheads.text.readers import read_text
 from bertheads.text.rows import Rows
 from bertheads.training import checkpoint
+from bertheads.training.features import attach_cache
 from bertheads.training.flags import FIELDS, convert_options, kind_defaults, own_options, task_class
 from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit, resolved_settings
 from bertheads.training.settings import HeadOptions, RunSettings, spec_name

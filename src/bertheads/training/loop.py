@@ -30,15 +30,15 @@ from tqdm.auto import tqdm
 
 from bertheads.base.errors import SystemFault, UserError
 from bertheads.base.machine import DTYPES, resolve_device, training_precision
+from bertheads.compute.batching import INFERENCE_BATCH, length_grouped_batches, shard
 from bertheads.encoder.layers import cached_positions
 from bertheads.model import BertHeads, evaluate_head
 from bertheads.saved import bundle
 from bertheads.store import lock
 from bertheads.store.atomic import atomic_write_text, crash_point
-from bertheads.store.features_cache import evaluate_cached
-from bertheads.text.batching import INFERENCE_BATCH, length_grouped_batches, shard
 from bertheads.text.encoding import collate
 from bertheads.training import checkpoint
+from bertheads.training.features import evaluate_cached
 from bertheads.training.runlog import RunLog
 from bertheads.training.settings import (  # noqa: F401  (SAMPLINGS, KEEP_CHOICES: re-exported)
     FEATURES_LR,
@@ -196,7 +196,7 @@ def set_up(model: BertHeads, data: list[TaskData], settings: TrainSettings) -> R
     scheduler = get_linear_schedule_with_warmup(optimizer, int(settings.warmup_ratio * total_steps), total_steps)
     # Frozen encoder: only the heads learn, so only they are wrapped (under several processes
     # their gradients are averaged); the cached states stand in for the encoder's output.
-    wrapped, optimizer = accelerator.prepare(HeadRunner(model.heads) if frozen else model, optimizer)
+    wrapped, optimizer = accelerator.prepare(HeadsModule(model.heads) if frozen else model, optimizer)
     return Run(accelerator, wrapped, optimizer, scheduler, [p for p in model.parameters() if p.requires_grad],
                model.encoder.tokenizer.pad_token_id or 0, frozen, rank, world, DTYPES.get(precision))
 
@@ -567,7 +567,7 @@ class Loop:
             tqdm.write(f"resuming at step {self.step} (epoch {self.epoch}, batch {self.batch})")
 
 
-class HeadRunner(nn.Module):
+class HeadsModule(nn.Module):
     """The heads alone as one module (what a distributed wrapper needs): `(name, states, batch)`."""
 
     def __init__(self, heads: nn.ModuleDict) -> None:

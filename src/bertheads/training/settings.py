@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from bertheads.base.machine import TRAIN_PRECISIONS
 from bertheads.base.schema import setting
 from bertheads.base.values import fraction, non_negative_float, positive_float, positive_int
+from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.encoder.layers import COMBINES, POOLINGS
 from bertheads.tasks.base import HeadSettings
-from bertheads.text.batching import INFERENCE_BATCH
 
 SAMPLINGS = ("proportional", "temperature", "round-robin")
 KEEP_CHOICES = ("best", "last")

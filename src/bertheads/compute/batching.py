@@ -1,17 +1,13 @@
-"""Batching: training batches grouped by length (then shuffled as groups) and shared between
-processes; inference runs sorted by length in capped batches, on CPU worker threads, with the
-input order restored on output."""
+"""Batch order: training batches grouped by length (then shuffled as groups) and shared between
+processes; inference batches sorted by length and capped in examples and tokens; how many run
+side by side on a CPU (`compute.runner.run_heads` runs them)."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 
 import torch
-from tqdm.auto import tqdm
-
-from bertheads.text.encoding import Feature
 
 
 def length_grouped_batches(
@@ -82,44 +78,6 @@ def sorted_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | No
 MAX_CPU_WORKERS = 8
 
 
-def run_batches(batches: list[list[int]], run: Callable[[list[int]], None], device: torch.device,
-                bar=None, workers: int | None = None) -> None:
-    """Call `run(idx)` for every inference batch, under `torch.inference_mode()`.
-
-    On a CPU with several torch threads, batches run side by side on worker threads (see
-    `cpu_workers`), otherwise in order; `run` must write its results where they belong.
-    `bar` (a tqdm bar) advances by each batch's size, from the calling thread. The workers'
-    thread setting does not leak: the caller's count is set again afterwards, which is also
-    what threads started later inherit. With `workers` (a runtime with threads of its own),
-    up to that many batches run side by side and torch's thread setting is left alone.
-    """
-
-    def job(idx: list[int]) -> int:
-        with torch.inference_mode():
-            run(idx)
-        return len(idx)
-
-    if workers is None:
-        workers, threads = cpu_workers(device, len(batches))
-    else:
-        workers, threads = min(workers, len(batches)), None
-    if workers > 1:
-        before = torch.get_num_threads()
-        setting = {} if threads is None else {"initializer": torch.set_num_threads, "initargs": (threads,)}
-        try:
-            with ThreadPoolExecutor(workers, **setting) as pool:
-                for done in pool.map(job, batches):
-                    if bar is not None:
-                        bar.update(done)
-        finally:
-            torch.set_num_threads(before)
-    else:
-        for idx in batches:
-            done = job(idx)
-            if bar is not None:
-                bar.update(done)
-
-
 def cpu_workers(device: torch.device, batches: int) -> tuple[int, int]:
     """How many batches run at once, and with how many torch threads each.
 
@@ -135,21 +93,6 @@ def cpu_workers(device: torch.device, batches: int) -> tuple[int, int]:
         return 1, threads
     workers = min(threads, batches, MAX_CPU_WORKERS)
     return workers, max(1, threads // workers)
-
-
-def run_in_length_order(features: Sequence[Feature], run: Callable[[list[int]], None], device: torch.device,
-                        batch_size: int = INFERENCE_BATCH, max_tokens: int | None = INFERENCE_TOKENS,
-                        progress: str | None = None, unit: str = "ex", workers: int | None = None) -> None:
-    """The one inference batch loop: `run(idx)` for batches of `features` sorted by length
-    (each padded only to its own longest member), side by side on a CPU (`run_batches`, which
-    reads `workers`), with a progress bar named `progress` (none when it is None)."""
-    lengths = [len(f["input_ids"]) for f in features]
-    bar = tqdm(total=len(features), desc=progress, unit=unit, disable=True if progress is None else None,
-               leave=False, dynamic_ncols=True)
-    try:
-        run_batches(sorted_batches(lengths, batch_size, max_tokens), run, device, bar, workers)
-    finally:
-        bar.close()
 
 
 def shard(batches: list[list[int]], rank: int, world: int) -> Iterator[list[int]]:
