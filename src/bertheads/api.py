@@ -14,6 +14,7 @@ from bertheads.base.schema import check_names, names, new_names
 from bertheads.export.select import open_model
 from bertheads.model import BertHeads, head_outputs, pick_head
 from bertheads.running.analyze import analyze
+from bertheads.running.outputs import claimed_output
 from bertheads.running.report import report
 from bertheads.running.stream import (
     StreamReport,
@@ -106,7 +107,7 @@ class Model:
         (atomically) or, without one, to `write` (default: stdout) a chunk at a time; under
         torchrun the processes share the chunks (see `bertheads.running.stream`)."""
         name = self.head_name(head)
-        with self.net.tasks[name].using_options(options) as options:
+        with claimed_output(output, [path], self.folders()), self.net.tasks[name].using_options(options) as options:
             return predict_stream(self.net, name, path, None if output is None else str(output), settings, fmt,
                                   write, **options)
 
@@ -165,7 +166,12 @@ class Model:
                        write=None) -> StreamReport:
         """What `bertheads analyze` does: every head on each record of a file (or stream) of any
         size, a chunk at a time in input order, one JSON line each (see `running.stream.analyze_stream`)."""
-        return analyze_stream(self.net, path, None if output is None else str(output), settings, write)
+        with claimed_output(output, [path], self.folders(), "analyze"):
+            return analyze_stream(self.net, path, None if output is None else str(output), settings, write)
+
+    def folders(self) -> list[Path]:
+        """The model folder this model was loaded from (an output never goes there)."""
+        return [self.directory] if self.directory is not None else []
 
 
 def load(directory: str | Path, device: str | torch.device | None = "auto", verify: bool = True,
