@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
 from bertheads.base.errors import UserError, header, where
@@ -238,14 +239,22 @@ def read_jsonl(path, bad: BadLine | None = None, name: str | None = None) -> Ite
         raise UserError(f"{where(name)}: file is empty")
 
 
+# told the number of each blank line `read_lines` passes over (set by a streamed predict or
+# analyze, which keep a record in the output for each; see `running/blanks.py`)
+BLANK_LINES: ContextVar[Callable[[int], None] | None] = ContextVar("blank_lines", default=None)
+
+
 def read_lines(path, bad: BadLine | None = None) -> Iterator[tuple[int, str]]:
-    """`(line number, line)` for plain text input, read as needed; blank lines are skipped."""
+    """`(line number, line)` for plain text input, read as needed; blank lines are skipped
+    (and told to `BLANK_LINES` when it is set)."""
     seen = False
     for line_no, line in enumerate(open_lines(path, bad), 1):
         line = line.rstrip("\r\n")
         if line.strip():
             seen = True
             yield line_no, line
+        elif (tell := BLANK_LINES.get()) is not None:
+            tell(line_no)
     if not seen:
         raise UserError(f"{where(source_name(path))}: file is empty")
 
