@@ -37,8 +37,8 @@ def read_text(path: str | None) -> str:
     p = Path(path)
     try:
         return p.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
 
 
 LINE_LIMIT_ENV = "BERTHEADS_MAX_LINE_MB"
@@ -88,13 +88,24 @@ def open_lines(path, bad: BadLine | None = None) -> Iterator[str]:
         return
     check_input_file(path)
     p = Path(path)
-    line_no = 0
     with open(p, encoding="utf-8-sig", newline="") as fh:
         try:
-            for line_no, line in enumerate(bounded(fh, limit, path, bad), 1):  # noqa: B007
-                yield line
-        except UnicodeDecodeError as exc:
-            raise UserError(f"{where(path, line_no + 1)}: not UTF-8 text (byte {exc.start} of a block)") from None
+            yield from bounded(fh, limit, path, bad)
+        except UnicodeDecodeError:
+            raise not_utf8(path) from None
+
+
+def not_utf8(path) -> UserError:
+    """The error for a file that is not UTF-8, naming the line and the byte in it that is not
+    (the decoder reads blocks of many lines, so its own position does not say which line)."""
+    with open(path, "rb") as fh:
+        for line_no, raw in enumerate(fh, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return UserError(f"{where(path, line_no)}: not UTF-8 text (byte {exc.start + 1} of the line, "
+                                 f"0x{raw[exc.start]:02x})")
+    return UserError(f"{where(path)}: not UTF-8 text")
 
 
 def source_name(path) -> str | None:
