@@ -59,6 +59,39 @@ def resolve_model(name_or_path: str) -> str:
     return name_or_path
 
 
+# Never run code a checkpoint ships: passed to every transformers `from_pretrained`.
+NO_REMOTE_CODE = {"trust_remote_code": False}
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+
+def check_checkpoint_files(name_or_path: str, source: str) -> None:
+    """Refuse (one line) a local checkpoint that would need its own code to load (a `config.json`
+    whose `auto_map` names classes of a model type transformers does not have) or whose weights
+    are pickles with no safetensors file beside them: bertheads neither runs nor unpickles what a
+    checkpoint folder holds."""
+    path = Path(source)
+    if not path.is_dir():
+        return
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    if isinstance(config, dict) and config.get("auto_map"):
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        if config.get("model_type") not in CONFIG_MAPPING:
+            raise UserError(f"{path / 'config.json'}: model_type {config.get('model_type')!r} needs the custom code "
+                            f"its auto_map names; bertheads never runs code from a checkpoint or model folder")
+    if any(path.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for p in path.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
+    if pickles:
+        raise UserError(f"{name_or_path}: weights in {pickles[0]} (a pickle) and no .safetensors file; bertheads "
+                        f"reads safetensors only; convert a checkpoint you trust once with: python -c \"from "
+                        f"transformers import AutoModel; AutoModel.from_pretrained('{path}').save_pretrained("
+                        f"'{path}')\"")
+
+
 @contextmanager
 def quiet_transformers() -> Iterator[None]:
     """Silence transformers' load reports (missing pooler weights and the like) while loading;
@@ -82,9 +115,10 @@ def load_tokenizer(name_or_path: str):
     from transformers import AutoTokenizer
 
     source = resolve_model(name_or_path)
+    check_checkpoint_files(name_or_path, source)
     try:
         with quiet_transformers():
-            tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
+            tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, **NO_REMOTE_CODE)
     except (OSError, ValueError) as exc:
         raise UserError(f"{name_or_path}: cannot load a tokenizer ({first_line(exc)})") from None
     if not getattr(tokenizer, "is_fast", False):
@@ -101,8 +135,9 @@ def load_encoder_model(name_or_path: str, strict: bool = False) -> nn.Module:
     from transformers import AutoConfig, AutoModel
 
     source = resolve_model(name_or_path)
+    check_checkpoint_files(name_or_path, source)
     try:
-        config = AutoConfig.from_pretrained(source)
+        config = AutoConfig.from_pretrained(source, **NO_REMOTE_CODE)
     except (OSError, ValueError) as exc:
         raise UserError(f"{name_or_path}: not a loadable checkpoint ({first_line(exc)})") from None
     if getattr(config, "is_encoder_decoder", False) or getattr(config, "is_decoder", False):
@@ -110,13 +145,14 @@ def load_encoder_model(name_or_path: str, strict: bool = False) -> nn.Module:
     if not strict:
         try:
             with quiet_transformers():
-                return AutoModel.from_pretrained(source, config=config, dtype=torch.float32)
+                return AutoModel.from_pretrained(source, config=config, dtype=torch.float32, use_safetensors=True,
+                                                 **NO_REMOTE_CODE)
         except (OSError, ValueError) as exc:
             raise UserError(f"{name_or_path}: cannot load the encoder weights ({first_line(exc)})") from None
     try:
         with quiet_transformers():
             model, info = AutoModel.from_pretrained(source, config=config, dtype=torch.float32,
-                                                    use_safetensors=True, output_loading_info=True)
+                                                    use_safetensors=True, output_loading_info=True, **NO_REMOTE_CODE)
     except Exception as exc:  # truncated or corrupt files raise the safetensors library's own error
         raise UserError(f"{name_or_path}: cannot load the encoder weights ({first_line(exc)})") from None
     missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith("pooler."))
@@ -140,7 +176,8 @@ def lazy_parts(name_or_path: str) -> tuple | None:
     if not weights.is_file():
         return None
     try:
-        config = AutoConfig.from_pretrained(str(source))
+        check_checkpoint_files(name_or_path, str(source))
+        config = AutoConfig.from_pretrained(str(source), **NO_REMOTE_CODE)
         with safe_open(str(weights), "pt") as st:
             keys = set(st.keys())
             for prefix in ("pooler.dense.", "bert.pooler.dense."):
