@@ -25,6 +25,7 @@ from bertheads.running.stream import (
     predict_stream,
 )
 from bertheads.saved.combine import combine as combine_models
+from bertheads.store.encoder_refs import named_encoder
 from bertheads.text.batching import INFERENCE_BATCH
 from bertheads.text.readers import carried_fields
 from bertheads.text.rows import as_rows, split_dataset
@@ -175,7 +176,8 @@ class Model:
 
 
 def load(directory: str | Path, device: str | torch.device | None = "auto", verify: bool = True,
-         runtime: str = "auto", precision: str = "auto", gate_data: str | None = None) -> Model:
+         runtime: str = "auto", precision: str = "auto", gate_data: str | None = None,
+         encoder: str | None = None) -> Model:
     """Load a model directory written by `bertheads train` (or `train(...)`); `verify=False`
     skips the check of the encoder's weights against the hash saved with them.
 
@@ -183,8 +185,10 @@ def load(directory: str | Path, device: str | torch.device | None = "auto", veri
     onnx (ONNX Runtime) or openvino, the last two from the `DIR/onnx/` export (`bertheads export
     DIR --to onnx`); `precision`: fp32, bf16, fp16 or int8. `auto` takes the fastest mode this
     machine has whose lower precision passed the gate on the model's dev data (or `gate_data`);
-    `Model.mode` says which ran and why."""
-    net, mode = open_model(directory, device, runtime, precision, verify, gate_data)
+    `Model.mode` says which ran and why. `encoder`: the checkpoint of a head-only model whose
+    encoder is outside its folder (see `store.encoder_refs.reference_location`)."""
+    with named_encoder(encoder):
+        net, mode = open_model(directory, device, runtime, precision, verify, gate_data)
     model = Model(net, directory)
     model.mode = mode
     return model

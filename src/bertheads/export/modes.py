@@ -40,6 +40,9 @@ class RuntimeSettings:
                              choices=PRECISIONS, group="runtime")
     gate_data: str | None = setting(None, "labelled file a lower precision is checked on (default: the model's own "
                                           "dev file)", group="runtime")
+    encoder: str | None = setting(None, "the checkpoint folder of a head-only model, when its encoder is outside the "
+                                        "model folder (its weights must still hash to the recorded value)",
+                                  group="runtime")
 
 
 @dataclass(frozen=True)
