@@ -76,6 +76,21 @@ def manifest_digest(directory: Path) -> str:
     return digest.hexdigest()
 
 
+def encoder_digest(directory: Path) -> str | None:
+    """sha256 of the weight files of DIR/encoder (names and bytes); None for a head-only model
+    (its checkpoint is checked against the manifest's `encoder.hash` when it is loaded)."""
+    files = sorted((directory / "encoder").glob("*.safetensors"))
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode())
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 22):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def check_exportable(net) -> None:
     """Heads the graph cannot hold, refused with one line."""
     for name, task in net.tasks.items():
@@ -357,6 +372,7 @@ def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_t
             "source": str(directory),
             "manifest_sha256": manifest_digest(directory),
             "encoder_hash": manifest.get("encoder_hash"),
+            "encoder_files_sha256": encoder_digest(directory),
             "heads": {name: {"kind": task.kind, "token_level": bool(net.heads[name].token_level),
                              "outputs": int(net.heads[name].out.out_features)}
                       for name, task in net.tasks.items()},
