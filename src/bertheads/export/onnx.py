@@ -35,6 +35,7 @@ from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine
 from bertheads.encoder.layers import reads_first_position_only
+from bertheads.export.quiet import tools_quiet
 from bertheads.saved import bundle, card
 from bertheads.store.atomic import atomic_directory, check_replaceable
 from bertheads.text.encoding import encoder_batch
@@ -357,7 +358,7 @@ def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_t
     say = log or (lambda _msg: None)
     net = bundle.load(directory)
     check_exportable(net)
-    with atomic_directory(out) as tmp:
+    with atomic_directory(out) as tmp, tools_quiet():
         started = time.perf_counter()
         fp32 = tmp / GRAPHS["fp32"]
         names = export_graph(net, fp32)
