@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bertheads.api import load
 from bertheads.base.errors import UserError
+from bertheads.serve.connections import Connections, server_config
 from bertheads.serve.guard import Control, Guard, Metrics, allowed_hosts
 from bertheads.serve.queue import Batcher, DeadlineExceeded, Overloaded, request_tokens, token_counter
 from bertheads.serve.settings import ServeSettings, settings_from_args  # noqa: F401 (re-exported)
@@ -186,6 +187,7 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
                               "in one encoder pass; `POST /predict/{head}` runs one head.")
     app.state.model, app.state.batcher, app.state.settings = model, batcher, settings
     app.state.metrics, app.state.control = metrics, control
+    app.state.connections = Connections(settings, metrics)
     add_middleware(app, settings, bind_host, control, metrics)
     add_error_handlers(app, metrics)
     heads = describe_heads(model)
@@ -367,8 +369,7 @@ def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: S
             control.draining = True
             super().handle_exit(sig, frame)
 
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", limit_concurrency=settings.max_connections,
-                            timeout_graceful_shutdown=int(settings.timeout) + 5, timeout_keep_alive=30)
+    config = server_config(app, host, port, log_level="warning", timeout_graceful_shutdown=int(settings.timeout) + 5)
     auth = "bearer token required" if settings.token else "no token"
     print(f"serving {directory} (heads: {', '.join(model.heads)}) on http://{host}:{port}  "
           f"(page at /, API docs at /docs, metrics at /metrics; {auth})", flush=True)
@@ -400,7 +401,7 @@ def running_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout
         with socket.socket() as sock:
             sock.bind((host, 0))
             port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(server_config(app, host, port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, name="bertheads-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout
