@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bertheads.base.errors import UserError, first_line
+from bertheads.base.errors import SystemFault, UserError, first_line
 from bertheads.encoder.first_token import install_first_token_layer
 
 log = logging.getLogger(__name__)
@@ -280,6 +280,19 @@ class Encoder(nn.Module):
         """The checkpoint's config (without loading a lazy encoder's weights)."""
         return self.model.config if self.loaded else self._config
 
+    def weights_missing(self) -> str | None:
+        """Why a lazy encoder's weights could no longer be loaded (its checkpoint folder or
+        weight file is gone); None when they are loaded or still there."""
+        if self.loaded:
+            return None
+        try:
+            source = Path(resolve_model(self._source))
+        except UserError:
+            return f"the encoder checkpoint {self._source} is gone"
+        if not (source / "config.json").is_file() or not any(source.glob("*.safetensors")):
+            return f"the encoder checkpoint {source} is gone"
+        return None
+
     @property
     def loaded(self) -> bool:
         """Whether the weights are in memory (a lazy encoder's load on first use)."""
@@ -297,7 +310,10 @@ class Encoder(nn.Module):
         with LAZY_LOAD, torch.inference_mode(False):  # one load, with ordinary (trainable) tensors
             if self.loaded:  # another thread loaded them meanwhile
                 return
-            model = load_encoder_model(self._source)
+            try:
+                model = load_encoder_model(self._source)
+            except UserError as exc:  # the checkpoint was there when the model was opened
+                raise SystemFault(f"the encoder's weights could not be loaded: {exc}") from None
             for fn in self._replay:
                 model._apply(fn)
             model.train(self.training)

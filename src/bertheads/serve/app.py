@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bertheads.api import load
 from bertheads.base.errors import UserError
 from bertheads.serve.connections import Connections, server_config
+from bertheads.serve.faults import PUBLIC_DETAIL, add_fault_handlers, model_problem
 from bertheads.serve.guard import Control, Guard, Metrics, allowed_hosts
 from bertheads.serve.queue import Batcher, DeadlineExceeded, Overloaded, request_tokens, token_counter
 from bertheads.serve.settings import ServeSettings, settings_from_args  # noqa: F401 (re-exported)
@@ -188,8 +189,10 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
     app.state.model, app.state.batcher, app.state.settings = model, batcher, settings
     app.state.metrics, app.state.control = metrics, control
     app.state.connections = Connections(settings, metrics)
+    control.check = lambda: model_problem(model)
     add_middleware(app, settings, bind_host, control, metrics)
     add_error_handlers(app, metrics)
+    add_fault_handlers(app, control)
     heads = describe_heads(model)
     add_info_routes(app, heads, settings, batcher, metrics, control)
     add_model_routes(app, model, heads, settings, batcher, metrics)
@@ -239,12 +242,14 @@ def add_info_routes(app: FastAPI, heads: list[dict], settings: ServeSettings, ba
     async def page() -> HTMLResponse:
         return HTMLResponse(resources.files("bertheads.serve").joinpath("page.html").read_text(encoding="utf-8"))
 
-    @app.get("/health", summary="liveness, batching and queue counters")
-    async def health() -> dict:
-        return {"status": "draining" if control.draining else "ok", "heads": len(heads),
-                "requests": batcher.requests, "batches": batcher.batches, "largest_batch": batcher.largest,
-                "largest_batch_tokens": batcher.largest_tokens, "queued": batcher.queued,
-                "dropped": batcher.dropped, "expired": batcher.expired}
+    @app.get("/health", summary="liveness, batching and queue counters (503 while the model cannot run)")
+    async def health() -> Any:
+        failing = control.problem() is not None
+        counters = {"status": "draining" if control.draining else "failing" if failing else "ok", "heads": len(heads),
+                    "requests": batcher.requests, "batches": batcher.batches, "largest_batch": batcher.largest,
+                    "largest_batch_tokens": batcher.largest_tokens, "queued": batcher.queued,
+                    "dropped": batcher.dropped, "expired": batcher.expired}
+        return JSONResponse({**counters, "detail": PUBLIC_DETAIL}, status_code=503) if failing else counters
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus() -> Response:

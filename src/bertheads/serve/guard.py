@@ -11,6 +11,7 @@ import asyncio
 import hmac
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -25,9 +26,16 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 
 @dataclass
 class Control:
-    """Server state the guard reads: set `draining` when shutting down."""
+    """Server state the guard reads: set `draining` when shutting down; `fault`: why the model
+    could not run (a server fault, for `/health`); `check`: looks for such a fault at once."""
 
     draining: bool = False
+    fault: str | None = None
+    check: Callable[[], str | None] | None = None
+
+    def problem(self) -> str | None:
+        """Why the server cannot run its model (None while it can)."""
+        return self.fault or (self.check() if self.check is not None else None)
 
 
 def host_name(header: str) -> str:
