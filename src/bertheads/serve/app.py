@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bertheads.api import load
 from bertheads.base.errors import UserError
+from bertheads.serve.bodies import add_body_handlers, blank
 from bertheads.serve.connections import Connections, server_config
 from bertheads.serve.faults import PUBLIC_DETAIL, add_fault_handlers, model_problem
 from bertheads.serve.guard import Control, Guard, Metrics, allowed_hosts
@@ -150,8 +151,8 @@ def check_texts(field_name: str, values: list, settings: ServeSettings, kind: st
     for i, value in enumerate(values):
         for j, text in enumerate(value if isinstance(value, (list, tuple)) else (value,)):
             at = f"{field_name}[{i}]" + (f"[{j}]" if isinstance(value, (list, tuple)) else "")
-            if not text.strip():
-                raise HTTPException(422, f"{at}: empty {kind}")
+            if blank(text):
+                raise HTTPException(422, f"{at}: empty {kind}" + (" (only invisible characters)" if text.strip() else ""))
             try:
                 text.encode("utf-8")
             except UnicodeEncodeError as exc:
@@ -193,6 +194,7 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
     add_middleware(app, settings, bind_host, control, metrics)
     add_error_handlers(app, metrics)
     add_fault_handlers(app, control)
+    add_body_handlers(app)
     heads = describe_heads(model)
     add_info_routes(app, heads, settings, batcher, metrics, control)
     add_model_routes(app, model, heads, settings, batcher, metrics)

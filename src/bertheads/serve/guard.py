@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from bertheads.serve.bodies import content_type_problem
 from bertheads.serve.settings import LOOPBACK_NAMES, is_loopback  # noqa: F401 (is_loopback: re-exported)
 
 OPEN_PATHS = ("/", "/health")  # answered without a token (the page asks for one; liveness probes)
@@ -154,6 +155,11 @@ class Guard:
                 return
         if scope.get("method") not in BODY_METHODS:
             await self.app(scope, receive, send)
+            return
+        wrong_type = content_type_problem(headers.get("content-type"))
+        if wrong_type is not None:
+            await self.discard_body(receive)
+            await answer(send, 422, wrong_type)
             return
         length = headers.get("content-length")
         if length is not None:
