@@ -37,10 +37,12 @@ class ServeSettings:
     max_queue: int = setting(64, "requests waiting; more get 503 with Retry-After", type=positive_int)
     timeout: float = setting(30.0, "seconds a request may take: 503 if not started by then, 504 if not finished",
                              type=positive_float)
-    max_connections: int = setting(128, "concurrent connections; more get 503", type=positive_int)
-    max_client_connections: int = setting(32, "concurrent connections from one client address; more get 503 (behind "
-                                              "a proxy every client has its address: raise it to --max-connections)",
-                                          type=positive_int)
+    max_connections: int = setting(128, "concurrent connections; past it a new one takes the place of the one "
+                                        "waiting longest for its request's headers (idle or slow), or gets 503 "
+                                        "when every one has a request under way", type=positive_int)
+    max_client_connections: int = setting(32, "concurrent connections from one client address, kept the same way "
+                                              "(behind a proxy every client has its address: raise it to "
+                                              "--max-connections)", type=positive_int)
     header_timeout: float = setting(10.0, "seconds a request's headers may take from their first byte; slower: 408, "
                                           "connection closed", type=positive_float)
     keep_alive: float = setting(5.0, "seconds a connection may stay idle (before its first request, or between "
