@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 from helpers_multi import build_task, save_heads
+from safetensors.torch import load_file, save_file
 
 import bertheads
 from bertheads.encoder.pretrained import Encoder
@@ -144,7 +145,8 @@ def test_slow_clients_cannot_lock_the_others_out_and_are_counted(model):
 
 
 # -- 6. a model the server can no longer run: its fault, said without its paths ---------------------
-def test_a_vanished_checkpoint_is_a_server_fault_and_health_says_so(tiny_bert, tmp_path, monkeypatch):
+@pytest.mark.parametrize("what", ["deleted", "changed"])
+def test_a_vanished_checkpoint_is_a_server_fault_and_health_says_so(what, tiny_bert, tmp_path, monkeypatch):
     monkeypatch.setenv("BERTHEADS_CACHE", str(tmp_path / "cache"))
     checkpoint = tmp_path / "ckpt"
     shutil.copytree(tiny_bert, checkpoint)
@@ -156,12 +158,20 @@ def test_a_vanished_checkpoint_is_a_server_fault_and_health_says_so(tiny_bert, t
     assert not served.net.encoder.loaded  # the weights load with the first request
     with running_server(create_app(served, ServeSettings(window_ms=1))) as url:
         assert httpx.get(f"{url}/health").json()["status"] == "ok"
-        shutil.rmtree(checkpoint)
-        health = httpx.get(f"{url}/health")
-        assert health.status_code == 503 and health.json()["status"] == "failing"
+        if what == "deleted":
+            shutil.rmtree(checkpoint)
+            health = httpx.get(f"{url}/health")  # seen before any request needs the weights
+            assert health.status_code == 503 and health.json()["status"] == "failing"
+        else:  # other weights, as valid safetensors
+            state = load_file(str(checkpoint / "model.safetensors"))
+            key = next(k for k in state if k.endswith("query.weight"))
+            state[key] = state[key] * 2
+            save_file(state, str(checkpoint / "model.safetensors"), metadata={"format": "pt"})
         answer = httpx.post(f"{url}/predict/sentiment", json={"texts": ["A warm film."]})
         assert answer.status_code == 503 and str(tmp_path) not in answer.text
         assert "cannot run the model" in answer.json()["detail"]
+        health = httpx.get(f"{url}/health")
+        assert health.status_code == 503 and health.json()["status"] == "failing"
 
 
 # -- 8. bodies the server cannot read -----------------------------------------------------------------

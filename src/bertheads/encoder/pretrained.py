@@ -314,6 +314,12 @@ class Encoder(nn.Module):
                 model = load_encoder_model(self._source)
             except UserError as exc:  # the checkpoint was there when the model was opened
                 raise SystemFault(f"the encoder's weights could not be loaded: {exc}") from None
+            expected = (getattr(self, "reference", None) or {}).get("hash")
+            if expected is not None:  # a head-only model's checkpoint: still the one it was opened with
+                digest = model_hash(model, without_pooler=take_pooler_from(model))
+                if digest != expected:
+                    raise SystemFault(f"{self._source}: the checkpoint's weights changed after the model was opened "
+                                      f"(hash {digest[:12]}..., expected {expected[:12]}...)")
             for fn in self._replay:
                 model._apply(fn)
             model.train(self.training)
@@ -486,12 +492,24 @@ def read_checkpoint_tensors(directory: Path, prefix: str) -> dict[str, torch.Ten
 
 def encoder_hash(encoder: Encoder) -> str:
     """Content hash of the encoder weights (names, shapes and values)."""
+    return model_hash(encoder.model)
+
+
+def model_hash(model: nn.Module, without_pooler: bool = False) -> str:
+    """`encoder_hash` of a Transformer's weights (`without_pooler`: as if its pooler were taken)."""
     digest = hashlib.sha256()
-    for name, tensor in sorted(encoder.model.state_dict().items()):
+    for name, tensor in sorted(model.state_dict().items()):
+        if without_pooler and name.startswith("pooler."):
+            continue
         digest.update(name.encode())
         digest.update(str(tuple(tensor.shape)).encode())
         digest.update(tensor.detach().cpu().contiguous().float().numpy().tobytes())
     return digest.hexdigest()
+
+
+def take_pooler_from(model: nn.Module) -> bool:
+    """Whether `take_pooler` takes this model's pooler (a dense layer over [CLS])."""
+    return isinstance(getattr(getattr(model, "pooler", None), "dense", None), nn.Linear)
 
 
 def weights_hash(encoder: Encoder) -> str:
