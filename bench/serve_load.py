@@ -13,6 +13,11 @@
 - kill: SIGKILL the server in the middle of a load, start it again, time until it serves.
 - drain: SIGTERM with requests in flight: each is answered, new connections are refused.
 - verify: what checking the encoder hash costs when loading the model (`--no-verify` against the default).
+- slow: `--slow-clients` (140) connections from another address (`--slow-source`, 127.0.0.2) sending request
+  headers a byte every 65 ms, reconnecting when closed, for `--slow-seconds` (20), while a
+  real client (127.0.0.1) sends `--slow-probes` (40) one-text requests spread over that time,
+  each on a new connection. Passes when every real request is answered 200; `--baseline-src`
+  runs the same against another checkout's server.
 
 The model is the default checkpoint (MiniLM-L6) with a sentiment head fine-tuned for one epoch
 on examples/sentiment (100 sentences): cheap to train, real-sized to serve.
@@ -383,9 +388,87 @@ def part_verify(args, model: Path) -> dict:
             "hash_s": round(h, 3), "ratio": round(v / n, 3), "raw": rows}
 
 
+async def slow_header_client(host: str, port: int, source: str, until: float, counts: dict) -> None:
+    """Open a connection, send a request's headers a byte every 65 ms, and open another when the
+    server closes it, until `until` (the loop's clock)."""
+    loop = asyncio.get_running_loop()
+    request = b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Padding: " + b"a" * 4000 + b"\r\n\r\n"
+    while loop.time() < until:
+        try:
+            reader, writer = await asyncio.open_connection(host, port, local_addr=(source, 0))
+        except OSError:
+            counts["connect_failed"] += 1
+            await asyncio.sleep(0.065)
+            continue
+        counts["opened"] += 1
+        answer = asyncio.ensure_future(reader.read(64))
+        try:
+            for byte in request:
+                if loop.time() >= until or answer.done():
+                    break
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(0.065)
+            if loop.time() < until:
+                head = await asyncio.wait_for(answer, max(0.01, until - loop.time()))
+                status = head[9:12].decode(errors="replace") if head.startswith(b"HTTP/1.1") else "closed"
+                counts[status] = counts.get(status, 0) + 1
+        except (OSError, TimeoutError):
+            counts["closed"] = counts.get("closed", 0) + 1
+        finally:
+            answer.cancel()
+            writer.close()
+        await asyncio.sleep(0.065)
+
+
+async def slow_scenario(url: str, clients: int, seconds: float, probes: int,
+                        source: str = "127.0.0.2") -> tuple[dict, list[dict]]:
+    host, port = "127.0.0.1", int(url.rsplit(":", 1)[1])
+    loop = asyncio.get_running_loop()
+    until = loop.time() + seconds
+    counts = {"opened": 0, "connect_failed": 0}
+    attackers = [asyncio.create_task(slow_header_client(host, port, source, until, counts))
+                 for _ in range(clients)]
+    await asyncio.sleep(2.0)  # the slow connections are open before the first real request
+    answers = []
+    for _ in range(probes):
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:  # a new connection each time
+            answers.append(await send(client, {"kind": "real", "path": "/analyze", "json": {"texts": ["Fine."]},
+                                               "texts": 1}))
+        await asyncio.sleep(max(0.0, (seconds - 2.0) / probes - answers[-1]["seconds"]))
+    await asyncio.gather(*attackers)
+    return counts, answers
+
+
+def part_slow(args, model: Path) -> dict:
+    """Slow-header clients from one address against real requests from another."""
+    server = Server(model, free_port(), ["--timeout", str(args.timeout)], args.baseline_src)
+    server.start()
+    try:
+        counts, answers = asyncio.run(slow_scenario(server.url, args.slow_clients, args.slow_seconds,
+                                                    args.slow_probes, args.slow_source))
+        try:
+            metrics = metrics_text(server.url)
+        except httpx.HTTPError:
+            metrics = ""
+    finally:
+        server.stop()
+    statuses: dict[str, int] = {}
+    for r in answers:
+        statuses[str(r["status"])] = statuses.get(str(r["status"]), 0) + 1
+    ok = [r["seconds"] for r in answers if r["status"] == 200]
+    return {"slow_clients": args.slow_clients, "slow_source": args.slow_source, "seconds": args.slow_seconds,
+            "slow_connections": counts,
+            "real_requests": len(answers), "real_statuses": statuses, "real_in_order": [r["status"] for r in answers],
+            "real_200_p50_ms": round(1000 * percentile(ok, 50), 1), "real_200_p99_ms": round(1000 * percentile(ok, 99), 1),
+            "refused_metrics": [line for line in metrics.splitlines()
+                                if line.startswith(("bertheads_refused_requests_total", "bertheads_http_connections "))],
+            "passed": statuses.get("200", 0) == len(answers)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", default="load,kill,drain,verify")
+    parser.add_argument("--parts", default="load,kill,drain,verify,slow")
     parser.add_argument("--model-dir", default=str(OUT / "serve-sentiment"))
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=32)
@@ -394,15 +477,21 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=900.0, help="stop sending after this long")
     parser.add_argument("--rss-bound-mb", type=int, default=1536)
     parser.add_argument("--rounds", type=int, default=5, help="verify: load rounds per side")
+    parser.add_argument("--slow-clients", type=int, default=140, help="slow: slow-header connections at a time")
+    parser.add_argument("--slow-seconds", type=float, default=20.0, help="slow: how long they keep at it")
+    parser.add_argument("--slow-probes", type=int, default=40, help="slow: real requests meanwhile")
+    parser.add_argument("--slow-source", default="127.0.0.2", help="slow: the slow clients' address (127.0.0.1: "
+                                                                     "the real client's own)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", default="serve_load")
-    parser.add_argument("--baseline-src", help="load part only: serve with this src/ (e.g. an older checkout) instead")
+    parser.add_argument("--baseline-src", help="load and slow parts only: serve with this src/ (e.g. an older "
+                                               "checkout) instead")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     model = train_model(Path(args.model_dir))
     result = {"environment": environment(), "loadavg_start": open("/proc/loadavg").read().split()[:3],
               "args": vars(args)}
-    parts = {"load": part_load, "kill": part_kill, "drain": part_drain, "verify": part_verify}
+    parts = {"load": part_load, "kill": part_kill, "drain": part_drain, "verify": part_verify, "slow": part_slow}
     for name in args.parts.split(","):
         result[name] = parts[name](args, model)
         shown = {k: v for k, v in result[name].items() if k not in ("probes", "raw", "metrics_sample")}

@@ -206,8 +206,8 @@ def test_chunked_body_over_the_limit_is_413(model):
 @pytest.mark.parametrize("body,status,message", [
     (b'{"texts": ["ok", "bad \\ud800 text"]}', 422, "texts[1]: not valid Unicode (a lone surrogate at character 4)"),
     (b'{"texts": ["\\udc00"]}', 422, "lone surrogate"),
-    (b'{"texts": ["\xff\xfe"]}', 400, "error parsing the body"),
-    (b'{"texts": ' + b"[" * 50_000, 400, "error parsing the body"),
+    (b'{"texts": ["\xff\xfe"]}', 422, "the body is not UTF-8 text (byte 13)"),
+    (b'{"texts": ' + b"[" * 50_000, 422, "malformed JSON (nested too deeply)"),
 ])
 def test_text_that_cannot_be_utf8_or_json(model, body, status, message):
     with client_for(model) as client:

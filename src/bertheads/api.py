@@ -13,6 +13,7 @@ from bertheads.export.modes import RuntimeSettings
 from bertheads.export.select import open_model
 from bertheads.model import BertHeads, head_outputs, pick_head
 from bertheads.running.analyze import analyze, split_extras
+from bertheads.running.outputs import claimed_output
 from bertheads.running.report import report
 from bertheads.running.stream import (
     StreamReport,
@@ -23,6 +24,7 @@ from bertheads.running.stream import (
     predict_stream,
 )
 from bertheads.saved.combine import combine as combine_models
+from bertheads.store.encoder_refs import named_encoder
 from bertheads.text.readers import carried_fields
 from bertheads.text.rows import as_rows, split_dataset
 from bertheads.training.flags import convert_options, kind_options, task_class
@@ -104,7 +106,7 @@ class Model:
         (atomically) or, without one, to `write` (default: stdout) a chunk at a time; under
         torchrun the processes share the chunks (see `bertheads.running.stream`)."""
         name = self.head_name(head)
-        with self.net.tasks[name].using_options(options) as options:
+        with claimed_output(output, [path], self.folders()), self.net.tasks[name].using_options(options) as options:
             return predict_stream(self.net, name, path, None if output is None else str(output), settings, fmt,
                                   write, **options)
 
@@ -162,7 +164,12 @@ class Model:
                        write=None) -> StreamReport:
         """What `bertheads analyze` does: every head on each record of a file (or stream) of any
         size, a chunk at a time in input order, one JSON line each (see `running.stream.analyze_stream`)."""
-        return analyze_stream(self.net, path, None if output is None else str(output), settings, write)
+        with claimed_output(output, [path], self.folders(), "analyze"):
+            return analyze_stream(self.net, path, None if output is None else str(output), settings, write)
+
+    def folders(self) -> list[Path]:
+        """The model folder this model was loaded from (an output never goes there)."""
+        return [self.directory] if self.directory is not None else []
 
 
 def load(directory: str | Path, settings: RuntimeSettings | None = None, **given) -> Model:
@@ -171,11 +178,14 @@ def load(directory: str | Path, settings: RuntimeSettings | None = None, **given
     cuda[:N], mps; `runtime` torch, onnx (ONNX Runtime) or openvino, the last two from the
     `DIR/onnx/` export (`bertheads export DIR --to onnx`); `precision` fp32, bf16, fp16 or int8;
     `gate_data`; `verify=False` skips the check of the encoder's weights against the hash saved
-    with them. `auto` takes the fastest mode this machine has whose lower precision passed the
-    gate on the model's dev data (or `gate_data`); `Model.mode` says which ran and why."""
+    with them; `encoder`: the checkpoint of a head-only model whose encoder is outside its folder
+    (see `store.encoder_refs.reference_location`). `auto` takes the fastest mode this machine
+    has whose lower precision passed the gate on the model's dev data (or `gate_data`);
+    `Model.mode` says which ran and why."""
     settings = from_mapping(RuntimeSettings, given, base=settings or RuntimeSettings())
-    net, mode = open_model(directory, settings.device, settings.runtime, settings.precision, settings.verify,
-                           settings.gate_data)
+    with named_encoder(settings.encoder):
+        net, mode = open_model(directory, settings.device, settings.runtime, settings.precision, settings.verify,
+                               settings.gate_data)
     model = Model(net, directory)
     model.mode = mode
     return model

@@ -37,3 +37,9 @@ def first_line(exc: BaseException) -> str:
     """An exception's first line of text (its type's name when it has none), for one-line messages."""
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line: line breaks that reached it (a name, a value quoted
+    from the input) are shown as `\\n`, so a message never spans lines."""
+    return str(exc).replace("\r", "\\r").replace("\n", "\\n")

@@ -16,6 +16,7 @@ from bertheads.export.hf import export_hf
 from bertheads.export.modes import RuntimeSettings, candidates
 from bertheads.export.select import export_checked
 from bertheads.running.extract import ExtractSettings, extract
+from bertheads.running.outputs import claimed_output
 from bertheads.running.stream import StreamSettings
 from bertheads.saved.bundle import MANIFEST, encoder_location
 from bertheads.tasks import inference_options
@@ -101,27 +102,25 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    if args.output:
-        check_output_file(args.output)
-    check_input_file(getattr(args, "input", None))
-    model = load(args.model_dir, **vars_for(RuntimeSettings, args))
-    options = given_options(args, "predict")
-    settings = StreamSettings(**vars_for(StreamSettings, args))
-    settings.progress = settings.progress and bool(args.output)  # (a bar beside predictions on stdout would mix)
-    report = model.predict_stream(args.input, args.output, head=args.head, fmt=args.format, settings=settings,
-                                  **options)
+    with claimed_output(args.output, [args.input, args.gate_data], [args.model_dir], "predict"):
+        check_input_file(getattr(args, "input", None))
+        model = load(args.model_dir, **vars_for(RuntimeSettings, args))
+        options = given_options(args, "predict")
+        settings = StreamSettings(**vars_for(StreamSettings, args))
+        settings.progress = settings.progress and bool(args.output)  # (a bar beside predictions on stdout would mix)
+        report = model.predict_stream(args.input, args.output, head=args.head, fmt=args.format, settings=settings,
+                                      **options)
     if report.skipped and os.environ.get("RANK", "0") == "0":
         log.warning(f"skipped {report.skipped} bad record(s) of {args.input or '<stdin>'}")
     return 0
 
 
 def cmd_analyze(args) -> int:
-    if args.output:
-        check_output_file(args.output)
-    check_input_file(getattr(args, "input", None))
-    model = load(args.model_dir, **vars_for(RuntimeSettings, args))
-    settings = StreamSettings(**vars_for(StreamSettings, args), progress=False)
-    report = model.analyze_stream(args.input, args.output, settings=settings)
+    with claimed_output(args.output, [args.input, args.gate_data], [args.model_dir], "analyze"):
+        check_input_file(getattr(args, "input", None))
+        model = load(args.model_dir, **vars_for(RuntimeSettings, args))
+        settings = StreamSettings(**vars_for(StreamSettings, args), progress=False)
+        report = model.analyze_stream(args.input, args.output, settings=settings)
     if report.skipped:
         log.warning(f"skipped {report.skipped} bad record(s) of {args.input or '<stdin>'}")
     return 0
@@ -232,16 +231,6 @@ def cmd_env(args) -> int:
     for step in facts["inference"]["tried_in_order"]:
         print(f"  {step['runtime']} {step['precision']}: {step['why']}")
     return 0
-
-
-def check_output_file(path: str) -> None:
-    """`--output` must name a file that can be written (checked before any work is done)."""
-    out = Path(path)
-    if out.is_dir():
-        raise UserError(f"--output {path}: is a directory; give a file name")
-    parent = next((p for p in out.absolute().parents if p.exists()), None)
-    if parent is not None and not parent.is_dir():
-        raise UserError(f"--output {path}: {parent} is not a directory")
 
 
 def present(args, *names: str) -> dict:

@@ -23,7 +23,7 @@ import sys
 import threading
 from pathlib import Path
 
-from bertheads.base.errors import SystemFault, UserError
+from bertheads.base.errors import SystemFault, UserError, one_line
 from bertheads.cli.parser import build_parser
 from bertheads.store.atomic import is_disk_full, system_fault
 
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except UserError as exc:
-        print(f"bertheads: error: {exc}", file=sys.stderr)
+        print(f"bertheads: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         print(f"bertheads: interrupted{': ' + str(exc) if str(exc) else ''}", file=sys.stderr)
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except SystemFault as exc:
-        print(f"bertheads: error: {exc}", file=sys.stderr)
+        print(f"bertheads: error: {one_line(exc)}", file=sys.stderr)
         return 1
     except MemoryError:
         print(f"bertheads: error: out of memory ({available_memory()} available); try a smaller --batch-size, "

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bertheads.base.errors import UserError, first_line
+from bertheads.base.errors import SystemFault, UserError, first_line
 from bertheads.encoder.first_token import install_first_token_layer
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,39 @@ def resolve_model(name_or_path: str) -> str:
     return name_or_path
 
 
+# Never run code a checkpoint ships: passed to every transformers `from_pretrained`.
+NO_REMOTE_CODE = {"trust_remote_code": False}
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+
+def check_checkpoint_files(name_or_path: str, source: str) -> None:
+    """Refuse (one line) a local checkpoint that would need its own code to load (a `config.json`
+    whose `auto_map` names classes of a model type transformers does not have) or whose weights
+    are pickles with no safetensors file beside them: bertheads neither runs nor unpickles what a
+    checkpoint folder holds."""
+    path = Path(source)
+    if not path.is_dir():
+        return
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    if isinstance(config, dict) and config.get("auto_map"):
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        if config.get("model_type") not in CONFIG_MAPPING:
+            raise UserError(f"{path / 'config.json'}: model_type {config.get('model_type')!r} needs the custom code "
+                            f"its auto_map names; bertheads never runs code from a checkpoint or model folder")
+    if any(path.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for p in path.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
+    if pickles:
+        raise UserError(f"{name_or_path}: weights in {pickles[0]} (a pickle) and no .safetensors file; bertheads "
+                        f"reads safetensors only; convert a checkpoint you trust once with: python -c \"from "
+                        f"transformers import AutoModel; AutoModel.from_pretrained('{path}').save_pretrained("
+                        f"'{path}')\"")
+
+
 @contextmanager
 def quiet_transformers() -> Iterator[None]:
     """Silence transformers' load reports (missing pooler weights and the like) while loading;
@@ -82,9 +115,10 @@ def load_tokenizer(name_or_path: str):
     from transformers import AutoTokenizer
 
     source = resolve_model(name_or_path)
+    check_checkpoint_files(name_or_path, source)
     try:
         with quiet_transformers():
-            tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True)
+            tokenizer = AutoTokenizer.from_pretrained(source, use_fast=True, **NO_REMOTE_CODE)
     except (OSError, ValueError) as exc:
         raise UserError(f"{name_or_path}: cannot load a tokenizer ({first_line(exc)})") from None
     if not getattr(tokenizer, "is_fast", False):
@@ -101,8 +135,9 @@ def load_encoder_model(name_or_path: str, strict: bool = False) -> nn.Module:
     from transformers import AutoConfig, AutoModel
 
     source = resolve_model(name_or_path)
+    check_checkpoint_files(name_or_path, source)
     try:
-        config = AutoConfig.from_pretrained(source)
+        config = AutoConfig.from_pretrained(source, **NO_REMOTE_CODE)
     except (OSError, ValueError) as exc:
         raise UserError(f"{name_or_path}: not a loadable checkpoint ({first_line(exc)})") from None
     if getattr(config, "is_encoder_decoder", False) or getattr(config, "is_decoder", False):
@@ -110,13 +145,14 @@ def load_encoder_model(name_or_path: str, strict: bool = False) -> nn.Module:
     if not strict:
         try:
             with quiet_transformers():
-                return AutoModel.from_pretrained(source, config=config, dtype=torch.float32)
+                return AutoModel.from_pretrained(source, config=config, dtype=torch.float32, use_safetensors=True,
+                                                 **NO_REMOTE_CODE)
         except (OSError, ValueError) as exc:
             raise UserError(f"{name_or_path}: cannot load the encoder weights ({first_line(exc)})") from None
     try:
         with quiet_transformers():
             model, info = AutoModel.from_pretrained(source, config=config, dtype=torch.float32,
-                                                    use_safetensors=True, output_loading_info=True)
+                                                    use_safetensors=True, output_loading_info=True, **NO_REMOTE_CODE)
     except Exception as exc:  # truncated or corrupt files raise the safetensors library's own error
         raise UserError(f"{name_or_path}: cannot load the encoder weights ({first_line(exc)})") from None
     missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith("pooler."))
@@ -140,7 +176,8 @@ def lazy_parts(name_or_path: str) -> tuple | None:
     if not weights.is_file():
         return None
     try:
-        config = AutoConfig.from_pretrained(str(source))
+        check_checkpoint_files(name_or_path, str(source))
+        config = AutoConfig.from_pretrained(str(source), **NO_REMOTE_CODE)
         with safe_open(str(weights), "pt") as st:
             keys = set(st.keys())
             for prefix in ("pooler.dense.", "bert.pooler.dense."):
@@ -243,6 +280,19 @@ class Encoder(nn.Module):
         """The checkpoint's config (without loading a lazy encoder's weights)."""
         return self.model.config if self.loaded else self._config
 
+    def weights_missing(self) -> str | None:
+        """Why a lazy encoder's weights could no longer be loaded (its checkpoint folder or
+        weight file is gone); None when they are loaded or still there."""
+        if self.loaded:
+            return None
+        try:
+            source = Path(resolve_model(self._source))
+        except UserError:
+            return f"the encoder checkpoint {self._source} is gone"
+        if not (source / "config.json").is_file() or not any(source.glob("*.safetensors")):
+            return f"the encoder checkpoint {source} is gone"
+        return None
+
     @property
     def loaded(self) -> bool:
         """Whether the weights are in memory (a lazy encoder's load on first use)."""
@@ -260,7 +310,16 @@ class Encoder(nn.Module):
         with LAZY_LOAD, torch.inference_mode(False):  # one load, with ordinary (trainable) tensors
             if self.loaded:  # another thread loaded them meanwhile
                 return
-            model = load_encoder_model(self._source)
+            try:
+                model = load_encoder_model(self._source)
+            except UserError as exc:  # the checkpoint was there when the model was opened
+                raise SystemFault(f"the encoder's weights could not be loaded: {exc}") from None
+            expected = (getattr(self, "reference", None) or {}).get("hash")
+            if expected is not None:  # a head-only model's checkpoint: still the one it was opened with
+                digest = model_hash(model, without_pooler=take_pooler_from(model))
+                if digest != expected:
+                    raise SystemFault(f"{self._source}: the checkpoint's weights changed after the model was opened "
+                                      f"(hash {digest[:12]}..., expected {expected[:12]}...)")
             for fn in self._replay:
                 model._apply(fn)
             model.train(self.training)
@@ -433,12 +492,24 @@ def read_checkpoint_tensors(directory: Path, prefix: str) -> dict[str, torch.Ten
 
 def encoder_hash(encoder: Encoder) -> str:
     """Content hash of the encoder weights (names, shapes and values)."""
+    return model_hash(encoder.model)
+
+
+def model_hash(model: nn.Module, without_pooler: bool = False) -> str:
+    """`encoder_hash` of a Transformer's weights (`without_pooler`: as if its pooler were taken)."""
     digest = hashlib.sha256()
-    for name, tensor in sorted(encoder.model.state_dict().items()):
+    for name, tensor in sorted(model.state_dict().items()):
+        if without_pooler and name.startswith("pooler."):
+            continue
         digest.update(name.encode())
         digest.update(str(tuple(tensor.shape)).encode())
         digest.update(tensor.detach().cpu().contiguous().float().numpy().tobytes())
     return digest.hexdigest()
+
+
+def take_pooler_from(model: nn.Module) -> bool:
+    """Whether `take_pooler` takes this model's pooler (a dense layer over [CLS])."""
+    return isinstance(getattr(getattr(model, "pooler", None), "dense", None), nn.Linear)
 
 
 def weights_hash(encoder: Encoder) -> str:

@@ -43,7 +43,7 @@ def check_equivalent(name: str, task, num_layers: int) -> None:
 def build_config(encoder_dir: Path, task):
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(str(encoder_dir))
+    config = AutoConfig.from_pretrained(str(encoder_dir), trust_remote_code=False)
     task.hf_configure(config)
     return config
 
@@ -56,7 +56,7 @@ def to_transformers(net, name: str, encoder_dir: Path) -> nn.Module:
     config = build_config(encoder_dir, task)
     auto = getattr(transformers, task.hf_auto_class)
     try:
-        model = auto.from_config(config)
+        model = auto.from_config(config, trust_remote_code=False)
     except ValueError as exc:
         raise UserError(f"{config.model_type}: transformers has no {task.hf_auto_class} for it "
                         f"({str(exc).splitlines()[0]})") from None

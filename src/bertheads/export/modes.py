@@ -41,6 +41,9 @@ class RuntimeSettings:
     gate_data: str | None = setting(None, "labelled file a lower precision is checked on (default: the model's own "
                                           "dev file)", group="runtime")
     verify: bool = setting(True, "load encoder weights that differ from the saved hash", negate=True, group="runtime")
+    encoder: str | None = setting(None, "the checkpoint folder of a head-only model, when its encoder is outside the "
+                                        "model folder (its weights must still hash to the recorded value)",
+                                  group="runtime")
 
 
 @dataclass(frozen=True)

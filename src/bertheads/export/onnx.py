@@ -35,6 +35,7 @@ from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine
 from bertheads.encoder.layers import reads_first_position_only
+from bertheads.export.quiet import tools_quiet
 from bertheads.saved import bundle, card
 from bertheads.store.atomic import atomic_directory, check_replaceable
 from bertheads.text.encoding import encoder_batch
@@ -73,6 +74,21 @@ def manifest_digest(directory: Path) -> str:
     for path in sorted((directory / "heads").glob("*.safetensors")):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def encoder_digest(directory: Path) -> str | None:
+    """sha256 of the weight files of DIR/encoder (names and bytes); None for a head-only model
+    (its checkpoint is checked against the manifest's `encoder.hash` when it is loaded)."""
+    files = sorted((directory / "encoder").glob("*.safetensors"))
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode())
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 22):
+                digest.update(block)
     return digest.hexdigest()
 
 
@@ -342,7 +358,7 @@ def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_t
     say = log or (lambda _msg: None)
     net = bundle.load(directory)
     check_exportable(net)
-    with atomic_directory(out) as tmp:
+    with atomic_directory(out) as tmp, tools_quiet():
         started = time.perf_counter()
         fp32 = tmp / GRAPHS["fp32"]
         names = export_graph(net, fp32)
@@ -357,6 +373,7 @@ def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_t
             "source": str(directory),
             "manifest_sha256": manifest_digest(directory),
             "encoder_hash": manifest.get("encoder_hash"),
+            "encoder_files_sha256": encoder_digest(directory),
             "heads": {name: {"kind": task.kind, "token_level": bool(net.heads[name].token_level),
                              "outputs": int(net.heads[name].out.out_features)}
                       for name, task in net.tasks.items()},

@@ -25,7 +25,16 @@ from bertheads.base.extras import require
 from bertheads.base.machine import machine
 from bertheads.compute.batching import MAX_CPU_WORKERS
 from bertheads.encoder.pretrained import EncoderInfo, load_tokenizer
-from bertheads.export.onnx import GRAPHS, INPUTS, META, ONNX_DIR, PRECISIONS, manifest_digest, session
+from bertheads.export.onnx import (
+    GRAPHS,
+    INPUTS,
+    META,
+    ONNX_DIR,
+    PRECISIONS,
+    encoder_digest,
+    manifest_digest,
+    session,
+)
 from bertheads.saved import bundle
 from bertheads.text.encoding import Feature, encoder_batch
 
@@ -42,10 +51,12 @@ class OnnxSettings:
     workers: int | None = None
     threads: int | None = None
     device: str = "cpu"
+    verify: bool = True  # the export must match the model's encoder weights (False: --no-verify)
 
 
-def read_export(directory: Path, graph: str) -> tuple[dict, Path]:
-    """export.json and the graph `graph` (fp32, int8, qdq), checked against the model's manifest."""
+def read_export(directory: Path, graph: str, verify: bool = True) -> tuple[dict, Path]:
+    """export.json and the graph `graph` (fp32, int8, qdq), checked against the model's manifest,
+    heads and (unless `verify` is False) encoder weight files."""
     precision = graph
     onnx_dir = directory / ONNX_DIR
     meta_path = onnx_dir / META
@@ -62,6 +73,8 @@ def read_export(directory: Path, graph: str) -> tuple[dict, Path]:
     if meta.get("manifest_sha256") != manifest_digest(directory):
         raise UserError(f"{onnx_dir}: the ONNX export does not match {directory / bundle.MANIFEST} and the heads "
                         f"(the model changed since it was exported); run `{export_cmd}` again")
+    if verify:
+        check_export_encoder(directory, meta, meta_path, export_cmd)
     path = onnx_dir / graph.get("file", GRAPHS[precision])
     if not path.is_file():
         raise UserError(f"{path}: missing; run `{export_cmd}`")
@@ -70,6 +83,23 @@ def read_export(directory: Path, graph: str) -> tuple[dict, Path]:
         raise UserError(f"{path}: its int8 weights use the full 8 bits (exported on a CPU with VNNI or AMX), which "
                         f"this CPU's int8 kernels can overflow (flags: {here.flag_text()}); run `{export_cmd}` here")
     return meta, path
+
+
+def check_export_encoder(directory: Path, meta: dict, meta_path: Path, export_cmd: str) -> None:
+    """The export was made from the encoder the model has now: the manifest's `encoder_hash`
+    and the bytes of DIR/encoder's weight files are the ones recorded in export.json."""
+    manifest = bundle.read_manifest(directory)
+    if meta.get("encoder_hash") != manifest.get("encoder_hash"):
+        raise UserError(f"{meta_path}: the export was made from another encoder than {directory / bundle.MANIFEST} "
+                        f"names; run `{export_cmd}` again")
+    recorded = meta.get("encoder_files_sha256", "missing")
+    if recorded == "missing":
+        raise UserError(f"{meta_path}: records no hash of the encoder's weight files (an export of an earlier "
+                        f"bertheads); run `{export_cmd}` again")
+    if recorded != encoder_digest(directory):
+        raise UserError(f"{meta_path}: the encoder's weight files in {directory / 'encoder'} changed since the "
+                        f"export was made; run `{export_cmd}` again (--runtime torch checks the weights "
+                        f"themselves against the manifest)")
 
 
 class OnnxNet:
@@ -81,7 +111,7 @@ class OnnxNet:
         self.settings = settings or OnnxSettings()
         directory = Path(directory)
         manifest = bundle.read_manifest(directory)
-        meta, path = read_export(directory, graph or self.settings.precision)
+        meta, path = read_export(directory, graph or self.settings.precision, self.settings.verify)
         tokenizer = load_tokenizer(str(directory / "encoder"))
         config = json.loads((directory / "encoder" / "config.json").read_text())
         info = EncoderInfo(hidden_size=int(config.get("hidden_size", config.get("dim", 0))),

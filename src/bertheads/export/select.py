@@ -42,7 +42,7 @@ def open_runner(directory: Path, mode: Mode, verify: bool, reference=None):
         net.to(mode.device)
         net.set_inference_dtype(DTYPES.get(mode.precision))
         return net
-    settings = OnnxSettings(device=str(mode.device))
+    settings = OnnxSettings(device=str(mode.device), verify=verify)
     if mode.runtime == "onnx":
         return load_onnx(directory, mode.precision, settings)
     return load_openvino(directory, mode.precision, settings)

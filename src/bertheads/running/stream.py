@@ -27,6 +27,7 @@ from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import run_heads
 from bertheads.model import BertHeads, head_outputs
 from bertheads.running.analyze import analyze, extras_of
+from bertheads.running.blanks import BlankLines
 from bertheads.store.atomic import atomic_writer
 from bertheads.tasks.forms import Extra
 from bertheads.text.readers import (
@@ -148,14 +149,25 @@ def predict_stream(net: BertHeads, name: str, path, output: str | None = None, s
         return predict_sharded(net, name, path, Path(output), settings, fmt, rank, world, **options)
     task = net.tasks[name]
     report = StreamReport()
+    blanks = BlankLines()
+
+    def texts() -> Iterator[str]:
+        last = None
+        with blanks.active():
+            for _, chunk, preds in predict_chunks(net, name, path, settings, fmt, report, **options):
+                last = getattr(chunk[-1], "line", None)
+                yield blanks.render(task, preds, chunk, fmt)
+        if isinstance(last, int) and blanks.pending:
+            yield blanks.after(last)
+
     if output is None:
         out = write or stdout_writer
-        for _, chunk, preds in predict_chunks(net, name, path, settings, fmt, report, **options):
-            out(task.render(preds, chunk, fmt))
+        for text in texts():
+            out(text)
     else:
         with atomic_writer(output) as fh:
-            for _, chunk, preds in predict_chunks(net, name, path, settings, fmt, report, **options):
-                fh.write(task.render(preds, chunk, fmt))
+            for text in texts():
+                fh.write(text)
     return report
 
 
@@ -198,7 +210,17 @@ def analyze_stream(net: BertHeads, path, output: str | None = None, settings: St
     report = StreamReport()
     extras = extras_of(net)
 
+    blanks = BlankLines()
+
     def lines() -> Iterator[str]:
+        with blanks.active():
+            yield from analyzed_lines()
+        if last[0] is not None and blanks.pending:
+            yield blanks.after(last[0])
+
+    last: list[int | None] = [None]
+
+    def analyzed_lines() -> Iterator[str]:
         for chunk in chunks(analyze_records(path, settings, report, extras), settings.chunk_size):
             records = [record for _, record in chunk]
             results: list[dict] = [{} for _ in records]
@@ -212,8 +234,10 @@ def analyze_stream(net: BertHeads, path, output: str | None = None, settings: St
                     results[i] = result
             report.chunks += 1
             report.examples += len(records)
-            yield "".join(json.dumps({**carried_fields(r, settings.keep_fields), **result}, ensure_ascii=False) + "\n"
-                          for r, result in zip(records, results))
+            last[0] = chunk[-1][0]
+            yield blanks.lines([(line, json.dumps({**carried_fields(r, settings.keep_fields), **result},
+                                                  ensure_ascii=False) + "\n")
+                                for (line, _), r, result in zip(chunk, records, results)])
 
     if output is None:
         out = write or stdout_writer
@@ -261,12 +285,19 @@ def predict_sharded(net: BertHeads, name: str, path, output: Path, settings: Str
     part = part_path(output, rank, world)
     sizes: list[int] = []  # bytes of each chunk this process wrote, in order
     status: dict = {"rank": rank, "error": None}
+    blanks = BlankLines()
     try:
-        with open(part, "wb") as fh:
-            for _, chunk, preds in predict_chunks(net, name, path, settings, fmt, report, rank, world, **options):
-                data = task.render(preds, chunk, fmt).encode("utf-8")
+        with open(part, "wb") as fh, blanks.active():
+            last = None  # (index, last line) of this process's last chunk
+            for k, chunk, preds in predict_chunks(net, name, path, settings, fmt, report, rank, world, **options):
+                data = blanks.render(task, preds, chunk, fmt).encode("utf-8")
                 fh.write(data)
                 sizes.append(len(data))
+                last = (k, getattr(chunk[-1], "line", None))
+            if last is not None and last[0] == report.chunks - 1 and isinstance(last[1], int) and blanks.pending:
+                tail = blanks.after(last[1]).encode("utf-8")  # the input's last blank lines end the last chunk
+                fh.write(tail)
+                sizes[-1] += len(tail)
     except UserError as exc:
         status["error"] = str(exc)
     except Exception as exc:  # an internal fault: still reported by rank, with its type

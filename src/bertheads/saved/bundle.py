@@ -47,7 +47,7 @@ from bertheads.saved.manifest import (  # noqa: F401  (MANIFEST, FORMAT_VERSION,
     read_manifest,
 )
 from bertheads.store.atomic import atomic_directory
-from bertheads.store.encoder_refs import load_reference
+from bertheads.store.encoder_refs import load_reference, reference_location
 from bertheads.tasks import TASKS
 
 RUN_FILES = ("checkpoint", "log.jsonl", "tensorboard", "tracking")  # a training run's own files in its --out
@@ -119,10 +119,9 @@ def encoder_location(directory: str | Path) -> str:
     checkpoint its manifest names."""
     directory = Path(directory)
     reference = read_manifest(directory).get("encoder")
-    if reference is None or (directory / "encoder" / "config.json").is_file():
+    if reference is None:
         return str(directory / "encoder")
-    path = Path(reference.get("path") or "")
-    return str(path) if (path / "config.json").is_file() else str(reference.get("source"))
+    return str(reference_location(directory, reference))
 
 
 def load(directory: str | Path, device: str | torch.device | None = None, verify: bool = True) -> BertHeads:

@@ -23,8 +23,8 @@ MANIFEST = "bertheads.json"
 FORMAT_VERSION = 1
 # a head name: letters, digits, '_', '.', '-', not starting with '.', '_' or '-' (the same rule as
 # multi-task configs and `combine --names`); it is also the head's file name under DIR/heads/
-HEAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-ENCODER_HASH = re.compile(r"^[0-9a-f]{64}$")
+HEAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")  # \Z: no newline after it
+ENCODER_HASH = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 def load_json(path: Path):

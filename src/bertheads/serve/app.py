@@ -37,9 +37,12 @@ from bertheads.api import load
 from bertheads.base.errors import UserError
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.running.analyze import analyze_inputs, extras_of
-from bertheads.serve.bodies import analyze_body, given_fields, predict_body
+from bertheads.serve.bodies import add_body_handlers, blank
+from bertheads.serve.connections import Connections, server_config
+from bertheads.serve.faults import PUBLIC_DETAIL, add_fault_handlers, model_problem
 from bertheads.serve.guard import Control, Guard, Metrics, allowed_hosts
 from bertheads.serve.queue import Batcher, DeadlineExceeded, Overloaded, request_tokens, token_counter
+from bertheads.serve.requests import analyze_body, given_fields, predict_body
 from bertheads.serve.settings import ServeSettings, settings_from_args  # noqa: F401 (re-exported)
 
 __all__ = ["Batcher", "ServeSettings", "create_app", "running_server", "serve"]
@@ -123,8 +126,8 @@ def check_texts(field_name: str, values: list, settings: ServeSettings, kind: st
     for i, value in enumerate(values):
         for j, text in enumerate(value if isinstance(value, (list, tuple)) else (value,)):
             at = f"{field_name}[{i}]" + (f"[{j}]" if isinstance(value, (list, tuple)) else "")
-            if not text.strip():
-                raise HTTPException(422, f"{at}: empty {kind}")
+            if blank(text):
+                raise HTTPException(422, f"{at}: empty {kind}" + (" (only invisible characters)" if text.strip() else ""))
             try:
                 text.encode("utf-8")
             except UnicodeEncodeError as exc:
@@ -161,8 +164,12 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
                               "in one encoder pass; `POST /predict/{head}` runs one head.")
     app.state.model, app.state.batcher, app.state.settings = model, batcher, settings
     app.state.metrics, app.state.control = metrics, control
+    app.state.connections = Connections(settings, metrics)
+    control.check = lambda: model_problem(model)
     add_middleware(app, settings, bind_host, control, metrics)
     add_error_handlers(app, metrics)
+    add_fault_handlers(app, control)
+    add_body_handlers(app)
     heads = describe_heads(model)
     add_info_routes(app, heads, settings, batcher, metrics, control)
     add_model_routes(app, model, heads, settings, batcher, metrics)
@@ -212,12 +219,14 @@ def add_info_routes(app: FastAPI, heads: list[dict], settings: ServeSettings, ba
     async def page() -> HTMLResponse:
         return HTMLResponse(resources.files("bertheads.serve").joinpath("page.html").read_text(encoding="utf-8"))
 
-    @app.get("/health", summary="liveness, batching and queue counters")
-    async def health() -> dict:
-        return {"status": "draining" if control.draining else "ok", "heads": len(heads),
-                "requests": batcher.requests, "batches": batcher.batches, "largest_batch": batcher.largest,
-                "largest_batch_tokens": batcher.largest_tokens, "queued": batcher.queued,
-                "dropped": batcher.dropped, "expired": batcher.expired}
+    @app.get("/health", summary="liveness, batching and queue counters (503 while the model cannot run)")
+    async def health() -> Any:
+        failing = control.problem() is not None
+        counters = {"status": "draining" if control.draining else "failing" if failing else "ok", "heads": len(heads),
+                    "requests": batcher.requests, "batches": batcher.batches, "largest_batch": batcher.largest,
+                    "largest_batch_tokens": batcher.largest_tokens, "queued": batcher.queued,
+                    "dropped": batcher.dropped, "expired": batcher.expired}
+        return JSONResponse({**counters, "detail": PUBLIC_DETAIL}, status_code=503) if failing else counters
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus() -> Response:
@@ -254,7 +263,7 @@ async def queued(request: Request, batcher: Batcher, settings: ServeSettings, me
 def add_model_routes(app: FastAPI, model, heads: list[dict], settings: ServeSettings, batcher: Batcher,
                      metrics: Metrics) -> None:
     """`POST /analyze` (every head, one encoder pass) and `POST /predict/{head}`; their bodies
-    hold the fields of the heads' input forms (`serve/bodies.py`)."""
+    hold the fields of the heads' input forms (`serve/requests.py`)."""
     count = token_counter(model.net.encoder.tokenizer)
     tasks = model.net.tasks
     extras = extras_of(model.net)
@@ -302,13 +311,14 @@ def add_model_routes(app: FastAPI, model, heads: list[dict], settings: ServeSett
 # -- running ------------------------------------------------------------------------------
 def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None,
           verify: bool = True, runtime: str = "auto", precision: str = "auto", options: dict | None = None,
-          device: str = "auto", gate_data: str | None = None) -> None:
+          device: str = "auto", gate_data: str | None = None, encoder: str | None = None) -> None:
     """Load the model in `directory` and serve it until interrupted; SIGTERM (or Ctrl-C) stops
     taking new work, lets the requests in flight finish (up to `--timeout`), then exits.
     `options`: inference options for the heads whose kinds take them (`Model.set_options`)."""
     settings = settings or ServeSettings()
     settings.check(host)
-    model = load(directory, device=device, verify=verify, runtime=runtime, precision=precision, gate_data=gate_data)
+    model = load(directory, device=device, verify=verify, runtime=runtime, precision=precision, gate_data=gate_data,
+                 encoder=encoder)
     model.set_options(**(options or {}))
     check_port(host, port)
     app = create_app(model, settings, bind_host=host)
@@ -319,8 +329,7 @@ def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: S
             control.draining = True
             super().handle_exit(sig, frame)
 
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", limit_concurrency=settings.max_connections,
-                            timeout_graceful_shutdown=int(settings.timeout) + 5, timeout_keep_alive=30)
+    config = server_config(app, host, port, log_level="warning", timeout_graceful_shutdown=int(settings.timeout) + 5)
     auth = "bearer token required" if settings.token else "no token"
     print(f"serving {directory} (heads: {', '.join(model.heads)}) on http://{host}:{port}  "
           f"(page at /, API docs at /docs, metrics at /metrics; {auth})", flush=True)
@@ -352,7 +361,7 @@ def running_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout
         with socket.socket() as sock:
             sock.bind((host, 0))
             port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(server_config(app, host, port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, name="bertheads-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout

@@ -11,10 +11,12 @@ import asyncio
 import hmac
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from bertheads.serve.bodies import content_type_problem
 from bertheads.serve.settings import LOOPBACK_NAMES, is_loopback  # noqa: F401 (is_loopback: re-exported)
 
 OPEN_PATHS = ("/", "/health")  # answered without a token (the page asks for one; liveness probes)
@@ -25,9 +27,16 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 
 @dataclass
 class Control:
-    """Server state the guard reads: set `draining` when shutting down."""
+    """Server state the guard reads: set `draining` when shutting down; `fault`: why the model
+    could not run (a server fault, for `/health`); `check`: looks for such a fault at once."""
 
     draining: bool = False
+    fault: str | None = None
+    check: Callable[[], str | None] | None = None
+
+    def problem(self) -> str | None:
+        """Why the server cannot run its model (None while it can)."""
+        return self.fault or (self.check() if self.check is not None else None)
 
 
 def host_name(header: str) -> str:
@@ -146,6 +155,11 @@ class Guard:
                 return
         if scope.get("method") not in BODY_METHODS:
             await self.app(scope, receive, send)
+            return
+        wrong_type = content_type_problem(headers.get("content-type"))
+        if wrong_type is not None:
+            await self.discard_body(receive)
+            await answer(send, 422, wrong_type)
             return
         length = headers.get("content-length")
         if length is not None:

@@ -45,7 +45,16 @@ class ServeSettings:
     max_queue: int = setting(64, "requests waiting; more get 503 with Retry-After", type=positive_int)
     timeout: float = setting(30.0, "seconds a request may take: 503 if not started by then, 504 if not finished",
                              type=positive_float)
-    max_connections: int = setting(128, "concurrent connections; more get 503", type=positive_int)
+    max_connections: int = setting(128, "concurrent connections; past it a new one takes the place of the one "
+                                        "waiting longest for its request's headers (idle or slow), or gets 503 "
+                                        "when every one has a request under way", type=positive_int)
+    max_client_connections: int = setting(32, "concurrent connections from one client address, kept the same way "
+                                              "(behind a proxy every client has its address: raise it to "
+                                              "--max-connections)", type=positive_int)
+    header_timeout: float = setting(10.0, "seconds a request's headers may take from their first byte; slower: 408, "
+                                          "connection closed", type=positive_float)
+    keep_alive: float = setting(5.0, "seconds a connection may stay idle (before its first request, or between "
+                                     "requests) before it is closed", type=positive_float)
     allowed_hosts: list[str] = setting(help="a Host header name to accept besides loopback names (repeatable; "
                                             "'*': any)", factory=list, flag="--allowed-host", append=True,
                                        metavar="NAME")
@@ -59,11 +68,14 @@ class ServeSettings:
 
     def check(self, host: str | None = None) -> None:
         """Settings that cannot work, and a non-loopback `host` without a token, are UserErrors."""
-        for name in ("max_batch", "max_texts", "max_text_chars", "max_batch_tokens", "max_queue", "max_connections"):
+        for name in ("max_batch", "max_texts", "max_text_chars", "max_batch_tokens", "max_queue", "max_connections",
+                     "max_client_connections"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(self, name)}")
-        if not self.timeout > 0:
-            raise UserError(f"--timeout: expected a positive number of seconds, got {self.timeout}")
+        for name in ("timeout", "header_timeout", "keep_alive"):
+            if not getattr(self, name) > 0:
+                raise UserError(f"--{name.replace('_', '-')}: expected a positive number of seconds, got "
+                                f"{getattr(self, name)}")
         if self.token is not None and not self.token.strip():
             raise UserError("--token: empty")
         if host is not None and not is_loopback(host) and not self.token and not self.insecure:

@@ -1,7 +1,7 @@
 """Writing files and directories so that a reader sees the old version or the new one, never
 half of one: everything is written beside its target under a temporary name, then renamed.
 
-Temporary names are `.NAME.PID.tmp` in the target's folder; leftovers of a process that no
+Temporary names are `.NAME.PID.tmp` (a file's: `.NAME.PID.XXXX.tmp`) in the target's folder; leftovers of a process that no
 longer runs (killed mid-write) are recognised by that name and removed by the next writer.
 
 A directory replaces an older one in a single step where the system allows it (Linux
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import glob
 import os
 import shutil
 import signal
@@ -195,13 +196,13 @@ def remove_stale(parent: Path, name: str) -> None:
     if not parent.is_dir():
         return
     if not (parent / name).exists():
-        for old in parent.glob(f".{name}.*.old"):
+        for old in parent.glob(f".{glob.escape(name)}.*.old"):
             pid = old.name[len(name) + 2 :].split(".")[0]
             if pid.isdigit() and not process_runs(int(pid)):
                 os.rename(old, parent / name)
                 fsync_path(parent)
                 break
-    for leftover in parent.glob(f".{name}.*"):
+    for leftover in parent.glob(f".{glob.escape(name)}.*"):
         parts = leftover.name[len(name) + 2 :].split(".")
         if not parts or not parts[0].isdigit() or int(parts[0]) == os.getpid():
             continue
@@ -302,12 +303,14 @@ def atomic_directory(out: str | Path, replace: bool = True, carry: tuple[str, ..
 @contextmanager
 def atomic_writer(path: str | Path, mode: str = "w") -> Iterator:
     """An open file (text for "w", bytes for "wb") that becomes `path` when the block ends
-    without error; until then it is a temporary file beside it, removed on error."""
+    without error; until then it is a temporary file beside it (`.NAME.PID.XXXX.tmp`), removed
+    on error, or by the next writer of `path` when this process was killed."""
     path = Path(path)
     made = missing_parents(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        remove_stale(path.parent, path.name)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         remove_made(made)
         raise system_fault(exc, path, "file") or exc from None

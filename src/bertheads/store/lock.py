@@ -34,9 +34,10 @@ def holder(path: Path) -> str:
     return f"pid {info.get('pid', '?')}, since {started}: {info.get('command', '?')}"
 
 
-def hold(target: str | Path, what: str = "run") -> Path:
+def hold(target: str | Path, what: str = "run", instead: str = "folder") -> Path:
     """Take the lock of `target` for this process (again: a no-op), or refuse at once, naming the
-    process that holds it. Released when the process ends or by `release`."""
+    process that holds it (and saying to choose another `instead`). Released when the process
+    ends or by `release`."""
     target = Path(target).absolute()
     if target in _HELD:
         return target
@@ -49,7 +50,7 @@ def hold(target: str | Path, what: str = "run") -> Path:
         except BlockingIOError:
             os.close(fd)
             raise UserError(f"{target}: another bertheads {what} is writing here ({holder(path)}); wait for it "
-                            f"to end or choose another folder") from None
+                            f"to end or choose another {instead}") from None
         try:
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
                 break

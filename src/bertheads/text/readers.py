@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
 from bertheads.base.errors import UserError, header, where
@@ -36,8 +37,8 @@ def read_text(path: str | None) -> str:
     p = Path(path)
     try:
         return p.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
 
 
 LINE_LIMIT_ENV = "BERTHEADS_MAX_LINE_MB"
@@ -87,13 +88,24 @@ def open_lines(path, bad: BadLine | None = None) -> Iterator[str]:
         return
     check_input_file(path)
     p = Path(path)
-    line_no = 0
     with open(p, encoding="utf-8-sig", newline="") as fh:
         try:
-            for line_no, line in enumerate(bounded(fh, limit, path, bad), 1):  # noqa: B007
-                yield line
-        except UnicodeDecodeError as exc:
-            raise UserError(f"{where(path, line_no + 1)}: not UTF-8 text (byte {exc.start} of a block)") from None
+            yield from bounded(fh, limit, path, bad)
+        except UnicodeDecodeError:
+            raise not_utf8(path) from None
+
+
+def not_utf8(path) -> UserError:
+    """The error for a file that is not UTF-8, naming the line and the byte in it that is not
+    (the decoder reads blocks of many lines, so its own position does not say which line)."""
+    with open(path, "rb") as fh:
+        for line_no, raw in enumerate(fh, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return UserError(f"{where(path, line_no)}: not UTF-8 text (byte {exc.start + 1} of the line, "
+                                 f"0x{raw[exc.start]:02x})")
+    return UserError(f"{where(path)}: not UTF-8 text")
 
 
 def source_name(path) -> str | None:
@@ -245,14 +257,22 @@ def read_jsonl(path, bad: BadLine | None = None, name: str | None = None) -> Ite
         raise UserError(f"{where(name)}: file is empty")
 
 
+# told the number of each blank line `read_lines` passes over (set by a streamed predict or
+# analyze, which keep a record in the output for each; see `running/blanks.py`)
+BLANK_LINES: ContextVar[Callable[[int], None] | None] = ContextVar("blank_lines", default=None)
+
+
 def read_lines(path, bad: BadLine | None = None) -> Iterator[tuple[int, str]]:
-    """`(line number, line)` for plain text input, read as needed; blank lines are skipped."""
+    """`(line number, line)` for plain text input, read as needed; blank lines are skipped
+    (and told to `BLANK_LINES` when it is set)."""
     seen = False
     for line_no, line in enumerate(open_lines(path, bad), 1):
         line = line.rstrip("\r\n")
         if line.strip():
             seen = True
             yield line_no, line
+        elif (tell := BLANK_LINES.get()) is not None:
+            tell(line_no)
     if not seen:
         raise UserError(f"{where(source_name(path))}: file is empty")
 

@@ -126,7 +126,8 @@ def read_config(path: str | Path, kind: str | None = None, files: dict | None = 
 
     def fail(keys: tuple, message: str):
         line = next((lines[keys[:i]] for i in range(len(keys), 0, -1) if keys[:i] in lines), None)
-        raise UserError(f"{where(path, line)}: {'.'.join(map(str, keys))}: {message}")
+        raise UserError(f"{where(path, line)}: {'.'.join(k if str(k).isprintable() else repr(k) for k in map(str, keys))}: "
+                        f"{message}")
 
     if not isinstance(data, dict):
         raise UserError(f"{where(path)}: expected a mapping with a 'tasks' field (or 'kind' and 'train')")
