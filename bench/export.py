@@ -339,8 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = Path(args.model)
     hf_dir = Path(args.hf) if args.hf else model_dir.parent / f"{model_dir.name}-hf"
     if args.export:
+        from bertheads.export.gate import export_checked
         from bertheads.export.hf import export_hf
-        from bertheads.export.select import export_checked
 
         log("exporting")
         export_checked(model_dir, quantize_to="int8", say=log)  # the graphs, then the gate on this machine

@@ -203,7 +203,7 @@ def extract_compare(texts: list[str], tmp: Path, repeats: int) -> dict:
     from transformers import pipeline
 
     from bertheads.encoder.pretrained import Encoder, default_model_path
-    from bertheads.running.extract import ExtractSettings, extract
+    from bertheads.inference.extract import ExtractSettings, extract
 
     src = tmp / "texts.txt"
     src.write_text("\n".join(texts) + "\n", encoding="utf-8")

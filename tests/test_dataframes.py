@@ -78,9 +78,9 @@ def test_list_of_dicts_carries_ids(tiny_bert, tmp_path):
 
 
 @pytest.mark.parametrize("frame, message", [
-    (pd.DataFrame({"sentence": ["good", None, "bad"], "label": [1, 0, 0]}), r"^DataFrame row 1: missing field 'sentence'$"),
+    (pd.DataFrame({"sentence": ["good", None, "bad"], "label": [1, 0, 0]}), r"^DataFrame row 1: missing text in column 'sentence'$"),
     (pd.DataFrame({"sentence": ["good", "  ", "bad"], "label": [1, 0, 0]}), r"^DataFrame row 1: empty text in column 'sentence'$"),
-    (pd.DataFrame({"sentence": ["good", 7, "bad"], "label": [1, 0, 0]}), r"^DataFrame row 1: expected text in column 'sentence', got int$"),
+    (pd.DataFrame({"sentence": ["good", 7, "bad"], "label": [1, 0, 0]}), r"^DataFrame row 1: text in column 'sentence': expected a string, got int$"),
     (pd.DataFrame({"sentence": ["good", "ok", "bad"], "label": [1, float("nan"), 0]}), r"^DataFrame row 1: missing label in column 'label'$"),
     (pd.DataFrame({"words": ["good"], "label": [1]}), r"^DataFrame: no text column found \(columns: words, label\)"),
 ])

@@ -182,7 +182,7 @@ def test_train_bf16_on_a_cpu_without_it_is_one_line(tiny_bert, write, tmp_path, 
 def trained_dir(tiny_bert, tmp_path_factory):
     """A tiny classify model trained with a dev file (the gate's data), exported with int8 graphs."""
     import bertheads
-    from bertheads.export.select import export_checked
+    from bertheads.export.gate import export_checked
 
     d = tmp_path_factory.mktemp("gate")
     good, bad = ["great", "lovely", "superb"], ["awful", "dull", "boring"]

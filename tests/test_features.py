@@ -132,7 +132,7 @@ def test_cls_of_the_last_layer_is_cached_and_extracted_by_the_first_token_path(t
                                                                                count_first_token_layers):
     """A cache (or extract output) of [CLS] of the last layer alone runs that layer for [CLS]
     only, and gives the same vectors as the full pass."""
-    from bertheads.running.extract import ExtractSettings, extract
+    from bertheads.inference.extract import ExtractSettings, extract
 
     encoder = Encoder.load(tiny_bert).eval()
     texts = ["short one", "a somewhat longer sentence with more pieces in it", "mid length text here"]
@@ -160,7 +160,7 @@ def test_cache_builds_and_extract_run_batches_on_cpu_workers(tiny_bert, tmp_path
     """With 2 torch threads, cache and extract batches run on 2 single-threaded workers and
     write the same rows, in the same places, as a serial run."""
     import bertheads.compute.runner as packing_module
-    from bertheads.running.extract import ExtractSettings, extract
+    from bertheads.inference.extract import ExtractSettings, extract
 
     used: list[int] = []
     real = packing_module.cpu_workers
@@ -305,7 +305,7 @@ def test_extract_rows_point_back_at_their_text(tiny_bert, write, tmp_path):
 def test_extract_npy_task_formats_and_truncation(tiny_bert, write, tmp_path):
     from safetensors import safe_open
 
-    from bertheads.running.extract import ExtractSettings, extract
+    from bertheads.inference.extract import ExtractSettings, extract
 
     conll = write("s.conll", "EU B-ORG\nrejects O\nGerman B-MISC\n\nPeter B-PER\nBlackburn I-PER")
     meta = extract(tiny_bert, conll, tmp_path / "c", ExtractSettings(format="npy", pool="cls", progress=False))

@@ -24,7 +24,7 @@ from bertheads.base.errors import UserError, where
 from bertheads.base.values import non_negative_int
 from bertheads.cli.main import main
 from bertheads.export.hf import export_hf
-from bertheads.running.report import report
+from bertheads.inference.report import report
 from bertheads.tasks import TASKS, register, unregister
 from bertheads.tasks.base import HeadSettings, Task, copy_linear, init_linear, option, softmax
 from bertheads.tasks.forms import Extra, Field, InputForm

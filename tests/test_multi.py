@@ -12,7 +12,7 @@ from bertheads.api import combine
 from bertheads.base.errors import UserError
 from bertheads.cli.main import main
 from bertheads.saved import bundle
-from bertheads.training.joint import read_config
+from bertheads.training.config import read_config
 
 POS, NEG = ["good", "great", "fun", "lovely", "superb", "wonderful"], ["awful", "dull", "bore", "bad", "terrible", "boring"]
 SENTIMENT = "sentence\tlabel\n" + "".join(f"{POS[i % 6]} {POS[(i + 1) % 6]} film\tpos\n{NEG[i % 6]} {NEG[(i + 2) % 6]} film\tneg\n"

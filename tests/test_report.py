@@ -11,7 +11,7 @@ import pytest
 
 import bertheads
 from bertheads.cli.main import main
-from bertheads.running.report import report
+from bertheads.inference.report import report
 
 CHROMIUM = os.environ.get("BERTHEADS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 SETTINGS = dict(epochs=2, batch_size=8, progress=False)

@@ -20,7 +20,7 @@ from helpers_multi import save_heads
 import bertheads
 from bertheads.base.errors import UserError
 from bertheads.cli.main import main
-from bertheads.running.analyze import analyze_inputs
+from bertheads.inference.analyze import analyze_inputs
 from bertheads.serve.app import ServeSettings, create_app, running_server
 from bertheads.serve.queue import Batcher, DeadlineExceeded, Overloaded, request_tokens
 

@@ -15,7 +15,7 @@ from bertheads.cli.main import main
 from bertheads.cli.parser import build_parser
 from bertheads.saved import bundle
 from bertheads.training import checkpoint, flags, tune
-from bertheads.training.joint import read_config, run_settings
+from bertheads.training.config import read_config, run_settings
 
 ROWS = "sentence\tlabel\n" + "".join(f"a great movie {i}\t1\na boring movie {i}\t0\n" for i in range(8))
 
@@ -139,7 +139,7 @@ def test_old_flag_spellings_still_work_with_one_warning(argv, dest, value, old, 
 
 
 def test_extract_settings_read_the_old_keywords(capsys):
-    from bertheads.running.extract import ExtractSettings
+    from bertheads.inference.extract import ExtractSettings
 
     settings = ExtractSettings(format="npy", pool="cls", combine="sum")
     assert (settings.output_format, settings.vector_pool, settings.layer_combine) == ("npy", "cls", "sum")

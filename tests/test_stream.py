@@ -12,9 +12,9 @@ import pytest
 
 from bertheads import api
 from bertheads.cli.main import main
+from bertheads.inference import stream
+from bertheads.inference.stream import StreamSettings
 from bertheads.model import evaluate_head
-from bertheads.running import stream
-from bertheads.running.stream import StreamSettings
 
 ROWS = "".join(f"a great movie {i}\t1\na boring movie {i}\t0\n" for i in range(12))
 TAGGED = "".join(f"John{i} NNP B-PER\nlives VBZ O\nin IN O\nParis NNP B-LOC\n\n" for i in range(6))

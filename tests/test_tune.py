@@ -10,7 +10,7 @@ import pytest
 import bertheads
 from bertheads.base.errors import UserError
 from bertheads.cli.main import main
-from bertheads.running.report import report
+from bertheads.inference.report import report
 from bertheads.training import joint as multitask
 from bertheads.training import tune
 

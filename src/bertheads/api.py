@@ -10,12 +10,11 @@ from bertheads.base.errors import UserError
 from bertheads.base.schema import check_given, from_mapping, names, warn
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.export.modes import RuntimeSettings
-from bertheads.export.select import open_model
-from bertheads.model import BertHeads, head_outputs, pick_head
-from bertheads.running.analyze import analyze, split_extras
-from bertheads.running.outputs import claimed_output
-from bertheads.running.report import report
-from bertheads.running.stream import (
+from bertheads.inference.analyze import analyze, split_extras
+from bertheads.inference.opening import open_model
+from bertheads.inference.outputs import claimed_output
+from bertheads.inference.report import report
+from bertheads.inference.stream import (
     StreamReport,
     StreamSettings,
     analyze_stream,
@@ -23,19 +22,14 @@ from bertheads.running.stream import (
     predict_chunks,
     predict_stream,
 )
+from bertheads.model import BertHeads, head_outputs, pick_head
 from bertheads.saved.combine import combine as combine_models
 from bertheads.store.encoder_refs import named_encoder
 from bertheads.text.readers import carried_fields
 from bertheads.text.rows import as_rows, split_dataset
+from bertheads.training.config import MultiConfig, multi_task_manifest, read_config, run_settings, single_task
 from bertheads.training.flags import convert_options, kind_options, task_class
-from bertheads.training.joint import (
-    MultiConfig,
-    multi_task_manifest,
-    read_config,
-    run_settings,
-    single_task,
-    train_tasks,
-)
+from bertheads.training.joint import train_tasks
 from bertheads.training.settings import TrainSettings
 
 
@@ -104,7 +98,7 @@ class Model:
                        **options) -> StreamReport:
         """What `bertheads predict` does: predictions for a file of any size written to `output`
         (atomically) or, without one, to `write` (default: stdout) a chunk at a time; under
-        torchrun the processes share the chunks (see `bertheads.running.stream`)."""
+        torchrun the processes share the chunks (see `bertheads.inference.stream`)."""
         name = self.head_name(head)
         with claimed_output(output, [path], self.folders()), self.net.tasks[name].using_options(options) as options:
             return predict_stream(self.net, name, path, None if output is None else str(output), settings, fmt,
@@ -146,7 +140,7 @@ class Model:
             return evaluate_stream(self.net, name, path, settings, **options)
 
     def report(self, data: str | None = None, out: str | Path | None = None, head: str | None = None) -> Path:
-        """Write the HTML report page of this saved model (see `bertheads.running.report`); its path."""
+        """Write the HTML report page of this saved model (see `bertheads.inference.report`); its path."""
         if self.directory is None:
             raise UserError("report: the model is not saved; train it with an output directory")
         return report(self.directory, data, out, head=head)
@@ -163,7 +157,7 @@ class Model:
     def analyze_stream(self, path, output: str | Path | None = None, settings: StreamSettings | None = None,
                        write=None) -> StreamReport:
         """What `bertheads analyze` does: every head on each record of a file (or stream) of any
-        size, a chunk at a time in input order, one JSON line each (see `running.stream.analyze_stream`)."""
+        size, a chunk at a time in input order, one JSON line each (see `inference.stream.analyze_stream`)."""
         with claimed_output(output, [path], self.folders(), "analyze"):
             return analyze_stream(self.net, path, None if output is None else str(output), settings, write)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 import numpy as np
 import torch
@@ -11,13 +11,13 @@ from torch import nn
 
 from bertheads.base.errors import UserError
 from bertheads.compute.batching import INFERENCE_BATCH
-from bertheads.compute.runner import Runner, run_heads
+from bertheads.compute.runner import EncoderInputs, Runner, eval_mode, run_heads
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.encoder.pretrained import Encoder
 from bertheads.text.encoding import Feature, collate
 
 
-class BertHeads(nn.Module):
+class BertHeads(EncoderInputs, nn.Module):
     """A shared encoder and a `ModuleDict` of heads, one per task (`tasks[name].head`)."""
 
     def __init__(self, encoder: Encoder, tasks: dict) -> None:
@@ -61,25 +61,11 @@ class BertHeads(nn.Module):
         self.encoder.to(dtype or torch.float32)
         self.inference_dtype = dtype
 
-    @property
-    def tokenizer(self):
-        return self.encoder.tokenizer
-
-    @property
-    def pad_id(self) -> int:
-        return self.encoder.tokenizer.pad_token_id or 0
-
     def token_level(self, name: str) -> bool:
         return bool(self.heads[name].token_level)
 
-    @contextmanager
-    def evaluating(self) -> Iterator[None]:
-        was_training = self.training
-        self.eval()
-        try:
-            yield
-        finally:
-            self.train(was_training)
+    def evaluating(self) -> AbstractContextManager:
+        return eval_mode(self)
 
     def run_batch(self, features: Sequence[Feature], rows: Sequence[int], heads: Sequence[str],
                   with_loss: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:

@@ -257,8 +257,9 @@ def suggest(name: str, known: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def known_fields(*groups) -> dict[str, dataclasses.Field]:
-    """name -> field of every setting of `groups` (dataclasses, or mappings of name -> field)."""
+def known_fields(*groups) -> dict[str, dataclasses.Field | None]:
+    """name -> field of every setting of `groups` (dataclasses, or mappings of name -> field;
+    None for a name that is no setting but may be given, like a config's `tasks`)."""
     out: dict[str, dataclasses.Field] = {}
     for group in groups:
         out.update(group if isinstance(group, Mapping) else settings_of(group))
@@ -273,7 +274,8 @@ def check_given(given: Mapping[str, Any], *groups, what: str = "setting", of: st
     suggested (`of`: whose, " for a tag task"; `fail(name, message)` reports it where given,
     else a UserError prefixed `at`)."""
     fields = known_fields(*groups)
-    old = {o.lstrip("-").replace("-", "_"): f.name for f in fields.values() for o in f.metadata.get("aliases", ())}
+    old = {o.lstrip("-").replace("-", "_"): f.name for f in fields.values() if f is not None
+           for o in f.metadata.get("aliases", ())}
     out = {}
     for key, value in given.items():
         if key in old and key not in fields and old[key] not in given:

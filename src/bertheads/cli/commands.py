@@ -12,21 +12,21 @@ from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine, resolve_device, runtimes, training_precision
 from bertheads.base.schema import vars_for
+from bertheads.export.gate import export_checked
 from bertheads.export.hf import export_hf
 from bertheads.export.modes import RuntimeSettings, candidates
-from bertheads.export.select import export_checked
-from bertheads.running.extract import ExtractSettings, extract
-from bertheads.running.outputs import claimed_output
-from bertheads.running.stream import StreamSettings
+from bertheads.inference.extract import ExtractSettings, extract
+from bertheads.inference.outputs import claimed_output
+from bertheads.inference.stream import StreamSettings
 from bertheads.saved.bundle import MANIFEST, encoder_location
 from bertheads.tasks import inference_options
 from bertheads.text.readers import check_input_file
+from bertheads.training.config import read_config, single_task
 from bertheads.training.flags import (
     given_settings,
     settings_from,
     task_options,
 )
-from bertheads.training.joint import read_config, single_task
 
 log = logging.getLogger("bertheads")
 
@@ -166,7 +166,7 @@ def cmd_tune(args) -> int:
 
 def cmd_report(args) -> int:
     require("report", "bertheads report")
-    from bertheads.running.report import report  # matplotlib loads only for this command
+    from bertheads.inference.report import report  # matplotlib loads only for this command
 
     page = report(args.model_dir, args.data, args.out, head=args.head, batch_size=args.batch_size)
     log.info(f"wrote {page}")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bertheads.base.errors import SystemFault, UserError, one_line
 from bertheads.cli.parser import build_parser
-from bertheads.store.atomic import is_disk_full, system_fault
+from bertheads.store.faults import is_disk_full, system_fault
 
 log = logging.getLogger("bertheads")
 

@@ -28,9 +28,9 @@ from bertheads.cli.commands import (
     cmd_tune,
 )
 from bertheads.export.modes import RuntimeSettings
-from bertheads.running.extract import ExtractSettings, ExtractSource
-from bertheads.running.extract import input_formats as extract_formats
-from bertheads.running.stream import StreamSettings
+from bertheads.inference.extract import ExtractSettings, ExtractSource
+from bertheads.inference.extract import input_formats as extract_formats
+from bertheads.inference.stream import StreamSettings
 from bertheads.serve.settings import Address, ServeSettings
 from bertheads.tasks import TASKS, inference_flags, input_formats
 from bertheads.training.flags import HEAD_FLAGS, accept_layer_lists, add_kind_flags, add_training_flags

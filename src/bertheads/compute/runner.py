@@ -6,9 +6,9 @@ per feature in input order (or each batch handed to a `sink` that writes it away
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from itertools import repeat
 from typing import Any, Protocol
 
@@ -69,6 +69,32 @@ class Runner(Protocol):
         a runtime that gives outputs only. Runs without gradients; may be called from several
         threads at once."""
         ...
+
+
+class EncoderInputs:
+    """The `Runner` members of a runtime whose inputs its `encoder`'s tokenizer encodes."""
+
+    encoder: Any
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.encoder.tokenizer
+
+    @property
+    def pad_id(self) -> int:
+        return self.encoder.tokenizer.pad_token_id or 0
+
+
+@contextmanager
+def eval_mode(module) -> Iterator[None]:
+    """A torch module in evaluation mode for the duration, its own mode back after (what a
+    torch runner's `evaluating` is)."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
 
 
 def run_heads(runner: Runner, features: Sequence[Feature], heads: Sequence[str],

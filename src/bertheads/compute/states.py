@@ -4,21 +4,21 @@ writes each batch's rows to their place on disk."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 import numpy as np
 import torch
 
 from bertheads.base.errors import UserError
-from bertheads.compute.runner import Outputs
+from bertheads.compute.runner import EncoderInputs, Outputs, eval_mode
 from bertheads.encoder.layers import pool_tokens
 from bertheads.text.encoding import Feature, encoder_batch
 
 POSITIONS = ("tokens", "cls", "mean", "max")  # what a feature's states can be reduced to
 
 
-class EncoderStates:
+class EncoderStates(EncoderInputs):
     """For each feature, the hidden states of `layers`: `tokens` (every token, `[batch, tokens,
     layers, hidden]`), or one row per feature pooled over the tokens the mask keeps (`cls`,
     `mean`, `max`: `[batch, layers, hidden]`, see `pool_tokens`); the "heads" run are the
@@ -36,25 +36,11 @@ class EncoderStates:
             encoder.to(device)
         self.device = next(encoder.model.parameters()).device  # (loads a lazy encoder)
 
-    @property
-    def tokenizer(self):
-        return self.encoder.tokenizer
-
-    @property
-    def pad_id(self) -> int:
-        return self.encoder.tokenizer.pad_token_id or 0
-
     def token_level(self, position: str) -> bool:
         return position == "tokens"
 
-    @contextmanager
-    def evaluating(self) -> Iterator[None]:
-        was_training = self.encoder.training
-        self.encoder.eval()
-        try:
-            yield
-        finally:
-            self.encoder.train(was_training)
+    def evaluating(self) -> AbstractContextManager:
+        return eval_mode(self.encoder)
 
     def run_batch(self, features: Sequence[Feature], rows: Sequence[int], positions: Sequence[str],
                   with_loss: bool = False) -> tuple[Outputs, dict[str, float]]:

@@ -6,7 +6,8 @@ DIR/gate.json   {"manifest_sha256", "modes": {"openvino/bf16": {"passed", "toler
                  "heads": {NAME: {"data", "examples", "metric", "fp32", "value",
                  "change_points", "label_agreement"}}, "export_sha256", "machine"}}}
 ```
-A mode passes when every head's main metric moves by at most `modes.TOLERANCE` points (0.3
+`export_checked` is `bertheads export --to onnx`: the graphs, then each lower precision of the
+export this machine runs put through the gate. A mode passes when every head's main metric moves by at most `modes.TOLERANCE` points (0.3
 for bf16 and fp16, 0.5 for int8). Label agreement is the share of inputs whose prediction,
 scores left out, is the same as fp32's. A record holds while the model (its manifest and head
 weights) and, for an exported mode, the export are the ones it was made on.
@@ -16,16 +17,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from bertheads.base.errors import SystemFault, UserError
+from bertheads.base.extras import require
 from bertheads.base.machine import machine
-from bertheads.export.modes import TOLERANCE, Mode
-from bertheads.export.onnx import META, ONNX_DIR, manifest_digest
+from bertheads.export.modes import GRAPH_OF, TOLERANCE, Mode, check_mode
+from bertheads.export.onnx import META, ONNX_DIR, export_onnx, manifest_digest
+from bertheads.export.runtimes import open_runner
 from bertheads.model import head_outputs
 from bertheads.saved import bundle
 from bertheads.store.atomic import atomic_write_text
+
+log = logging.getLogger("bertheads")
 
 GATE = "gate.json"
 GATE_EXAMPLES = 1000  # dev inputs compared per head (the first ones)
@@ -132,3 +140,32 @@ def summary(record: dict) -> str:
     parts = [f"{name}: {h['metric']} {h['change_points']:+.2f} points, {h['label_agreement']:.1%} same predictions "
              f"on {h['examples']} inputs" for name, h in record["heads"].items()]
     return "; ".join(parts)
+
+
+def export_checked(directory: str | Path, out: str | Path | None = None, quantize_to: str | None = None,
+                   gate_file: str | None = None, say: Callable[[str], None] | None = None) -> dict:
+    """`bertheads export --to onnx`: the graphs (int8 calibrated on the dev data), then each
+    lower-precision mode of the export this machine runs checked against fp32 (DIR/gate.json)."""
+    require("export", "export --to onnx")  # before the model is read: the missing extra is the first thing to say
+    directory = Path(directory)
+    say = say or log.info
+    heads = bundle.read_manifest(directory)["heads"]
+    data = gate_data(directory, heads, gate_file)
+    meta = export_onnx(directory, out, quantize_to, say, calibration=data)
+    if data is None or (out is not None and Path(out).resolve() != (directory / ONNX_DIR).resolve()):
+        return meta
+    cpu = torch.device("cpu")
+    reference = None
+    for (runtime, precision), graph in GRAPH_OF.items():
+        if precision not in TOLERANCE or graph not in meta["graphs"]:
+            continue
+        try:
+            check_mode(runtime, precision, cpu)
+        except UserError:
+            continue  # not on this machine (bf16 without AMX/AVX512_BF16, no openvino)
+        mode = Mode(runtime, precision, cpu)
+        reference = reference or bundle.load(directory, cpu)
+        record = verdict(directory, mode, compare(reference, open_runner(directory, mode, True), data))
+        store(directory, mode.key, record, say)
+        say(f"gate {runtime} {precision}: {'passed' if record['passed'] else 'REFUSED'} ({summary(record)})")
+    return meta

@@ -24,6 +24,7 @@ from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine
 from bertheads.compute.batching import MAX_CPU_WORKERS
+from bertheads.compute.runner import EncoderInputs
 from bertheads.encoder.pretrained import EncoderInfo, load_tokenizer
 from bertheads.export.onnx import (
     GRAPHS,
@@ -102,7 +103,7 @@ def check_export_encoder(directory: Path, meta: dict, meta_path: Path, export_cm
                         f"themselves against the manifest)")
 
 
-class OnnxNet:
+class OnnxNet(EncoderInputs):
     """The tasks of a saved model and an ONNX Runtime session holding its encoder and heads."""
 
     runtime = "onnx"
@@ -152,14 +153,6 @@ class OnnxNet:
         return workers, threads
 
     # the `compute.runner.Runner` members: a batch of features through the session
-    @property
-    def tokenizer(self):
-        return self.encoder.tokenizer
-
-    @property
-    def pad_id(self) -> int:
-        return self.encoder.tokenizer.pad_token_id or 0
-
     def evaluating(self) -> AbstractContextManager:
         return nullcontext()  # (a graph has no training mode)
 

@@ -1,17 +1,17 @@
 """`bertheads serve DIR`: a FastAPI app over a loaded model, with a web page at `/`.
 
 ```
-POST /analyze          {"texts": [...]} (+ "second_texts", "questions")  -> {"results": [{head: prediction}]}
-POST /predict/{head}   {"texts": [...]} | {"pairs": [[a, b]]} | {"questions": [...], "contexts": [...]}
-GET  /heads            names, kinds, inputs and labels of the heads
+POST /analyze          {"texts": [...]} (+ each head form's extra, one per text)  -> {"results": [{head: prediction}]}
+POST /predict/{head}   the fields of the head's input form, e.g. {"texts": [...]}  -> {"results": [...]}
+GET  /heads            names, kinds, input forms and labels of the heads
 GET  /health           status and batching counters
 GET  /docs             OpenAPI documentation (schema at /openapi.json)
 ```
 Concurrent requests are gathered for a short window (`window_ms`) up to `max_batch` texts and
 `max_batch_tokens` encoder tokens and run as one model call on a single worker thread, so the
-encoder sees full batches and requests never compete for the CPU (`serve_queue`). The queue is
+encoder sees full batches and requests never compete for the CPU (`serve/queue.py`). The queue is
 bounded, each request has a deadline, and the `Host` check, token, body limit and metrics sit in
-front of the app (`serve_guard`). Bad input is answered 4xx with a one-line `detail`.
+front of the app (`serve/guard.py`). Bad input is answered 4xx with a one-line `detail`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pydantic import BaseModel
 from bertheads.api import load
 from bertheads.base.errors import UserError
 from bertheads.compute.batching import INFERENCE_BATCH
-from bertheads.running.analyze import analyze_inputs, extras_of
+from bertheads.inference.analyze import analyze_inputs, extras_of
 from bertheads.serve.bodies import add_body_handlers, blank
 from bertheads.serve.connections import Connections, server_config
 from bertheads.serve.faults import PUBLIC_DETAIL, add_fault_handlers, model_problem
@@ -50,7 +50,7 @@ __all__ = ["Batcher", "ServeSettings", "create_app", "running_server", "serve"]
 log = logging.getLogger("bertheads.serve.app")
 
 
-# -- batching (the queue itself is serve_queue.Batcher) ------------------------------------
+# -- batching (the queue itself is serve/queue.py `Batcher`) -----------------------------
 def run_batch(model, key: tuple, payloads: list[dict], batch_size: int = INFERENCE_BATCH) -> list[list]:
     """One model call for several requests of the same key; results split per request."""
     sizes = [p["size"] for p in payloads]

@@ -258,7 +258,7 @@ def read_jsonl(path, bad: BadLine | None = None, name: str | None = None) -> Ite
 
 
 # told the number of each blank line `read_lines` passes over (set by a streamed predict or
-# analyze, which keep a record in the output for each; see `running/blanks.py`)
+# analyze, which keep a record in the output for each; see `inference/blanks.py`)
 BLANK_LINES: ContextVar[Callable[[int], None] | None] = ContextVar("blank_lines", default=None)
 
 
@@ -296,3 +296,15 @@ def carried_fields(record: dict, keep: tuple[str, ...] | list[str] = ()) -> dict
     for name in keep:
         extra[name] = record.get(name)
     return extra
+
+
+def required_text(value, at: str, what: str) -> str:
+    """A record's text, `what` it is (`question`, `text in column 'sentence'`): missing, not a
+    string or blank is a one-line error `AT: ...`."""
+    if value is None:
+        raise UserError(f"{at}: missing {what}")
+    if not isinstance(value, str):
+        raise UserError(f"{at}: {what}: expected a string, got {type(value).__name__}")
+    if not value.strip():
+        raise UserError(f"{at}: empty {what}")
+    return value

@@ -4,15 +4,15 @@ evaluated on its dev set's cached states without the encoder."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 import numpy as np
 import torch
 
 from bertheads.base.errors import UserError
 from bertheads.compute.batching import INFERENCE_BATCH
-from bertheads.compute.runner import run_heads
+from bertheads.compute.runner import eval_mode, run_heads
 from bertheads.encoder.layers import cached_positions, normalise_layers
 from bertheads.store.features_cache import (
     CachedDev,
@@ -75,14 +75,8 @@ class CachedHead:
     def token_level(self, name: str) -> bool:
         return bool(self.head.token_level)
 
-    @contextmanager
-    def evaluating(self) -> Iterator[None]:
-        was_training = self.head.training
-        self.head.eval()
-        try:
-            yield
-        finally:
-            self.head.train(was_training)
+    def evaluating(self) -> AbstractContextManager:
+        return eval_mode(self.head)
 
     def run_batch(self, features: Sequence[dict], rows: Sequence[int], heads: Sequence[str],
                   with_loss: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:

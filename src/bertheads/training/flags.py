@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -22,52 +21,6 @@ from bertheads.training.settings import HeadOptions, RunSettings, TrainSettings,
 SETTING_GROUPS = (RunSettings, TrainSettings, HeadOptions)
 # training flags that are head settings: on the command line they apply to every task
 HEAD_FLAGS = tuple(names(HeadOptions))
-
-
-class ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
-    """`(default: X)` after each flag's help, except where there is no default to show."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        default = action.default
-        if default is argparse.SUPPRESS:  # a flag whose value is left unset unless given (see add_flags)
-            default = getattr(action, "shown_default", None)
-        if default in (None, False) or action.nargs == 0 or "default" in (action.help or ""):
-            return action.help or ""
-        if default is action.default:
-            return super()._get_help_string(action)
-        return f"{action.help} (default: {str(default).replace('%', '%%')})"
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with defaults in `--help` and one-line errors (`bertheads: error: ...`, exit 2)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("formatter_class", ShowDefaults)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str):
-        if message.startswith("unrecognized arguments:"):
-            unknown = [word.split("=")[0] for word in message.split(":", 1)[1].split() if word.startswith("--")]
-            known = all_flags(self)
-            message += "".join(f" ({flag}: did you mean {close}?)" for flag in unknown
-                               if (close := suggest_flag(flag, known)))
-        self.exit(2, f"bertheads: error: {message} (see {self.prog} --help)\n")
-
-
-def all_flags(parser: argparse.ArgumentParser) -> set[str]:
-    """Every option string of `parser` and of its commands' parsers, all the way down."""
-    flags: set[str] = set()
-    for action in parser._actions:
-        flags.update(s for s in action.option_strings if s.startswith("--"))
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in set(action.choices.values()):
-                flags |= all_flags(sub)
-    return flags
-
-
-def suggest_flag(flag: str, known: set[str]) -> str | None:
-    close = difflib.get_close_matches(flag, sorted(known), n=1, cutoff=0.75)
-    return close[0] if close else None
 
 
 def accept_layer_lists(parser: argparse.ArgumentParser) -> None:

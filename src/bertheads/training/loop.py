@@ -35,7 +35,8 @@ from bertheads.encoder.layers import cached_positions
 from bertheads.model import BertHeads, evaluate_head
 from bertheads.saved import bundle
 from bertheads.store import lock
-from bertheads.store.atomic import atomic_write_text, crash_point
+from bertheads.store.atomic import atomic_write_text
+from bertheads.store.crash import crash_point
 from bertheads.text.encoding import collate
 from bertheads.training import checkpoint
 from bertheads.training.features import evaluate_cached
@@ -61,8 +62,8 @@ class TaskData:
     train_features: list
     dev_examples: list | None = None
     dev_path: str | None = None
-    cached: object = None  # cache.CachedFeatures when the encoder is frozen and cached
-    dev_cached: object = None  # cache.CachedDev: the dev set's states, likewise
+    cached: object = None  # store.features_cache.CachedFeatures when the encoder is frozen and cached
+    dev_cached: object = None  # store.features_cache.CachedDev: the dev set's states, likewise
     extra: dict = field(default_factory=dict)
 
 

@@ -58,8 +58,9 @@ from bertheads.base.values import non_negative_int, positive_int
 from bertheads.saved import bundle
 from bertheads.store.atomic import atomic_write_text, swap_into_place
 from bertheads.text.readers import read_text
+from bertheads.training.config import key_lines, single_task
 from bertheads.training.flags import convert_options, kind_defaults, kind_options
-from bertheads.training.joint import key_lines, single_task, train_tasks
+from bertheads.training.joint import train_tasks
 from bertheads.training.settings import HeadOptions, TrainSettings
 
 log = logging.getLogger("bertheads")
@@ -322,9 +323,6 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
     """Search training settings for `kind` on `dev`; the best trial's model is saved at `out`.
     `options`: the task's options and any training setting (over `settings`); unknown names
     are refused with a suggestion. Returns one row per trial (what `trials.jsonl` holds)."""
-    import optuna
-    from optuna.trial import TrialState
-
     search = search or TuneSettings()
     options = check_given(options, kind_options(kind), TrainSettings)
     training = {k: options.pop(k) for k in list(options) if k in names(TrainSettings)}
@@ -344,33 +342,59 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
                                                           if is_plain(v) and k not in WHERE_NOT_WHAT},
                 "training": {k: v for k, v in base.__dict__.items() if k not in tagged(TrainSettings, "not-recorded")}}
     prepare_out(out, json.loads(json.dumps(identity, default=str)), search.resume)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = optuna.storages.RDBStorage(f"sqlite:///{(out / 'study.db').resolve()}")
-    pruner = optuna.pruners.MedianPruner(n_startup_trials=search.startup_trials, n_warmup_steps=0) \
-        if search.pruning else optuna.pruners.NopPruner()
-    study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction="maximize",
-                                sampler=optuna.samplers.TPESampler(seed=base.seed), pruner=pruner,
-                                load_if_exists=search.resume)
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
-        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)  # left by an interrupted run
-    scratch = out / ".trials"
-    finish_publishing(out, scratch, study)
+    tuner = Tuner(kind, train, dev, out, model, base, options, limit, space, search)
+    if search.trials is None:
+        tuner.grid()
+    else:
+        tuner.sample(search.trials)
+    if search.restarts:
+        tuner.restart(search.restarts)
+    write_rows(out, tuner.study)
+    return trial_rows(tuner.study)
 
-    def finished() -> dict:
+
+class Tuner:
+    """One search's Optuna study (in `OUT/study.db`), its trials and their models."""
+
+    def __init__(self, kind: str, train: str, dev: str, out: Path, model: str, base: TrainSettings, options: dict,
+                 limit: int | None, space: Search, search: TuneSettings) -> None:
+        import optuna
+        from optuna.trial import TrialState
+
+        self.kind, self.train, self.dev, self.out, self.model = kind, train, dev, out, model
+        self.base, self.options, self.limit, self.space, self.search = base, options, limit, space, search
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.storage = optuna.storages.RDBStorage(f"sqlite:///{(out / 'study.db').resolve()}")
+        pruner = optuna.pruners.MedianPruner(n_startup_trials=search.startup_trials, n_warmup_steps=0) \
+            if search.pruning else optuna.pruners.NopPruner()
+        self.study = optuna.create_study(study_name=STUDY_NAME, storage=self.storage, direction="maximize",
+                                         sampler=optuna.samplers.TPESampler(seed=base.seed), pruner=pruner,
+                                         load_if_exists=search.resume)
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+            self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)  # left by an interrupted run
+        self.scratch = out / ".trials"
+        finish_publishing(out, self.scratch, self.study)
+
+    def finished(self) -> dict:
         """(params, seed) -> the first trial that trained them to the end or was pruned."""
+        from optuna.trial import TrialState
+
         first: dict = {}
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
             if "repeat_of" not in t.user_attrs:
                 first.setdefault(key(t.params, t.user_attrs.get("seed")), t)
         return first
 
-    def run_one(trial, phase: str, seed: int, prune: bool) -> bool:
+    def run_one(self, trial, phase: str, seed: int, prune: bool) -> bool:
         """Train one trial; False when the sampler drew a setting already trained (its outcome
         is told to the study again, nothing is trained)."""
+        from optuna.trial import TrialState
+
+        study, out = self.study, self.out
         trial.set_user_attr("phase", phase)
         trial.set_user_attr("seed", seed)
-        params = {d.name: d.suggest(trial) for d in space.dimensions}
-        earlier = finished().get(key(params, seed))
+        params = {d.name: d.suggest(trial) for d in self.space.dimensions}
+        earlier = self.finished().get(key(params, seed))
         if earlier is not None:
             trial.set_user_attr("repeat_of", earlier.number)
             if earlier.state == TrialState.COMPLETE:
@@ -380,11 +404,12 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
             log.info(f"trial {trial.number} ({phase}): drew trial {earlier.number}'s setting again; not trained")
             write_rows(out, study)
             return False
-        trial_dir = scratch / f"{trial.number:04d}"
+        trial_dir = self.scratch / f"{trial.number:04d}"
         log.info(f"trial {trial.number} ({phase}): "
                  + ", ".join(f"{k}={fmt(v)}" for k, v in {**params, "seed": seed}.items()))
         try:
-            result = trial_run(trial, kind, train, dev, trial_dir, model, base, options, params, seed, limit, prune)
+            result = trial_run(trial, self.kind, self.train, self.dev, trial_dir, self.model, self.base, self.options,
+                               params, seed, self.limit, prune)
         except Pruned:
             study.tell(trial, state=TrialState.PRUNED)
             shutil.rmtree(trial_dir, ignore_errors=True)
@@ -405,31 +430,36 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
         write_rows(out, study)
         return True
 
-    if search.trials is None:
-        for params in space.grid():
-            if key(params, base.seed) not in finished():
-                study.enqueue_trial(params)
-                run_one(study.ask(), "grid", base.seed, search.pruning)
-    else:
-        searched = sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    def grid(self) -> None:
+        """Every setting of the grid not trained yet."""
+        for params in self.space.grid():
+            if key(params, self.base.seed) not in self.finished():
+                self.study.enqueue_trial(params)
+                self.run_one(self.study.ask(), "grid", self.base.seed, self.search.pruning)
+
+    def sample(self, trials: int) -> None:
+        """`trials` settings drawn by the sampler (those already trained are not trained again)."""
+        from optuna.trial import TrialState
+
+        searched = sum(1 for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
                        if t.user_attrs.get("phase") == "search" and "repeat_of" not in t.user_attrs)
         repeats = 0  # draws in a row of settings already trained: a small space runs out of new ones
-        while searched < search.trials and repeats < MAX_REPEATS:
-            trained = run_one(study.ask(), "search", base.seed, search.pruning)
+        while searched < trials and repeats < MAX_REPEATS:
+            trained = self.run_one(self.study.ask(), "search", self.base.seed, self.search.pruning)
             searched, repeats = searched + trained, 0 if trained else repeats + 1
         if repeats >= MAX_REPEATS:
             log.info(f"the sampler drew only settings already trained {MAX_REPEATS} times in a row; "
                      f"stopping after {searched} trained trials")
-    if search.restarts:
-        best = best_trial(study, phases=("grid", "search"))
+
+    def restart(self, restarts: int) -> None:
+        """The best setting trained again with `restarts` other seeds (never pruned)."""
+        best = best_trial(self.study, phases=("grid", "search"))
         if best is None:
             raise UserError("no trial finished, so there is no best setting to restart")
-        for seed in range(base.seed + 1, base.seed + 1 + search.restarts):
-            if key(best.params, seed) not in finished():
-                study.enqueue_trial(best.params)
-                run_one(study.ask(), "restart", seed, False)
-    write_rows(out, study)
-    return trial_rows(study)
+        for seed in range(self.base.seed + 1, self.base.seed + 1 + restarts):
+            if key(best.params, seed) not in self.finished():
+                self.study.enqueue_trial(best.params)
+                self.run_one(self.study.ask(), "restart", seed, False)
 
 
 def finish_publishing(out: Path, scratch: Path, study) -> None:

@@ -20,6 +20,7 @@ from bertheads.text.readers import (
     read_jsonl,
     read_lines,
     read_table,
+    required_text,
     source_name,
 )
 from bertheads.text.rows import Rows
@@ -112,14 +113,7 @@ def row_example(row: dict, line_no: int, path, text_col: str, pair_col: str | No
 
 def column_text(row: dict, column: str, path, line_no: int) -> str:
     """A row's text in `column`: missing, not text or blank is a one-line error."""
-    text = row.get(column)
-    if text is None:
-        raise UserError(f"{where(path, line_no)}: missing field {column!r}")
-    if not isinstance(text, str):
-        raise UserError(f"{where(path, line_no)}: expected text in column {column!r}, got {type(text).__name__}")
-    if not text.strip():
-        raise UserError(f"{where(path, line_no)}: empty text in column {column!r}")
-    return text
+    return required_text(row.get(column), where(path, line_no), f"text in column {column!r}")
 
 
 def detect_columns(columns: list[str], spec: ClassifySpec, path, need_labels: bool):

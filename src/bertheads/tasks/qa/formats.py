@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from bertheads.base.errors import UserError, where
-from bertheads.text.readers import BadLine, open_lines, parse_json, read_jsonl, source_name
+from bertheads.text.readers import BadLine, open_lines, parse_json, read_jsonl, required_text, source_name
 from bertheads.text.rows import Rows
 
 
@@ -26,13 +26,7 @@ class QAExample:
 
 
 def check_text(value, name: str, record: str) -> str:
-    if value is None:
-        raise UserError(f"{record}: missing {name}")
-    if not isinstance(value, str):
-        raise UserError(f"{record}: {name} must be a string, got {type(value).__name__}")
-    if not value.strip():
-        raise UserError(f"{record}: empty {name}")
-    return value
+    return required_text(value, record, name)
 
 
 def read_examples(path: str | None, need_labels: bool = True, strict: bool = True,

@@ -30,7 +30,7 @@ class QAReading(Reading):
 
     def iter_read(self, path, need_labels: bool = True, fmt: str | None = None, keep: tuple[str, ...] = (),
                   bad=None, question: str | None = None, context: str | None = None, **_) -> Iterator[QAExample]:
-        """`read`, a question at a time (see `qa_formats.iter_examples` for SQuAD JSON)."""
+        """`read`, a question at a time (see `formats.iter_examples` for SQuAD JSON)."""
         if question is not None or context is not None:
             yield from self.read(path, need_labels, fmt, question, context)
             return

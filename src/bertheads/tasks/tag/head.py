@@ -95,7 +95,7 @@ class TagModeling(Modeling):
         mapped to its word by offset (a word that yields no piece is encoded as the unknown
         token). A leading-space marker alone (`▁`, `Ġ`) is not a word's first piece unless it is
         its only one. A text that fits
-        gets exactly the ids `packing.encode_texts` gives it. `for_inference` (default: when
+        gets exactly the ids `text.encoding.encode_texts` gives it. `for_inference` (default: when
         without labels) adds what `collect` needs to put word scores together."""
         if for_inference is None:
             for_inference = not with_labels

@@ -93,7 +93,7 @@ class TagJudging(Judging):
     def metrics(self, outputs: list[WordScores], examples: list[TagExample], path=None, **_) -> dict:
         """Entity precision, recall and F1 (micro and per type) as seqeval's default mode
         (conlleval rules) computes them, word accuracy, and the span and type errors
-        (`tag_scheme.entity_errors`)."""
+        (`scheme.entity_errors`)."""
         return self.metrics_from_parts([self.metric_part(outputs, examples, path)])
 
     def metrics_from_parts(self, parts: list, path=None, **_) -> dict:

@@ -1,6 +1,6 @@
 """Opening a saved model in a mode: the device, the runtime and the precision `--device`,
 `--runtime` and `--precision` name, or, for `auto`, the fastest this machine runs whose lower
-precision passed the gate (`export/gate.py`), tried in the order `modes.candidates` gives.
+precision passed the gate (`export/gate.py`), tried in the order `export.modes.candidates` gives.
 """
 
 from __future__ import annotations
@@ -12,40 +12,13 @@ from pathlib import Path
 import torch
 
 from bertheads.base.errors import UserError
-from bertheads.base.extras import require
 from bertheads.base.machine import DTYPES, resolve_device
 from bertheads.export import gate
-from bertheads.export.modes import GRAPH_OF, TOLERANCE, Mode, candidates, check_mode
-from bertheads.export.onnx import META, ONNX_DIR, export_onnx
-from bertheads.export.onnx_runtime import OnnxSettings, load_onnx
-from bertheads.export.openvino_runtime import load_openvino
+from bertheads.export.modes import GRAPH_OF, TOLERANCE, Mode, candidates
+from bertheads.export.runtimes import has_graph, open_runner
 from bertheads.saved import bundle
 
 log = logging.getLogger("bertheads")
-
-
-def has_graph(directory: Path, graph: str) -> bool:
-    import json
-
-    path = directory / ONNX_DIR / META
-    try:
-        return graph in json.loads(path.read_text()).get("graphs", {})
-    except (OSError, ValueError):
-        return False
-
-
-def open_runner(directory: Path, mode: Mode, verify: bool, reference=None):
-    """The runner of `mode` (torch: the model, its encoder's weights in bf16/fp16 for those
-    precisions; onnx, openvino: a session of the export)."""
-    if mode.runtime == "torch":
-        net = reference if reference is not None else bundle.load(directory, mode.device, verify)
-        net.to(mode.device)
-        net.set_inference_dtype(DTYPES.get(mode.precision))
-        return net
-    settings = OnnxSettings(device=str(mode.device), verify=verify)
-    if mode.runtime == "onnx":
-        return load_onnx(directory, mode.precision, settings)
-    return load_openvino(directory, mode.precision, settings)
 
 
 def open_model(directory: str | Path, device: str | torch.device | None = "auto", runtime: str = "auto",
@@ -104,32 +77,3 @@ def open_model(directory: str | Path, device: str | torch.device | None = "auto"
                 + (f"; passed over: {'; '.join(passed_over)}" if passed_over else ""))
         return net, mode
     raise UserError(f"no mode to run {directory} in: {'; '.join(passed_over)}")
-
-
-def export_checked(directory: str | Path, out: str | Path | None = None, quantize_to: str | None = None,
-                   gate_data: str | None = None, say: Callable[[str], None] | None = None) -> dict:
-    """`bertheads export --to onnx`: the graphs (int8 calibrated on the dev data), then each
-    lower-precision mode of the export this machine runs checked against fp32 (DIR/gate.json)."""
-    require("export", "export --to onnx")  # before the model is read: the missing extra is the first thing to say
-    directory = Path(directory)
-    say = say or log.info
-    heads = bundle.read_manifest(directory)["heads"]
-    data = gate.gate_data(directory, heads, gate_data)
-    meta = export_onnx(directory, out, quantize_to, say, calibration=data)
-    if data is None or (out is not None and Path(out).resolve() != (directory / ONNX_DIR).resolve()):
-        return meta
-    cpu = torch.device("cpu")
-    reference = None
-    for (runtime, precision), graph in GRAPH_OF.items():
-        if precision not in TOLERANCE or graph not in meta["graphs"]:
-            continue
-        try:
-            check_mode(runtime, precision, cpu)
-        except UserError:
-            continue  # not on this machine (bf16 without AMX/AVX512_BF16, no openvino)
-        mode = Mode(runtime, precision, cpu)
-        reference = reference or bundle.load(directory, cpu)
-        record = gate.verdict(directory, mode, gate.compare(reference, open_runner(directory, mode, True), data))
-        gate.store(directory, mode.key, record, say)
-        say(f"gate {runtime} {precision}: {'passed' if record['passed'] else 'REFUSED'} ({gate.summary(record)})")
-    return meta

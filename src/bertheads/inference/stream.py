@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,9 +26,9 @@ from bertheads.base.schema import setting
 from bertheads.base.values import field_list, positive_int
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import run_heads
+from bertheads.inference.analyze import analyze, extras_of
+from bertheads.inference.blanks import BlankLines
 from bertheads.model import BertHeads, head_outputs
-from bertheads.running.analyze import analyze, extras_of
-from bertheads.running.blanks import BlankLines
 from bertheads.store.atomic import atomic_writer
 from bertheads.tasks.forms import Extra
 from bertheads.text.readers import (
@@ -150,25 +151,29 @@ def predict_stream(net: BertHeads, name: str, path, output: str | None = None, s
     task = net.tasks[name]
     report = StreamReport()
     blanks = BlankLines()
-
-    def texts() -> Iterator[str]:
-        last = None
-        with blanks.active():
-            for _, chunk, preds in predict_chunks(net, name, path, settings, fmt, report, **options):
-                last = getattr(chunk[-1], "line", None)
-                yield blanks.render(task, preds, chunk, fmt)
+    last = None
+    with writer(output, write) as put, blanks.active():
+        for chunk in read_chunks(task, path, settings, report, False, fmt, **options):
+            features, owner = task.encode_for_inference(chunk, net.tokenizer)
+            outputs = run_heads(net, features, [name], settings.batch_size)[name]
+            predictions = task.decode(task.collect(outputs, owner, chunk, features), chunk, **options)
+            report.examples += len(chunk)
+            put(blanks.render(task, predictions, chunk, fmt))
+            last = getattr(chunk[-1], "line", None)
         if isinstance(last, int) and blanks.pending:
-            yield blanks.after(last)
-
-    if output is None:
-        out = write or stdout_writer
-        for text in texts():
-            out(text)
-    else:
-        with atomic_writer(output) as fh:
-            for text in texts():
-                fh.write(text)
+            put(blanks.after(last))
     return report
+
+
+@contextmanager
+def writer(output: str | None, write: Callable[[str], None] | None = None) -> Iterator[Callable[[str], None]]:
+    """Where a streamed run's text goes: `output` (written atomically: a temporary file, renamed
+    once complete), else `write` (default: stdout, flushed after each chunk)."""
+    if output is None:
+        yield write or stdout_writer
+        return
+    with atomic_writer(output) as fh:
+        yield fh.write
 
 
 def analyze_records(path, settings: StreamSettings, report: StreamReport,
@@ -239,14 +244,9 @@ def analyze_stream(net: BertHeads, path, output: str | None = None, settings: St
                                                   ensure_ascii=False) + "\n")
                                 for (line, _), r, result in zip(chunk, records, results)])
 
-    if output is None:
-        out = write or stdout_writer
+    with writer(output, write) as put:
         for text in lines():
-            out(text)
-    else:
-        with atomic_writer(output) as fh:
-            for text in lines():
-                fh.write(text)
+            put(text)
     return report
 
 

@@ -1,0 +1,55 @@
+"""The house rules that keep the code readable, as tests: `predict` reaches the encoder in a few
+calls, each module entered once; the Task interface and every kind's parts fit on a screen."""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+from pathlib import Path
+
+import bertheads
+from bertheads.cli.main import main
+from bertheads.encoder.pretrained import Encoder
+from bertheads.tasks import TASKS
+from bertheads.tasks.base import Task
+from bertheads.tasks.options import Options
+from bertheads.tasks.parts import Judging, Modeling, Publishing, Reading
+
+PACKAGE = str(Path(bertheads.__file__).parent)
+
+
+def test_predict_reaches_the_encoder_in_six_calls_entering_each_module_once(tiny_bert, write, tmp_path,
+                                                                           monkeypatch):
+    data = write("t.tsv", "sentence\tlabel\n" + "".join(f"a fine film {i}\t{i % 2}\n" for i in range(8)))
+    out = tmp_path / "m"
+    bertheads.train("classify", data, out=out, model=tiny_bert, epochs=1, progress=False)
+    stacks = []
+    real = Encoder.forward
+
+    def spy(self, *args, **kwargs):
+        stacks.append(traceback.extract_stack())
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Encoder, "forward", spy)
+    assert main(["predict", str(out), "--input", write("in.txt", "a fine film\n"), "--runtime", "torch",
+                 "--precision", "fp32", "-q"]) == 0
+    stack = stacks[0]
+    start = next(i for i, f in enumerate(stack) if f.name == "cmd_predict")
+    ours = [f for f in stack[start:] if f.filename.startswith(PACKAGE)]  # (torch's and the stdlib's left out)
+    calls = [f"{Path(f.filename).relative_to(PACKAGE)}:{f.name}" for f in ours]
+    assert len(calls) - 1 <= 6, calls  # the calls made after cmd_predict, the encoder's forward the last
+    modules = [Path(f.filename) for f in ours]
+    entered = [m for i, m in enumerate(modules) if i == 0 or modules[i - 1] != m]
+    assert len(entered) == len(set(entered)), calls  # no module entered twice on the way
+
+
+def test_the_task_interface_and_each_kinds_parts_fit_on_a_screen():
+    for part in (Task, Options, Reading, Modeling, Judging, Publishing):
+        lines = len(inspect.getsource(part).splitlines())
+        members = [k for k in vars(part) if not k.startswith("__")]
+        assert lines <= 80 and len(members) <= 16, (part.__name__, lines, len(members))
+    for kind, cls in TASKS.items():
+        parts = [c for c in cls.__mro__[1:] if c.__module__.startswith(f"bertheads.tasks.{kind}.")]
+        assert len(parts) == 4, (kind, parts)  # its reading, head, judging and publishing
+        for part in [cls, *parts]:
+            assert len(inspect.getsource(part).splitlines()) <= 140, (kind, part.__name__)
