@@ -111,7 +111,7 @@ def test_head_names_that_are_paths_are_rejected(model_dir, name):
 
 def test_head_name_rule_is_the_multi_task_rule():
     from bertheads.saved import manifest
-    from bertheads.training import joint as multitask
+    from bertheads.training import config as multitask
 
     assert multitask.HEAD_NAME is manifest.HEAD_NAME
 

@@ -54,7 +54,7 @@ def run_cli(args, crash_at=None, **kwargs):
 
 
 def checkpoint_env():
-    from bertheads.store.atomic import CRASH_ENV
+    from bertheads.store.crash import CRASH_ENV
 
     return CRASH_ENV
 

@@ -88,13 +88,13 @@ def test_memory_follows_the_chunk_not_the_input(models, monkeypatch):
     model = api.load(models / "c")
     source = CountingInput([t + "\n" for t in sentences(400)])
     largest = []
-    real = stream.head_outputs
+    real = stream.run_heads
 
-    def spy(net, name, examples, *args, **kwargs):
-        largest.append(len(examples))
-        return real(net, name, examples, *args, **kwargs)
+    def spy(net, features, *args, **kwargs):
+        largest.append(len(features))
+        return real(net, features, *args, **kwargs)
 
-    monkeypatch.setattr(stream, "head_outputs", spy)
+    monkeypatch.setattr(stream, "run_heads", spy)
     written = []
     report = model.predict_stream(source, write=lambda text: written.append((source.read, text.count("\n"))),
                                   settings=StreamSettings(chunk_size=40))
