@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install install-test demo test lint bench clean
+.PHONY: install install-test demo test test-bench lint bench clean
 
 # everything (the core and every extra), at the versions of constraints.txt
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -37,9 +37,14 @@ demo: install
 		--epochs 12 --batch-size 16 --lr 1e-4 --seed 42 --keep last --overwrite
 	$(PY) examples/demo.py runs/demo
 
+# the suite on two worker processes (a test file at a time each; slow files first), the 15 slowest listed
 test: install-test
 	$(VENV)/bin/ruff check src tests bench
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile --durations=15
+
+# the checks of the benchmark scripts themselves (bench/gpu.sh end to end on the CPU)
+test-bench: install-test
+	$(PY) -m pytest -m bench
 
 bench: install-test
 	$(PY) bench/run.py --limit 2000

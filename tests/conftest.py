@@ -13,6 +13,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # torch fp32 on each kind of CPU the suite meets (AVX2, AVX512_BF16, AMX); tests of the other
 # choices pretend to be those machines (`base.machine.pretend`), or read the real flags.
 os.environ["BERTHEADS_CPU_FLAGS"] = "avx2"
+# Under `make test` two worker processes share the cores: each, and the commands it starts, runs
+# torch on one thread (tests of thread use set their own count).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
@@ -47,3 +54,11 @@ def write(tmp_path):
         return str(path)
 
     return _write
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with slow tests first: the two workers of `make test` (one file each at a time) then
+    end together instead of one waiting for the other's long file."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    order = {item: i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (item.path not in slow, order[item]))

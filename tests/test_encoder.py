@@ -76,28 +76,6 @@ def test_directory_without_weights(tmp_path):
         Encoder.load(str(tmp_path))
 
 
-@pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
-def test_torchrun_two_processes(tiny_bert, tmp_path):
-    """The same command runs under torchrun: two processes share the batches, one saves."""
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    if torchrun is None:
-        pytest.skip("torchrun is not installed next to this Python")
-    data = tmp_path / "t.tsv"
-    data.write_text("sentence\tlabel\n" + "".join(f"good {i}\t1\nbad {i}\t0\n" for i in range(16)))
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    proc = subprocess.run(
-        [torchrun, "--nproc_per_node", "2", "--master_port", "29531", "-m", "bertheads", "train", "classify",
-         "--train", str(data), "--dev", str(data), "--out", str(tmp_path / "m"), "--model", tiny_bert,
-         "--epochs", "1", "--batch-size", "4", "--no-progress"],
-        capture_output=True, text=True, env=env, timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    metrics = (tmp_path / "m" / "metrics.json").read_text()
-    assert '"accuracy"' in metrics
-    assert proc.stderr.count("epoch 1:") == 1  # only the main process evaluates and saves
-    assert proc.stderr.count("bertheads: saved") == 1  # torchrun's exit 0: both finished; rank 0 reports
-
-
 FEATURES_UNDER_TORCHRUN = """
 import os, sys, torch, bertheads
 train, model_dir, cache, out = sys.argv[1:5]

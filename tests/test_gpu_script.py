@@ -64,7 +64,7 @@ def write_data(folder: Path) -> None:
         (folder / "squad" / name).write_text(doc)
 
 
-@pytest.mark.slow  # trains every kind twice and runs each prediction peer
+@pytest.mark.bench  # trains every kind twice and runs each prediction peer: `make test-bench`
 def test_gpu_script_runs_every_kind_on_cpu_with_a_tiny_limit(tiny_bert, tmp_path):
     data = tmp_path / "data"
     data.mkdir()

@@ -317,7 +317,9 @@ def test_tensorboard_event_files(tiny_bert, data, tmp_path):
 
 @pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
 def test_torchrun_two_processes_resume_exactly(tiny_bert, data, tmp_path):
-    """Under torchrun (2 CPU processes, gloo): killed at step 4, resumed, same weights and losses."""
+    """Under torchrun (2 CPU processes, gloo): a run trains as one process would (the batches
+    shared, the main process evaluating and saving); killed at step 4 and resumed, it ends with
+    the same weights and losses."""
     import shutil
 
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
@@ -337,6 +339,9 @@ def test_torchrun_two_processes_resume_exactly(tiny_bert, data, tmp_path):
 
     whole = launch(tmp_path / "whole", 29561)
     assert whole.returncode == 0, whole.stderr[-2000:]
+    # the same command as one process: the two share the batches, only the main one evaluates and saves
+    assert '"accuracy"' in (tmp_path / "whole" / "metrics.json").read_text()
+    assert whole.stderr.count("epoch 1:") == 1 and whole.stderr.count("bertheads: saved") == 1
     killed = launch(tmp_path / "part", 29562, crash_at="train:step:4")
     assert killed.returncode != 0 and checkpoint.exists(tmp_path / "part")
     resumed = launch(tmp_path / "part", 29563, "--resume")
