@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -235,6 +236,35 @@ class EncoderInfo:
     uses_token_types: bool
     max_tokens: int | None = None  # the most tokens an input may have (`max_tokens`); None: no known limit
 
+    @classmethod
+    def of(cls, config, tokenizer) -> EncoderInfo:
+        return cls(hidden_size=int(config.hidden_size if hasattr(config, "hidden_size") else config.dim),
+                   num_layers=int(getattr(config, "num_hidden_layers", getattr(config, "n_layers", 0))),
+                   uses_token_types="token_type_ids" in tokenizer.model_input_names
+                   and int(getattr(config, "type_vocab_size", 0) or 0) > 1,
+                   max_tokens=max_tokens(config, tokenizer))
+
+
+@dataclass
+class EncoderShape:
+    """An encoder known by its checkpoint's config and tokenizer alone, no weights read: what
+    heads are built on and callers read (`tokenizer`, `config`, `info`) where another runtime
+    (an ONNX export) runs the encoder."""
+
+    tokenizer: Any
+    config: Any
+    info: EncoderInfo
+    pooler_state: dict | None = None
+
+    @classmethod
+    def read(cls, path: str) -> EncoderShape:
+        from transformers import AutoConfig
+
+        check_checkpoint_files(path, path)
+        config = AutoConfig.from_pretrained(path, **NO_REMOTE_CODE)
+        tokenizer = load_tokenizer(path)
+        return cls(tokenizer, config, EncoderInfo.of(config, tokenizer))
+
 
 class Encoder(nn.Module):
     """The shared pretrained Transformer.
@@ -259,13 +289,7 @@ class Encoder(nn.Module):
         else:
             self._adopt(model)
             config = model.config
-        self.info = EncoderInfo(
-            hidden_size=int(config.hidden_size if hasattr(config, "hidden_size") else config.dim),
-            num_layers=int(getattr(config, "num_hidden_layers", getattr(config, "n_layers", 0))),
-            uses_token_types="token_type_ids" in tokenizer.model_input_names
-            and int(getattr(config, "type_vocab_size", 0) or 0) > 1,
-            max_tokens=max_tokens(config, tokenizer),
-        )
+        self.info = EncoderInfo.of(config, tokenizer)
 
     def _adopt(self, model: nn.Module) -> None:
         self.model = model

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -25,7 +24,7 @@ from bertheads.base.extras import require
 from bertheads.base.machine import machine
 from bertheads.compute.batching import MAX_CPU_WORKERS
 from bertheads.compute.runner import EncoderInputs
-from bertheads.encoder.pretrained import EncoderInfo, load_tokenizer
+from bertheads.encoder.pretrained import EncoderShape
 from bertheads.export.onnx import (
     GRAPHS,
     INPUTS,
@@ -113,14 +112,8 @@ class OnnxNet(EncoderInputs):
         directory = Path(directory)
         manifest = bundle.read_manifest(directory)
         meta, path = read_export(directory, graph or self.settings.precision, self.settings.verify)
-        tokenizer = load_tokenizer(str(directory / "encoder"))
-        config = json.loads((directory / "encoder" / "config.json").read_text())
-        info = EncoderInfo(hidden_size=int(config.get("hidden_size", config.get("dim", 0))),
-                           num_layers=int(config.get("num_hidden_layers", config.get("n_layers", 0))),
-                           uses_token_types=int(config.get("type_vocab_size", 0) or 0) > 1
-                           and "token_type_ids" in tokenizer.model_input_names)
-        # what tasks and callers read from a model's encoder (no torch weights are loaded)
-        self.encoder = SimpleNamespace(tokenizer=tokenizer, info=info, pooler_state=None)
+        # what the tasks and callers read of the encoder; its weights are the export's, never loaded
+        self.encoder = EncoderShape.read(str(directory / "encoder"))
         self.tasks = {}
         for name, entry in manifest["heads"].items():
             cls = bundle.task_class(entry["kind"])
