@@ -13,7 +13,7 @@ PACKAGE = Path(bertheads.__file__).resolve().parent
 # is the architecture: a new module goes into the folder of its layer (see ARCHITECTURE.md)
 LAYERS = {
     7: {"cli", "serve", "__main__", ""},              # faces ("" is the package's own __init__)
-    6: {"api", "training", "inference", "export", "saved"},  # the library
+    6: {"api", "training", "inference", "export", "saved", "engines"},  # the library
     5: {"model"},                                     # one encoder pass, every head on it
     4: {"tasks"},                                     # one sub-package per task kind
     3: {"store", "text", "compute"},                  # files, text, batches

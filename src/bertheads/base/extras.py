@@ -14,6 +14,10 @@ EXTRAS = {
     "tune": ("optuna",),
     "report": ("matplotlib",),
     "track": ("tensorboard", "mlflow", "sqlalchemy", "alembic"),
+    "parquet": ("pyarrow",),
+    "ray": ("ray", "pyarrow", "pandas"),
+    "spark": ("pyspark", "pyarrow", "pandas"),
+    "dask": ("dask", "pyarrow", "pandas"),
 }
 
 

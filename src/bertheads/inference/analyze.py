@@ -26,15 +26,19 @@ def split_extras(net, given: Mapping) -> tuple[dict, dict]:
     return {k: v for k, v in given.items() if k in known}, {k: v for k, v in given.items() if k not in known}
 
 
-def analyze_inputs(net, texts: Sequence[str], extras: Mapping[str, Sequence] | None = None) -> dict[str, list]:
+def analyze_inputs(net, texts: Sequence[str], extras: Mapping[str, Sequence] | None = None,
+                   heads: Sequence[str] | None = None) -> dict[str, list]:
     """head -> its inputs (as `Model.predict` takes them) for the heads that answer: every head
-    whose form needs nothing beyond the text, and those whose extra values are given."""
+    whose form needs nothing beyond the text, and those whose extra values are given (of
+    `heads` alone when given)."""
     extras = dict(extras or {})
     for name, values in extras.items():
         if values is not None and len(values) != len(texts):
             raise UserError(f"{name}: expected one per text ({len(texts)}), got {len(values)}")
     out = {}
     for name, task in net.tasks.items():
+        if heads is not None and name not in heads:
+            continue
         form = task.form
         if form.extra is None:
             out[name] = list(texts)
@@ -57,8 +61,9 @@ def head_options(net, options: Mapping) -> dict[str, dict]:
 
 
 def analyze(net: BertHeads, texts: list[str], extras: Mapping[str, Sequence] | None = None,
-            batch_size: int = INFERENCE_BATCH, **options) -> list[dict]:
-    """`{head: prediction}` per text for every head that answers (see `analyze_inputs`);
+            batch_size: int = INFERENCE_BATCH, heads: Sequence[str] | None = None, **options) -> list[dict]:
+    """`{head: prediction}` per text for every head that answers (see `analyze_inputs`; of
+    `heads` alone when given);
     `options`: inference options, each given to the heads whose kind takes it.
 
     Heads whose encoded inputs are identical (the same token ids, windows and segments)
@@ -72,7 +77,7 @@ def analyze(net: BertHeads, texts: list[str], extras: Mapping[str, Sequence] | N
     given = head_options(net, options)
     with ExitStack() as stack:
         jobs = []
-        for name, inputs in analyze_inputs(net, texts, extras).items():
+        for name, inputs in analyze_inputs(net, texts, extras, heads).items():
             task = net.tasks[name]
             call = stack.enter_context(task.using_options(given[name]))
             examples = task.from_inputs(inputs, **call)

@@ -148,6 +148,25 @@ class Judging:
         return "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
 
 
+@dataclass(frozen=True)
+class ListOf:
+    """A column type: a list of `item` (a column type)."""
+
+    item: Any
+
+
+@dataclass(frozen=True)
+class Struct:
+    """A column type: named fields, each a column type (`str`, `int`, `float`, `bool`, `ListOf`,
+    `Struct`); what a prediction's columns are typed as, for Parquet, Arrow and Spark."""
+
+    fields: tuple[tuple[str, Any], ...]
+
+    @classmethod
+    def of(cls, **fields) -> Struct:
+        return cls(tuple(fields.items()))
+
+
 @dataclass
 class CardText:
     """What a model card says of one head in its kind's words (`Task.card_text`)."""
@@ -226,6 +245,16 @@ class Publishing:
     def hf_pipeline_options(self) -> dict:
         """Keywords the transformers pipeline should be given for this head."""
         return {}
+
+    # -- a prediction as typed columns (engines/batches.py: Ray, Spark, Dask, Parquet) ----------
+    def output_columns(self) -> Struct:
+        """A prediction's fields as typed columns (see `Struct`); by default the prediction as
+        one JSON string, for a kind that names no types."""
+        return Struct.of(prediction=str)
+
+    def output_row(self, prediction: dict) -> dict:
+        """One prediction's values for `output_columns` (a missing field is null)."""
+        return {"prediction": json.dumps(prediction, ensure_ascii=False)}
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

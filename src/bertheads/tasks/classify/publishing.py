@@ -7,7 +7,7 @@ from torch import nn
 from bertheads.base.errors import UserError
 from bertheads.tasks.classify.report import classify_section
 from bertheads.tasks.families import FAMILIES, copy_into
-from bertheads.tasks.parts import CardText, Publishing
+from bertheads.tasks.parts import CardText, ListOf, Publishing, Struct
 
 HF_PROBLEM_TYPES = {"single_label": "single_label_classification", "regression": "regression",
                     "multi_label": "multi_label_classification"}
@@ -23,6 +23,26 @@ class ClassifyPublishing(Publishing):
     def describe(self) -> dict:
         return {**super().describe(), "labels": [str(x) if not isinstance(x, (int, str)) else x
                                                  for x in self.spec.shown_labels()], "problem": self.spec.problem}
+
+    def output_columns(self) -> Struct:
+        """label (or labels, or value), the best label's score, and every label's score."""
+        problem = self.spec.problem
+        if problem == "regression":
+            return Struct.of(value=float)
+        scores = Struct(tuple((str(label), float) for label in self.spec.shown_labels()))
+        if problem == "multi_label":
+            return Struct.of(labels=ListOf(str), scores=scores)
+        return Struct.of(label=str, score=float, scores=scores)
+
+    def output_row(self, prediction: dict) -> dict:
+        if "value" in prediction:
+            return {"value": prediction["value"]}
+        scores = prediction["scores"]
+        if "labels" in prediction:
+            return {"labels": [str(x) for x in prediction["labels"]], "scores": scores}
+        label = prediction["label"]
+        return {"label": None if label is None else str(label),
+                "score": None if label is None else scores[str(label)], "scores": scores}
 
     def report_section(self, outputs: list, examples: list, metrics: dict, section) -> None:
         classify_section(self, outputs, examples, metrics, section)

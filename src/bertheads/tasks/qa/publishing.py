@@ -7,7 +7,7 @@ from torch import nn
 
 from bertheads.tasks.base import CardText
 from bertheads.tasks.families import FAMILIES, copy_into
-from bertheads.tasks.parts import Publishing
+from bertheads.tasks.parts import Publishing, Struct
 from bertheads.tasks.qa.report import qa_section
 
 
@@ -17,6 +17,13 @@ class QAPublishing(Publishing):
     shows = "answer"
     hf_auto_class = "AutoModelForQuestionAnswering"
     hf_pipeline = "question-answering"
+
+    def output_columns(self) -> Struct:
+        """The answer's text, its characters in the passage, its probability and raw score."""
+        return Struct.of(answer=str, start=int, end=int, score=float, raw_score=float)
+
+    def output_row(self, prediction: dict) -> dict:
+        return {k: prediction.get(k) for k, _ in self.output_columns().fields}
 
     def report_section(self, outputs: list, examples: list, metrics: dict, section) -> None:
         qa_section(self, outputs, examples, metrics, section)

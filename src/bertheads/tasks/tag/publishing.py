@@ -7,8 +7,10 @@ from torch import nn
 from bertheads.base.errors import UserError
 from bertheads.tasks.base import CardText
 from bertheads.tasks.families import FAMILIES, copy_into
-from bertheads.tasks.parts import Publishing
+from bertheads.tasks.parts import ListOf, Publishing, Struct
 from bertheads.tasks.tag.report import tag_section
+
+ENTITY = Struct.of(text=str, type=str, start=int, end=int, score=float)  # one entity of a raw text
 
 
 class TagPublishing(Publishing):
@@ -17,6 +19,13 @@ class TagPublishing(Publishing):
     shows = "entities"
     hf_auto_class = "AutoModelForTokenClassification"
     hf_pipeline = "token-classification"
+
+    def output_columns(self) -> Struct:
+        """The entities of a raw text: a list of (text, type, start, end, score)."""
+        return Struct.of(entities=ListOf(ENTITY))
+
+    def output_row(self, prediction: dict) -> dict:
+        return {"entities": [{k: e.get(k) for k, _ in ENTITY.fields} for e in prediction["entities"]]}
 
     def describe(self) -> dict:
         return {**super().describe(), "labels": list(self.spec.tags),

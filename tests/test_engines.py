@@ -1,0 +1,97 @@
+"""The model inside the data engines: `BatchPredictor` on pandas (the reference), pyarrow and
+numpy batches, then for real in Ray Data (a local Ray, a killed worker), Spark (local[2]) and
+Dask; Parquet in and out."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from helpers_multi import EncoderCalls, save_heads
+
+from bertheads import BatchPredictor, UserError
+
+pytestmark = pytest.mark.slow
+
+TAGS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+PASSAGES = ["Angela Merkel visited Paris on Monday.", "The cat sat on the mat in Rome.",
+            "A warm and funny film about a baker.", "The tower was finished in 1889 and stands in Paris."]
+QUESTIONS = ["Who visited Paris?", "Where did the cat sit?", "What is the film about?", "When was it finished?"]
+
+
+@pytest.fixture(scope="module")
+def multi_dir(tiny_bert, tmp_path_factory):
+    """classify, tag and qa heads on one tiny encoder (untrained, seeded)."""
+    out = tmp_path_factory.mktemp("engines") / "model"
+    return str(save_heads(tiny_bert, out, {"sentiment": ("classify", 1, {"labels": ["neg", "pos"]}),
+                                           "ner": ("tag", 2, {"tags": TAGS}),
+                                           "qa": ("qa", 3, {})}))
+
+
+def frame(n: int = len(PASSAGES)) -> pd.DataFrame:
+    return pd.DataFrame({"id": range(n), "text": [PASSAGES[i % 4] for i in range(n)],
+                         "question": [QUESTIONS[i % 4] for i in range(n)]})
+
+
+def check_against_predict(model, out: pd.DataFrame, heads=("sentiment", "ner", "qa")) -> None:
+    """Every row's columns equal `Model.predict`'s prediction of that head (scores to 1e-5)."""
+    out = out.sort_values("id")
+    texts, questions = list(out["text"]), list(out["question"])
+    if "sentiment" in heads:
+        expected = model.predict(texts, head="sentiment")
+        assert list(out["sentiment_label"]) == [p["label"] for p in expected]
+        for got, p in zip(out["sentiment_scores"], expected):
+            assert dict(got) == pytest.approx(p["scores"], abs=1e-5)
+        assert list(out["sentiment_score"]) == pytest.approx([p["scores"][p["label"]] for p in expected], abs=1e-5)
+    if "ner" in heads:
+        expected = model.predict(texts, head="ner")
+        assert [[dict(e) for e in got] for got in out["ner_entities"]] == [p["entities"] for p in expected]
+    if "qa" in heads:
+        expected = model.predict([{"question": q, "context": t} for q, t in zip(questions, texts)], head="qa")
+        assert list(out["qa_answer"]) == [p["answer"] for p in expected]
+        assert list(out["qa_start"]) == [p["start"] for p in expected]
+        assert list(out["qa_score"]) == pytest.approx([p["score"] for p in expected], abs=1e-5)
+
+
+# -- the class on plain batches --------------------------------------------------------------------
+def test_batch_predictor_on_pandas_matches_predict_from_one_encoder_pass(multi_dir):
+    predictor = BatchPredictor(multi_dir, batch_size=64)
+    model = predictor.model
+    calls = EncoderCalls(model.net)
+    try:
+        out = predictor(frame())
+        assert calls.count == 2  # classify and tag share a pass; qa's packed question its own
+    finally:
+        calls.close()
+    assert list(out.columns[:3]) == ["id", "text", "question"]  # the batch as it was, then the heads'
+    check_against_predict(model, out)
+    schema = predictor.output_schema()
+    assert schema.field("sentiment_scores").type == pa.struct([("neg", pa.float64()), ("pos", pa.float64())])
+    assert schema.field("ner_entities").type == pa.list_(pa.struct(
+        [("text", pa.string()), ("type", pa.string()), ("start", pa.int64()), ("end", pa.int64()),
+         ("score", pa.float64())]))
+    assert schema.field("qa_start").type == pa.int64()
+
+
+def test_batch_predictor_keeps_the_batch_type_and_maps_columns(multi_dir):
+    predictor = BatchPredictor(multi_dir, heads=["sentiment"], columns={"text": "review"})
+    reference = predictor(pd.DataFrame({"review": PASSAGES}))
+    table = predictor(pa.table({"review": PASSAGES}))
+    assert isinstance(table, pa.Table) and table.schema.field("sentiment_label").type == pa.string()
+    assert table.column("sentiment_label").to_pylist() == list(reference["sentiment_label"])
+    import numpy as np
+
+    numpy_batch = predictor({"review": np.array(PASSAGES, dtype=object)})
+    assert list(numpy_batch["sentiment_label"]) == list(reference["sentiment_label"])
+    with pytest.raises(UserError, match="no column 'review'"):
+        predictor(pd.DataFrame({"text": PASSAGES}))
+
+
+def test_batch_predictor_bad_rows_fail_or_are_skipped(multi_dir):
+    batch = pd.DataFrame({"text": ["fine text", None, ""], "question": ["q?", "q?", "q?"]})
+    with pytest.raises(UserError, match="batch row 1: column 'text' is null"):
+        BatchPredictor(multi_dir)(batch)
+    out = BatchPredictor(multi_dir, skip_bad_rows=True)(batch)
+    assert list(out["error"].isna()) == [True, False, False]
+    assert out["sentiment_label"].isna().tolist() == [False, True, True]
+    assert "row 2: column 'text' is empty" in out["error"][2]
