@@ -4,11 +4,14 @@ Dask; Parquet in and out."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pyarrow as pa
 import pytest
 from helpers_multi import EncoderCalls, save_heads
 
+import bertheads
 from bertheads import BatchPredictor, UserError
 
 pytestmark = pytest.mark.slow
@@ -95,3 +98,50 @@ def test_batch_predictor_bad_rows_fail_or_are_skipped(multi_dir):
     assert list(out["error"].isna()) == [True, False, False]
     assert out["sentiment_label"].isna().tolist() == [False, True, True]
     assert "row 2: column 'text' is empty" in out["error"][2]
+
+
+# -- Ray Data, for real: a local Ray started here ----------------------------------------------
+def write_parquet_input(folder, rows_per_file: int = 60, files: int = 2, bad: dict | None = None):
+    """`files` Parquet files of `rows_per_file` rows in row groups of 20; `bad`: {(file, row): text}."""
+    import pyarrow.parquet as pq
+
+    folder.mkdir()
+    for f in range(files):
+        ids = [f * rows_per_file + i for i in range(rows_per_file)]
+        texts = [(bad or {}).get((f, i), PASSAGES[n % 4]) for i, n in enumerate(ids)]
+        pq.write_table(pa.table({"id": ids, "text": texts, "question": [QUESTIONS[n % 4] for n in ids]}),
+                       folder / f"part-{f}.parquet", row_group_size=20)
+    return folder
+
+
+def test_ray_job_survives_a_killed_worker_and_matches_predict(multi_dir, tmp_path):
+    """`predict --engine ray` (Ray Data: `map_batches(BatchPredictor, fn_constructor_kwargs=...,
+    concurrency=2)`) on two Parquet files; one worker is SIGKILLed at its second batch."""
+    ray = pytest.importorskip("ray")
+    import pyarrow.parquet as pq
+
+    from bertheads.cli.main import main
+
+    marker = tmp_path / "killed-once"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"BERTHEADS_CRASH_AT": "engine:batch:2", "BERTHEADS_CRASH_ONCE": str(marker),
+                                       "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}})
+    try:
+        source = write_parquet_input(tmp_path / "in", bad={(1, 7): None})
+        out = tmp_path / "out"
+        assert main(["predict", multi_dir, "--input", str(source), "--output", str(out), "--engine", "ray",
+                     "--workers", "2", "--rows-per-batch", "8", "--skip-bad-lines"]) == 0
+        assert marker.exists()  # a worker was killed (SIGKILL) at its second batch, and the job went on
+        table = pq.read_table([str(p) for p in sorted(out.glob("*.parquet"))]).to_pandas()
+        assert sorted(table["id"]) == list(range(120))  # every row exactly once
+        assert sorted(zip(table["_file"].map(lambda f: f.rsplit("/", 1)[1]), table["_row"])) == sorted(
+            [(f"part-{f}.parquet", r) for f in range(2) for r in range(60)])
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["rows"] == 120 and summary["failures"] == 1 and summary["parts"] == len(list(out.glob("*.parquet")))
+        assert summary["failed_rows"] == [f"{source / 'part-1.parquet'} row 7: column 'text' is null, "
+                                          f"expected a text"]
+        good = table[table["error"].isna()]
+        model = bertheads.load(multi_dir)
+        check_against_predict(model, good)
+    finally:
+        ray.shutdown()

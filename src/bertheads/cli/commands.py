@@ -12,6 +12,7 @@ from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine, resolve_device, runtimes, training_precision
 from bertheads.base.schema import vars_for
+from bertheads.engines.ray_job import EngineSettings, ray_predict
 from bertheads.export.gate import export_checked
 from bertheads.export.hf import export_hf
 from bertheads.export.modes import RuntimeSettings, candidates
@@ -102,6 +103,18 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_predict(args) -> int:
+    engine = EngineSettings(**vars_for(EngineSettings, args))
+    if engine.engine == "ray":
+        if not args.input or not args.output:
+            raise UserError("--engine ray: give the Parquet input (--input FILE, FOLDER or GLOB) and the output "
+                            "folder (--output DIR)")
+        with claimed_output(args.output, [args.input, args.gate_data], [args.model_dir], "predict"):
+            summary = ray_predict(args.model_dir, args.input, args.output, [args.head] if args.head else None,
+                                  RuntimeSettings(**vars_for(RuntimeSettings, args)), engine,
+                                  skip_bad_lines=args.skip_bad_lines, batch_size=args.batch_size)
+        log.info(f"{args.output}: {summary['rows']:,} rows in {summary['parts']} parts, {summary['failures']} "
+                 f"skipped, {summary['seconds']:.1f} s ({summary['rows_per_second']:,.0f} rows/s)")
+        return 0
     with claimed_output(args.output, [args.input, args.gate_data], [args.model_dir], "predict"):
         check_input_file(getattr(args, "input", None))
         model = load(args.model_dir, **vars_for(RuntimeSettings, args))

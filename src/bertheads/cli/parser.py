@@ -27,6 +27,7 @@ from bertheads.cli.commands import (
     cmd_train_multi,
     cmd_tune,
 )
+from bertheads.engines.ray_job import EngineSettings
 from bertheads.export.modes import RuntimeSettings
 from bertheads.inference.extract import ExtractSettings, ExtractSource
 from bertheads.inference.extract import input_formats as extract_formats
@@ -118,7 +119,8 @@ COMMANDS = (
     Command("predict", "predictions as JSON lines, in input order", cmd_predict,
             (*READ, Group(cli.PredictFiles, now=lambda: {"choices": {"format": ("auto", *input_formats())}}),
              Group(cli.Head),
-             Group(StreamSettings, (*STREAM, "keep_fields", "progress")), RUNTIME), options="predict"),
+             Group(StreamSettings, (*STREAM, "keep_fields", "progress")), RUNTIME, Group(EngineSettings)),
+            options="predict"),
     Command("analyze", "every head on each input, one encoder pass, as JSON lines", cmd_analyze,
             (*READ, Group(cli.AnalyzeFiles), Group(StreamSettings, (*STREAM, "keep_fields")), RUNTIME)),
     Command("export", "a transformers directory for one head, or an ONNX graph of the model", cmd_export,

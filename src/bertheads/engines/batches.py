@@ -22,6 +22,7 @@ from bertheads.base.schema import from_mapping, setting
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.export.modes import RuntimeSettings
 from bertheads.inference.analyze import analyze
+from bertheads.store.crash import crash_point
 from bertheads.tasks.parts import ListOf, Struct
 
 TEXT = "text"  # the shared text's column
@@ -118,6 +119,7 @@ class BatchPredictor:
 
     # -- the call -------------------------------------------------------------------------------
     def __call__(self, batch):
+        crash_point("engine:batch")
         pa = arrow()
         model = self._model()
         read = column_reader(batch)

@@ -12,6 +12,7 @@ from contextvars import ContextVar
 from pathlib import Path
 
 from bertheads.base.errors import UserError, header, where
+from bertheads.text.parquet import is_parquet
 from bertheads.text.rows import Rows
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -20,7 +21,7 @@ BadLine = Callable[[UserError], None]  # told of a bad record that is then skipp
 
 def check_input_file(path: str | None) -> None:
     """Refuse (one line) an input path that is missing or a directory; None / '-' is stdin."""
-    if path in (None, "-"):
+    if path in (None, "-") or is_parquet(path):  # a Parquet folder or glob is input too
         return
     p = Path(path)
     if not p.exists():
