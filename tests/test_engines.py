@@ -5,6 +5,7 @@ Dask; Parquet in and out."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pandas as pd
 import pyarrow as pa
@@ -145,3 +146,36 @@ def test_ray_job_survives_a_killed_worker_and_matches_predict(multi_dir, tmp_pat
         check_against_predict(model, good)
     finally:
         ray.shutdown()
+
+
+# -- Spark (local[2], on this machine's Java) and Dask, for real ---------------------------------
+def test_spark_local_session_matches_predict(multi_dir, monkeypatch):
+    pytest.importorskip("pyspark")
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # the workers run this environment's Python
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("bertheads-test")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+             .config("spark.executorEnv.TOKENIZERS_PARALLELISM", "false").getOrCreate())
+    try:
+        df = spark.createDataFrame(frame(24)).repartition(2)
+        fn, schema = bertheads.spark_udf(multi_dir, df.schema)
+        assert schema["ner_entities"].dataType.simpleString() == (
+            "array<struct<text:string,type:string,start:bigint,end:bigint,score:double>>")
+        out = df.mapInArrow(fn, schema).toPandas()
+        assert len(out) == 24 and sorted(out["id"]) == list(range(24))
+        check_against_predict(bertheads.load(multi_dir), out)
+    finally:
+        spark.stop()
+
+
+def test_dask_map_partitions_matches_predict(multi_dir):
+    dd = pytest.importorskip("dask.dataframe")
+    import dask
+
+    ddf = dd.from_pandas(frame(12), npartitions=3)
+    with dask.config.set(scheduler="processes", num_workers=2):  # the model goes to other processes
+        out = bertheads.dask_predict(ddf, multi_dir, heads=["sentiment", "ner"]).compute()
+    assert len(out) == 12
+    check_against_predict(bertheads.load(multi_dir), out, heads=("sentiment", "ner"))

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bertheads.api import Model, load
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.schema import from_mapping, setting
@@ -47,8 +48,6 @@ _LOADED: dict[tuple, Any] = {}  # (model, runtime settings) -> Model: one load p
 
 def loaded_model(model, runtime: RuntimeSettings):
     """The `Model` of a directory, loaded once per process (a `Model` is used as it is)."""
-    from bertheads.api import Model, load
-
     if isinstance(model, Model):
         return model
     key = (str(model), runtime.device, runtime.runtime, runtime.precision, runtime.encoder)
@@ -83,8 +82,6 @@ class BatchPredictor:
 
     # -- pickled to the engine's workers without the model; loaded again there, once ----------
     def __getstate__(self) -> dict:
-        from bertheads.api import Model
-
         ref = self.model_ref
         if isinstance(ref, Model):
             if ref.directory is None:
