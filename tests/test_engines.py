@@ -179,3 +179,37 @@ def test_dask_map_partitions_matches_predict(multi_dir):
         out = bertheads.dask_predict(ddf, multi_dir, heads=["sentiment", "ner"]).compute()
     assert len(out) == 12
     check_against_predict(bertheads.load(multi_dir), out, heads=("sentiment", "ner"))
+
+
+# -- Parquet in and out: predict, evaluate, analyze --------------------------------------------------
+def test_parquet_in_and_out_for_predict_evaluate_and_analyze(multi_dir, tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    from bertheads.cli.main import main
+
+    source = write_parquet_input(tmp_path / "in", rows_per_file=30)  # two files, row groups of 20
+    out = tmp_path / "sentiment.parquet"
+    assert main(["predict", multi_dir, "--head", "sentiment", "--input", str(source), "--output", str(out),
+                 "--chunk-size", "16", "--runtime", "torch", "--precision", "fp32"]) == 0
+    table = pq.read_table(out)
+    assert table.schema.field("scores").type == pa.struct([("neg", pa.float64()), ("pos", pa.float64())])
+    model = bertheads.load(multi_dir)
+    texts = pq.read_table(source).column("text").to_pylist()
+    assert table.column("id").to_pylist() == list(range(60))  # in input order, files sorted
+    assert table.column("label").to_pylist() == [p["label"] for p in model.predict(texts, head="sentiment")]
+
+    analyzed = tmp_path / "all.parquet"
+    assert main(["analyze", multi_dir, "--input", str(source / "*.parquet"), "--output", str(analyzed),
+                 "--runtime", "torch", "--precision", "fp32"]) == 0
+    frame_out = pq.read_table(analyzed).to_pandas()
+    frame_out["text"], frame_out["question"] = texts, pq.read_table(source).column("question").to_pylist()
+    check_against_predict(model, frame_out)
+
+    labelled = tmp_path / "dev.parquet"
+    pq.write_table(pa.table({"text": texts[:8], "label": ["neg", "pos"] * 4}), labelled, row_group_size=3)
+    assert main(["evaluate", multi_dir, "--head", "sentiment", "--data", str(labelled), "--json",
+                 "--runtime", "torch", "--precision", "fp32"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    gold = ["neg", "pos"] * 4
+    predicted = [p["label"] for p in model.predict(texts[:8], head="sentiment")]
+    assert metrics["accuracy"] == pytest.approx(sum(g == p for g, p in zip(gold, predicted)) / 8)

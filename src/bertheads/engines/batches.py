@@ -18,13 +18,12 @@ from typing import Any
 
 from bertheads.api import Model, load
 from bertheads.base.errors import UserError
-from bertheads.base.extras import require
 from bertheads.base.schema import from_mapping, setting
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.export.modes import RuntimeSettings
 from bertheads.inference.analyze import analyze
+from bertheads.inference.tables import arrow, arrow_type, head_types, head_values
 from bertheads.store.crash import crash_point
-from bertheads.tasks.parts import ListOf, Struct
 
 TEXT = "text"  # the shared text's column
 ERROR = "error"  # with skip_bad_rows: why a row was skipped (null when it was not)
@@ -103,8 +102,7 @@ class BatchPredictor:
 
     def output_types(self) -> dict[str, Any]:
         """column -> its type (`Struct`/`ListOf`/Python type) of the columns added, in order."""
-        net = self._model().net
-        out = {f"{h}_{name}": kind for h in self.heads for name, kind in net.tasks[h].output_columns().fields}
+        out = head_types(self._model().net, self.heads)
         if self.settings.skip_bad_rows:
             out[ERROR] = str
         return out
@@ -149,8 +147,7 @@ class BatchPredictor:
         for i, result in zip(good, results):
             row = rows[i]
             for h in self.heads:
-                for name, v in model.net.tasks[h].output_row(result[h]).items():
-                    row[f"{h}_{name}"] = v
+                row.update(head_values(model.net, h, result[h]))
         if self.settings.skip_bad_rows:
             for i, e in enumerate(errors):
                 rows[i][ERROR] = e
@@ -165,23 +162,6 @@ class BatchPredictor:
 
 
 # -- batches of each engine ----------------------------------------------------------------------
-def arrow():
-    require("parquet", "BatchPredictor")
-    import pyarrow
-
-    return pyarrow
-
-
-def arrow_type(kind):
-    """A column type (`str`, `int`, `float`, `bool`, `ListOf`, `Struct`) as a pyarrow type."""
-    pa = arrow()
-    if isinstance(kind, Struct):
-        return pa.struct([pa.field(name, arrow_type(k)) for name, k in kind.fields])
-    if isinstance(kind, ListOf):
-        return pa.list_(arrow_type(kind.item))
-    return {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}[kind]
-
-
 def is_frame(batch) -> bool:
     return type(batch).__module__.split(".")[0] == "pandas" and hasattr(batch, "columns")
 

@@ -28,9 +28,11 @@ from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import run_heads
 from bertheads.inference.analyze import analyze, extras_of
 from bertheads.inference.blanks import BlankLines
+from bertheads.inference.tables import head_types, head_values, is_parquet_output, parquet_sink
 from bertheads.model import BertHeads, head_outputs
 from bertheads.store.atomic import atomic_writer
 from bertheads.tasks.forms import Extra
+from bertheads.text.parquet import is_parquet, parquet_rows
 from bertheads.text.readers import (
     carried_fields,
     count_lines,
@@ -39,6 +41,7 @@ from bertheads.text.readers import (
     read_lines,
     source_name,
 )
+from bertheads.text.rows import Rows
 
 log = logging.getLogger("bertheads")
 
@@ -127,6 +130,7 @@ def predict_chunks(net: BertHeads, name: str, path, settings: StreamSettings | N
     settings = settings or StreamSettings()
     report = report if report is not None else StreamReport()
     task = net.tasks[name]
+    path = as_source(path)
     for k, chunk in enumerate(read_chunks(task, path, settings, report, False, fmt, loud=rank == 0, **options)):
         if k % world != rank:
             continue
@@ -142,6 +146,7 @@ def predict_stream(net: BertHeads, name: str, path, output: str | None = None, s
     to `write` (default: stdout, flushed after each chunk). Under torchrun the chunks are shared
     among the processes and rank 0 writes `output` (which must then be a file)."""
     settings = settings or StreamSettings()
+    path = as_source(path)
     rank, world = distributed()
     if world > 1:
         if output is None:
@@ -150,6 +155,16 @@ def predict_stream(net: BertHeads, name: str, path, output: str | None = None, s
         return predict_sharded(net, name, path, Path(output), settings, fmt, rank, world, **options)
     task = net.tasks[name]
     report = StreamReport()
+    if is_parquet_output(output):
+        with parquet_sink(output, head_types(net, [name], prefix=False)) as sink:
+            for chunk in read_chunks(task, path, settings, report, False, fmt, **options):
+                features, owner = task.encode_for_inference(chunk, net.tokenizer)
+                outputs = run_heads(net, features, [name], settings.batch_size)[name]
+                predictions = task.decode(task.collect(outputs, owner, chunk, features), chunk, **options)
+                report.examples += len(chunk)
+                sink.write([{k: p[k] for k in ("id", *settings.keep_fields) if k in p} for p in predictions],
+                           [head_values(net, name, p, prefix=False) for p in predictions])
+        return report
     blanks = BlankLines()
     last = None
     with writer(output, write) as put, blanks.active():
@@ -178,18 +193,22 @@ def writer(output: str | None, write: Callable[[str], None] | None = None) -> It
 
 def analyze_records(path, settings: StreamSettings, report: StreamReport,
                     extras: dict[str, Extra]) -> Iterator[tuple[int, dict]]:
-    """`(line, record)` of an `analyze` input: JSON Lines records with `text` and the extra field
-    of each head's input form it gives (`id`, the `--keep-fields`), or plain lines (`TEXT`, or
-    `TEXT<TAB>VALUE` for the extra a form reads after a TAB)."""
+    """`(line, record)` of an `analyze` input: JSON Lines records (or Parquet rows) with `text`
+    and the extra field of each head's input form it gives (`id`, the `--keep-fields`), or plain
+    lines (`TEXT`, or `TEXT<TAB>VALUE` for the extra a form reads after a TAB)."""
     bad = BadLines(report) if settings.skip_bad_lines else None
     name = source_name(path)
     after_tab = [e.key for e in extras.values() if e.tab]
-    if file_format(name, None) != "jsonl":
+    if isinstance(path, Rows):
+        records = ((i, {k: v for k, v in r.items() if v is not None}) for i, r in path.rows())
+    elif file_format(name, None) != "jsonl":
         for line_no, line in read_lines(path, bad):
             text, tab, second = line.partition("\t")
             yield line_no, {"text": text, **(dict.fromkeys(after_tab, second) if tab else {})}
         return
-    for line_no, record in read_jsonl(path, bad):
+    else:
+        records = read_jsonl(path, bad)
+    for line_no, record in records:
         problem = next((f"{e.key}: expected {e.says()}" for e in extras.values()
                         if e.key in record and not e.fits(record[e.key])), None)
         if not isinstance(record.get("text", ""), str):
@@ -214,6 +233,18 @@ def analyze_stream(net: BertHeads, path, output: str | None = None, settings: St
     settings = settings or StreamSettings()
     report = StreamReport()
     extras = extras_of(net)
+    path = as_source(path)
+    if is_parquet_output(output):
+        with parquet_sink(output, head_types(net, list(net.tasks))) as sink:
+            for chunk in chunks(analyze_records(path, settings, report, extras), settings.chunk_size):
+                records = [record for _, record in chunk]
+                results = analyze_chunk(net, records, extras, settings, **options)
+                report.chunks += 1
+                report.examples += len(records)
+                sink.write([carried_fields(r, settings.keep_fields) for r in records],
+                           [{k: v for h, p in result.items() for k, v in head_values(net, h, p).items()}
+                            for result in results])
+        return report
 
     blanks = BlankLines()
 
@@ -228,15 +259,7 @@ def analyze_stream(net: BertHeads, path, output: str | None = None, settings: St
     def analyzed_lines() -> Iterator[str]:
         for chunk in chunks(analyze_records(path, settings, report, extras), settings.chunk_size):
             records = [record for _, record in chunk]
-            results: list[dict] = [{} for _ in records]
-            groups: dict[tuple, list[int]] = {}  # records with the same extra fields run together
-            for i, record in enumerate(records):
-                groups.setdefault(tuple(r for r, e in extras.items() if e.key in record), []).append(i)
-            for given, idx in groups.items():
-                values = {r: [records[i][extras[r].key] for i in idx] for r in given}
-                for i, result in zip(idx, analyze(net, [records[i]["text"] for i in idx], values,
-                                                  settings.batch_size, **options)):
-                    results[i] = result
+            results = analyze_chunk(net, records, extras, settings, **options)
             report.chunks += 1
             report.examples += len(records)
             last[0] = chunk[-1][0]
@@ -248,6 +271,26 @@ def analyze_stream(net: BertHeads, path, output: str | None = None, settings: St
         for text in lines():
             put(text)
     return report
+
+
+def analyze_chunk(net: BertHeads, records: list[dict], extras: dict[str, Extra], settings: StreamSettings,
+                  **options) -> list[dict]:
+    """`{head: prediction}` per record; records with the same extra fields run together."""
+    results: list[dict] = [{} for _ in records]
+    groups: dict[tuple, list[int]] = {}
+    for i, record in enumerate(records):
+        groups.setdefault(tuple(r for r, e in extras.items() if e.key in record), []).append(i)
+    for given, idx in groups.items():
+        values = {r: [records[i][extras[r].key] for i in idx] for r in given}
+        for i, result in zip(idx, analyze(net, [records[i]["text"] for i in idx], values,
+                                          settings.batch_size, **options)):
+            results[i] = result
+    return results
+
+
+def as_source(path):
+    """Parquet input (a file, a folder or a glob) as `Rows` read a row group at a time; else `path`."""
+    return parquet_rows(path) if is_parquet(path) else path
 
 
 def stdout_writer(text: str) -> None:
@@ -343,6 +386,7 @@ def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | 
     settings = settings or StreamSettings()
     task = net.tasks[name]
     report = StreamReport()
+    path = as_source(path)
     parts = []
     total = count = 0.0
     for chunk in read_chunks(task, path, settings, report, True, None):
