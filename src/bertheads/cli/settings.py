@@ -76,14 +76,16 @@ class TuneFiles:
 # -- prediction ---------------------------------------------------------------------------------
 @dataclass
 class EvaluateFiles:
-    data: str = setting(None, "labelled file in one of the task's formats", required=True)
+    data: str = setting(None, "labelled file in one of the task's formats, or Parquet (a file, folder or glob)",
+                        required=True)
 
 
 @dataclass
 class PredictFiles:
-    input: str | None = setting(None, "file in a training format or plain lines (TAB separates a pair); default "
-                                      "stdin")
-    output: str | None = setting(None, "JSONL file (written atomically); default stdout")
+    input: str | None = setting(None, "file in a training format or plain lines (TAB separates a pair), or Parquet "
+                                      "(a file, folder or glob, read a row group at a time); default stdin")
+    output: str | None = setting(None, "JSONL file, or .parquet (typed columns; written atomically); with --engine "
+                                       "ray a new folder; default stdout")
     # the choices are the kinds' formats (`cli/parser.py` fills them in)
     format: str = setting("auto", "input format (a tag head given --format conll also writes CoNLL columns)")
 
@@ -91,8 +93,10 @@ class PredictFiles:
 @dataclass
 class AnalyzeFiles:
     input: str | None = setting(None, "JSONL records with \"text\" (and the field each head's input form adds: "
-                                      "see GET /heads), or plain lines (TAB separates a second text); default stdin")
-    output: str | None = setting(None, "JSONL file (written atomically); default stdout")
+                                      "see GET /heads), or plain lines (TAB separates a second text), or Parquet "
+                                      "with those columns; default stdin")
+    output: str | None = setting(None, "JSONL file, or .parquet (a HEAD_FIELD column per head and field; written "
+                                       "atomically); default stdout")
 
 
 # -- the other commands --------------------------------------------------------------------------
