@@ -159,13 +159,14 @@ def test_spark_local_session_matches_predict(multi_dir, monkeypatch):
              .config("spark.sql.execution.arrow.pyspark.enabled", "true")
              .config("spark.executorEnv.TOKENIZERS_PARALLELISM", "false").getOrCreate())
     try:
-        df = spark.createDataFrame(frame(24)).repartition(2)
-        fn, schema = bertheads.spark_udf(multi_dir, df.schema)
+        df = spark.createDataFrame(frame(24))  # two partitions: local[2]'s parallelism
+        model = bertheads.load(multi_dir)
+        fn, schema = bertheads.spark_udf(model, df.schema)  # the workers get its folder and load it once each
         assert schema["ner_entities"].dataType.simpleString() == (
             "array<struct<text:string,type:string,start:bigint,end:bigint,score:double>>")
         out = df.mapInArrow(fn, schema).toPandas()
         assert len(out) == 24 and sorted(out["id"]) == list(range(24))
-        check_against_predict(bertheads.load(multi_dir), out)
+        check_against_predict(model, out)
     finally:
         spark.stop()
 
@@ -175,10 +176,11 @@ def test_dask_map_partitions_matches_predict(multi_dir):
     import dask
 
     ddf = dd.from_pandas(frame(12), npartitions=3)
-    with dask.config.set(scheduler="processes", num_workers=2):  # the model goes to other processes
-        out = bertheads.dask_predict(ddf, multi_dir, heads=["sentiment", "ner"]).compute()
-    assert len(out) == 12
-    check_against_predict(bertheads.load(multi_dir), out, heads=("sentiment", "ner"))
+    model = bertheads.load(multi_dir)
+    with dask.config.set(scheduler="threads", num_workers=2):  # dask's default for DataFrames
+        out = bertheads.dask_predict(ddf, model, heads=["sentiment", "ner"]).compute()
+    assert len(out) == 12 and list(out["id"]) == list(range(12))
+    check_against_predict(model, out, heads=("sentiment", "ner"))
 
 
 # -- Parquet in and out: predict, evaluate, analyze --------------------------------------------------
