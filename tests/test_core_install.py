@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTRAS = ("fastapi", "uvicorn", "optuna", "onnxruntime", "openvino", "matplotlib", "mlflow-skinny", "tensorboard")
+EXTRAS = ("fastapi", "uvicorn", "optuna", "onnxruntime", "openvino", "matplotlib", "mlflow-skinny", "tensorboard",
+          "ray", "pyspark", "dask")
 
 def normal(name: str) -> str:
     return name.lower().replace("_", "-")

@@ -77,6 +77,28 @@ def test_batch_predictor_on_pandas_matches_predict_from_one_encoder_pass(multi_d
     assert schema.field("qa_start").type == pa.int64()
 
 
+def test_a_kind_without_column_types_gets_one_json_column():
+    from bertheads.tasks.parts import Publishing, Struct
+
+    assert Publishing().output_columns() == Struct.of(prediction=str)  # parts.py's default
+    assert json.loads(Publishing().output_row({"x": [1, 2]})["prediction"]) == {"x": [1, 2]}
+
+
+def test_engine_ray_without_its_extra_says_so_in_one_line(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    from bertheads.base import extras
+    from bertheads.cli.main import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(extras.importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    code = main(["predict", str(tmp_path / "m"), "--input", str(tmp_path / "in.parquet"), "--output",
+                 str(tmp_path / "out"), "--engine", "ray"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip().count("\n") == 0
+    assert "--engine ray needs the 'ray' extra" in err and "pip install 'bertheads[ray]'" in err
+
+
 def test_batch_predictor_keeps_the_batch_type_and_maps_columns(multi_dir):
     predictor = BatchPredictor(multi_dir, heads=["sentiment"], columns={"text": "review"})
     reference = predictor(pd.DataFrame({"review": PASSAGES}))

@@ -70,6 +70,7 @@ def start_ray(settings: EngineSettings):
 def ray_predict(model_dir: str, source: str, output: str, heads: list[str] | None, runtime: RuntimeSettings,
                 settings: EngineSettings, skip_bad_lines: bool = False, batch_size: int | None = None) -> dict:
     """Predict Parquet input on Ray Data into the folder `output`; the job's summary."""
+    require("ray", "--engine ray")
     out = Path(output)
     if out.exists():
         raise UserError(f"--output {output}: exists; --engine ray writes a new folder")
