@@ -132,7 +132,7 @@ def run_mode(mode: str, model: str, source: Path, out: Path) -> dict:
         import bertheads
 
         spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.sql.files.maxPartitionBytes", str(16 * 1024))  # a row group a task.getOrCreate())
+                 .config("spark.sql.files.maxPartitionBytes", str(16 * 1024)).getOrCreate())  # a row group a task
         df = spark.read.parquet(str(source))
         bertheads.spark_predict(df, model, heads=["sentiment"]).write.parquet(str(out / "spark"))
         spark.stop()

@@ -32,6 +32,7 @@ from bertheads.inference.tables import head_types, head_values, is_parquet_outpu
 from bertheads.model import BertHeads, head_outputs
 from bertheads.store.atomic import atomic_writer
 from bertheads.tasks.forms import Extra
+from bertheads.tasks.parts import learned_nothing_line
 from bertheads.text.parquet import is_parquet, parquet_rows
 from bertheads.text.readers import (
     carried_fields,
@@ -403,4 +404,8 @@ def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | 
         metrics["loss"] = total / count
     if report.skipped:
         metrics["skipped"] = report.skipped
+    why = task.learned_nothing(metrics)
+    if why:
+        metrics["learned_nothing"] = why
+        log.warning(learned_nothing_line(name, why))
     return metrics
