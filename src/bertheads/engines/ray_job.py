@@ -80,7 +80,9 @@ def ray_predict(model_dir: str, source: str, output: str, heads: list[str] | Non
                       "device": runtime.device, "runtime": runtime.runtime, "precision": runtime.precision,
                       "encoder": runtime.encoder, "verify": runtime.verify,
                       **({"batch_size": batch_size} if batch_size else {})}
-    BatchPredictor(**predictor_args)  # a bad model, head or setting: one line here, not in every worker
+    mode = BatchPredictor(**predictor_args).model.mode  # a bad model, head or setting: one line here
+    if mode is not None:  # `auto` decided once, here: the workers run the mode it chose
+        predictor_args.update(runtime=mode.runtime, precision=mode.precision)
     started = time.monotonic()
     with atomic_directory(out, replace=False, label="engine") as tmp:
         items = [{"file": str(Path(f).absolute()), "group": g, "first": first} for f, g, first, _ in groups]
