@@ -47,6 +47,17 @@ class Model:
         """Head name -> task kind."""
         return {name: task.kind for name, task in self.net.tasks.items()}
 
+    @property
+    def labels(self) -> dict[str, list]:
+        """Head name -> the labels its predictions name, in output order (a classify head's
+        labels or their names, a tag head's tags; empty for a head without labels)."""
+        return {name: task.output_labels() for name, task in self.net.tasks.items()}
+
+    @property
+    def id2label(self) -> dict[str, dict[int, str]]:
+        """Head name -> {output index: label}, as a transformers config's `id2label`."""
+        return {name: dict(enumerate(map(str, labels))) for name, labels in self.labels.items()}
+
     def task(self, head: str | None = None):
         return self.net.tasks[self.head_name(head)]
 
@@ -59,9 +70,12 @@ class Model:
         a pandas DataFrame, a `datasets.Dataset` or a list of dicts, whose columns are found as
         a file's are (the predictions of a DataFrame come back as a DataFrame with its index;
         of other rows, as dicts carrying each row's `id` and `keep_fields`). `options` are the
-        head's kind's inference options (`Task.options_type`)."""
+        head's kind's inference options (`Task.options_type`). One input of the head's form (a
+        string; a pair head's `(text, text)`; a question head's dict) gives one prediction."""
         name = self.head_name(head)
         task = self.net.tasks[name]
+        if task.form.is_one(inputs):
+            return self.predict([inputs], name, batch_size, keep_fields, **options)[0]
         if records_given(inputs):
             rows = as_rows(inputs, "predict")
             settings = StreamSettings(batch_size=batch_size, keep_fields=tuple(keep_fields), progress=False)

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import EncoderInputs, Runner, eval_mode, run_heads
 from bertheads.encoder.layers import reads_first_position_only
@@ -105,7 +106,7 @@ def pick_head(net, head: str | None) -> str:
     if head is None:
         if len(net.tasks) == 1:
             return next(iter(net.tasks))
-        raise UserError(f"this model has several heads ({', '.join(net.tasks)}); choose one with --head")
+        raise UserError(f"this model has several heads ({', '.join(net.tasks)}); choose one with {said('head')}")
     if head not in net.tasks:
         raise UserError(f"no head named {head!r} (heads: {', '.join(net.tasks)})")
     return head

@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 
 from bertheads.base.errors import SystemFault, UserError, one_line
+from bertheads.base.schema import FACE
 from bertheads.cli.parser import build_parser
 from bertheads.store.faults import is_disk_full, system_fault
 
@@ -48,6 +49,15 @@ def set_up_logging(verbose: bool = False, quiet: bool = False) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its messages name settings by their flags (`schema.FACE`)."""
+    face = FACE.set("cli")
+    try:
+        return run_command(argv)
+    finally:
+        FACE.reset(face)
+
+
+def run_command(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
     set_up_logging(getattr(args, "verbose", False), getattr(args, "quiet", False))

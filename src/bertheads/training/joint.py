@@ -20,7 +20,7 @@ except ImportError:  # Python 3.10
 import torch
 
 from bertheads.base.errors import UserError
-from bertheads.base.schema import new_names, tagged
+from bertheads.base.schema import new_names, said, tagged
 from bertheads.encoder.layers import parse_layers
 from bertheads.encoder.pretrained import Encoder
 from bertheads.model import BertHeads
@@ -57,7 +57,7 @@ def make_spec(cls, options: dict, encoder: Encoder):
     if isinstance(spec.layers, str) or spec.layers is None:
         spec.layers = list(parse_layers(spec.layers, encoder.info.num_layers))
     if spec.mode not in ("finetune", "features"):
-        raise UserError(f"--mode: expected finetune or features, got {spec.mode!r}")
+        raise UserError(f"{said('mode')}: expected finetune or features, got {spec.mode!r}")
     fit_max_length(spec, encoder, given=options.get("max_length") != kind_defaults(cls.kind).get("max_length"))
     return spec
 
@@ -71,7 +71,7 @@ def fit_max_length(spec, encoder: Encoder, given: bool = True) -> None:
         return
     kind = getattr(encoder.config, "model_type", None) or "this"
     if given:
-        raise UserError(f"--max-length {spec.max_length}: the {kind} encoder reads at most {limit} tokens")
+        raise UserError(f"{said('max_length', spec.max_length)}: the {kind} encoder reads at most {limit} tokens")
     log.warning(f"--max-length: the {kind} encoder reads at most {limit} tokens; using {limit} "
                 f"(not the default {spec.max_length})")
     spec.max_length = limit
@@ -103,7 +103,7 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
     settings = settings or TrainSettings()
     settings.sampling, settings.temperature = config.sampling, config.temperature
     if check_trackers(settings) and out is None:  # (an unknown tracker is refused before any data is read)
-        raise UserError("--track: a tracked run needs an output directory (--out; out= in Python)")
+        raise UserError(f"{said('track')}: a tracked run needs an output directory ({said('out')})")
     if out is not None:
         checkpoint.claim_out(out, settings.resume, settings.overwrite)
     try:

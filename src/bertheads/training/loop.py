@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from bertheads.base.errors import SystemFault, UserError
 from bertheads.base.machine import DTYPES, resolve_device, training_precision
+from bertheads.base.schema import said
 from bertheads.compute.batching import INFERENCE_BATCH, length_grouped_batches, shard
 from bertheads.encoder.layers import cached_positions
 from bertheads.model import BertHeads, evaluate_head
@@ -299,7 +300,7 @@ def selection_metric(data: list[TaskData], settings: TrainSettings, metrics: dic
         if isinstance(value, bool) or not isinstance(value, (int, float)) or name == "examples":
             known = sorted(k for k, v in metrics[d.name].items() if isinstance(v, (int, float))
                        and not isinstance(v, bool) and k != "examples")
-            raise UserError(f"--select-metric {name}: head {d.name!r} has no such dev metric (has: {', '.join(known)})")
+            raise UserError(f"{said('select_metric', name)}: head {d.name!r} has no such dev metric (has: {', '.join(known)})")
         chosen[d.name] = name
     return chosen
 
@@ -378,11 +379,11 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
     Returns `{"dev": metrics, "best_epoch": n, "kept": {"epoch", "by"}, "history": [...]}`.
     """
     if settings.keep not in KEEP_CHOICES:
-        raise UserError(f"--keep: expected one of {', '.join(KEEP_CHOICES)}, got {settings.keep!r}")
+        raise UserError(f"{said('keep')}: expected one of {', '.join(KEEP_CHOICES)}, got {settings.keep!r}")
     if settings.patience and not any(d.dev_examples is not None for d in data):
-        raise UserError("--patience: needs a dev set (--dev) to tell whether evaluations improve")
+        raise UserError(f"{said('patience')}: needs a dev set ({said('dev')}) to tell whether evaluations improve")
     if settings.resume and out is None:
-        raise UserError("--resume: needs the --out directory that holds the checkpoint")
+        raise UserError(f"{said('resume')}: needs the {said('out')} directory that holds the checkpoint")
     settings = resolved_settings(settings, frozen=all(d.cached is not None for d in data))
     run = set_up(model, data, settings)
     threads = torch.get_num_threads()
@@ -554,7 +555,7 @@ class Loop:
         saved = checkpoint.read(self.out, self.run.rank)
         why = checkpoint.mismatch(saved["state"].get("identity", {}), self.identity)
         if why:
-            raise UserError(f"--resume: {self.out / checkpoint.DIRECTORY} does not belong to this run: {why}")
+            raise UserError(f"{said('resume')}: {self.out / checkpoint.DIRECTORY} does not belong to this run: {why}")
         checkpoint.restore(saved, self.model, self.run.frozen, self.run.optimizer, self.run.scheduler)
         p = saved["state"]["progress"]
         self.epoch, self.batch, self.step = int(p["epoch"]), int(p["batch"]), int(p["step"])

@@ -1,0 +1,74 @@
+"""The Python API as a notebook user and a deployer meet it: one input in gives one prediction
+out for every input form, `Model.labels` per head, errors naming the keyword the caller wrote,
+and the small frictions of tables without a header, TSVs given to the tagger, the card's licence
+and `export -q`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import bertheads
+from bertheads.base.errors import UserError
+from bertheads.cli.main import main
+
+FAST = dict(epochs=1, batch_size=8, progress=False)
+GOOD = ["a wonderful film", "great acting and a fine story", "I loved it", "superb and moving"]
+BAD = ["a dull film", "terrible acting and a weak story", "I hated it", "boring and flat"]
+
+
+def sentiment_tsv(n: int = 16, header: bool = True) -> str:
+    rows = [f"{(GOOD if i % 2 else BAD)[i % 4]}\t{'pos' if i % 2 else 'neg'}" for i in range(n)]
+    return ("sentence\tlabel\n" if header else "") + "\n".join(rows) + "\n"
+
+
+@pytest.fixture(scope="module")
+def classifier(tiny_bert, tmp_path_factory):
+    root = tmp_path_factory.mktemp("nb")
+    (root / "train.tsv").write_text(sentiment_tsv())
+    return bertheads.train("classify", str(root / "train.tsv"), str(root / "train.tsv"), root / "model",
+                           model=tiny_bert, **FAST)
+
+
+# -- the pipeline's habits ----------------------------------------------------------------
+def test_one_string_gives_one_prediction(classifier):
+    one = classifier.predict("a wonderful film")
+    assert isinstance(one, dict) and one["label"] in ("neg", "pos")
+    assert classifier.predict(["a wonderful film"]) == [one]
+    assert bertheads.predict(classifier, "a wonderful film") == one
+
+
+def test_one_pair_and_one_question_give_one_prediction(tiny_bert, tmp_path):
+    rows = [{"text": GOOD[i % 4], "text_b": BAD[i % 4], "label": i % 2} for i in range(12)]
+    pairs = bertheads.train("classify", rows, rows, None, model=tiny_bert, **FAST)
+    assert pairs.task().form.name == "pair"
+    one = pairs.predict(("a wonderful film", "a dull film"))
+    assert isinstance(one, dict) and "label" in one
+    assert pairs.predict([("a wonderful film", "a dull film")]) == [one]
+    context = "The capital is Paris. Rivers run through it."
+    squad = {"version": "1.1", "data": [{"title": "t", "paragraphs": [
+        {"context": context, "qas": [{"id": f"q{i}", "question": "What is the capital?",
+                                      "answers": [{"text": "Paris", "answer_start": context.index("Paris")}]}]}
+        for i in range(4)]}]}
+    (tmp_path / "train.json").write_text(json.dumps(squad))
+    qa = bertheads.train("qa", str(tmp_path / "train.json"), None, None, model=tiny_bert, max_length=64, stride=16,
+                         max_question_length=16, **FAST)
+    answer = qa.predict({"question": "What is the capital?", "context": context})
+    assert isinstance(answer, dict) and "answer" in answer
+    assert qa.predict(("What is the capital?", context)) == answer
+
+
+def test_labels_and_id2label_per_head(classifier):
+    assert classifier.labels == {"classify": ["neg", "pos"]}
+    assert classifier.id2label == {"classify": {0: "neg", 1: "pos"}}
+
+
+def test_python_errors_name_the_keyword(classifier, tiny_bert, tmp_path, capsys):
+    (tmp_path / "t.tsv").write_text("sentence\tstars\ngood\t1\n")
+    with pytest.raises(UserError, match=r"no label column found .*name one with label_column=$"):
+        bertheads.train("classify", str(tmp_path / "t.tsv"), None, None, model=tiny_bert, **FAST)
+    # the same mistake on the command line names the flag
+    code = main(["train", "classify", "--train", str(tmp_path / "t.tsv"), "--out", str(tmp_path / "m"),
+                 "--model", tiny_bert, "--epochs", "1"])
+    assert code == 2 and "name one with --label-column" in capsys.readouterr().err
