@@ -66,9 +66,30 @@ def test_labels_and_id2label_per_head(classifier):
 
 def test_python_errors_name_the_keyword(classifier, tiny_bert, tmp_path, capsys):
     (tmp_path / "t.tsv").write_text("sentence\tstars\ngood\t1\n")
-    with pytest.raises(UserError, match=r"no label column found .*name one with label_column=$"):
+    with pytest.raises(UserError, match=r"no label column found .*name one with label_column=; if the first line is data"):
         bertheads.train("classify", str(tmp_path / "t.tsv"), None, None, model=tiny_bert, **FAST)
     # the same mistake on the command line names the flag
     code = main(["train", "classify", "--train", str(tmp_path / "t.tsv"), "--out", str(tmp_path / "m"),
                  "--model", tiny_bert, "--epochs", "1"])
     assert code == 2 and "name one with --label-column" in capsys.readouterr().err
+
+
+# -- small frictions ----------------------------------------------------------------------
+def test_a_table_without_header_says_add_a_header_row_or_no_header(tiny_bert, tmp_path, capsys):
+    (tmp_path / "t.tsv").write_text(sentiment_tsv(header=False))
+    with pytest.raises(UserError, match=r"^.*t.tsv:1: no text column found \(columns: a dull film, neg\); .*"
+                                        r"add a header row \(e\.g\. sentence<TAB>label\) or give header=False$"):
+        bertheads.train("classify", str(tmp_path / "t.tsv"), None, None, model=tiny_bert, **FAST)
+    code = main(["train", "classify", "--train", str(tmp_path / "t.tsv"), "--out", str(tmp_path / "m"),
+                 "--model", tiny_bert, "--epochs", "1", "-q"])
+    assert code == 2 and capsys.readouterr().err.rstrip().endswith("or give --no-header")
+    # --no-header reads the first line as data: text, label
+    code = main(["train", "classify", "--train", str(tmp_path / "t.tsv"), "--out", str(tmp_path / "m"),
+                 "--model", tiny_bert, "--epochs", "1", "-q", "--no-header"])
+    assert code == 0, capsys.readouterr().err
+    model = bertheads.load(tmp_path / "m")
+    assert model.labels == {"classify": ["neg", "pos"]} and model.task().spec.header is False
+    metrics = model.evaluate(str(tmp_path / "t.tsv"))
+    assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["loss"] > 0  # 16 rows read, none a header
+    model = bertheads.train("classify", str(tmp_path / "t.tsv"), None, None, model=tiny_bert, header=False, **FAST)
+    assert model.labels == {"classify": ["neg", "pos"]}

@@ -124,6 +124,8 @@ def said(name: str, value: Any = MISSING) -> str:
     flag (`--label-column`), which is turned into the field's."""
     name = name.lstrip("-").replace("-", "_")
     if FACE.get() == "cli":
+        if isinstance(value, bool):  # a switch: --name, --no-name
+            return "--" + ("" if value else "no-") + name.replace("_", "-")
         flag = "--" + name.replace("_", "-")
         return flag if value is MISSING else f"{flag} {value}"
     return f"{name}=" if value is MISSING else f"{name}={value!r}"

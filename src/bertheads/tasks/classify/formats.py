@@ -69,7 +69,8 @@ def iter_file(path, spec: ClassifySpec, fmt: str | None = None, need_labels: boo
             yield ClassifyExample(text, pair if "\t" in line else None, None, line_no)
         return
     if kind in ("tsv", "csv", "rows"):
-        columns, rows = (path.columns, path.rows()) if kind == "rows" else read_table(path, kind, bad)
+        columns, rows = ((path.columns, path.rows()) if kind == "rows"
+                         else read_table(path, kind, bad, None if spec.header else headless_columns))
         for field_name in keep:
             if field_name not in columns:
                 raise UserError(f"{header(name)}: {said('keep_fields')}: no column {field_name!r} "
@@ -82,7 +83,14 @@ def iter_file(path, spec: ClassifySpec, fmt: str | None = None, need_labels: boo
             raise UserError(f"{where(name)}: no examples") from None
         columns = list(first[1])
         rows = itertools.chain([first], rows)
-    text_col, pair_col, label_col = detect_columns(columns, spec, name, need_labels)
+    try:
+        text_col, pair_col, label_col = detect_columns(columns, spec, name, need_labels)
+    except UserError as exc:
+        if kind not in ("tsv", "csv") or not spec.header:
+            raise
+        raise UserError(f"{exc}; if the first line is data, not column names, add a header row "
+                        f"(e.g. sentence{'<TAB>' if kind == 'tsv' else ','}label) or give "
+                        f"{said('header', False)}") from None
     for line_no, row in rows:
         try:
             example = row_example(row, line_no, name, text_col, pair_col, label_col, need_labels)
@@ -91,6 +99,12 @@ def iter_file(path, spec: ClassifySpec, fmt: str | None = None, need_labels: boo
             continue
         example.extra = carried_fields(row, keep)
         yield example
+
+
+def headless_columns(count: int) -> list[str]:
+    """The columns of a table without a header row, by their number: text[, text_b], label."""
+    return {1: ["text"], 2: ["text", "label"], 3: ["text", "text_b", "label"]}.get(
+        count, ["text", "text_b", "label", *(f"column{i}" for i in range(4, count + 1))])
 
 
 def report(error: UserError, bad: BadLine | None) -> None:
