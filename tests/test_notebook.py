@@ -93,3 +93,13 @@ def test_a_table_without_header_says_add_a_header_row_or_no_header(tiny_bert, tm
     assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["loss"] > 0  # 16 rows read, none a header
     model = bertheads.train("classify", str(tmp_path / "t.tsv"), None, None, model=tiny_bert, header=False, **FAST)
     assert model.labels == {"classify": ["neg", "pos"]}
+
+
+def test_train_tag_on_a_tsv_says_it_is_no_conll(tiny_bert, tmp_path):
+    for name, text in [("rows.tsv", sentiment_tsv(header=False)), ("header.tsv", sentiment_tsv())]:
+        (tmp_path / name).write_text(text)
+        with pytest.raises(UserError, match=rf"{name}:1: this looks like a TSV table .*not CoNLL \(one word and"):
+            bertheads.train("tag", str(tmp_path / name), None, None, model=tiny_bert, **FAST)
+    (tmp_path / "bad.conll").write_text("EU\tORG\n")  # a CoNLL file's bad tag is still said as such
+    with pytest.raises(UserError, match="tag 'ORG' is outside the tagging scheme"):
+        bertheads.train("tag", str(tmp_path / "bad.conll"), None, None, model=tiny_bert, **FAST)
