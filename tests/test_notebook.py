@@ -103,3 +103,14 @@ def test_train_tag_on_a_tsv_says_it_is_no_conll(tiny_bert, tmp_path):
     (tmp_path / "bad.conll").write_text("EU\tORG\n")  # a CoNLL file's bad tag is still said as such
     with pytest.raises(UserError, match="tag 'ORG' is outside the tagging scheme"):
         bertheads.train("tag", str(tmp_path / "bad.conll"), None, None, model=tiny_bert, **FAST)
+
+
+def test_the_card_declares_the_license_given_else_none(classifier, tiny_bert, tmp_path):
+    card = (classifier.directory / "README.md").read_text()
+    assert "\nlicense: other\n" in card and "apache-2.0" not in card.split("---")[1]
+    assert "no license declared (give one with `license`)" in card
+    (tmp_path / "t.tsv").write_text(sentiment_tsv())
+    bertheads.train("classify", str(tmp_path / "t.tsv"), None, tmp_path / "m", model=tiny_bert, license="cc-by-4.0",
+                    **FAST)
+    card = (tmp_path / "m" / "README.md").read_text()
+    assert "\nlicense: cc-by-4.0\n" in card and "declared license: cc-by-4.0" in card
