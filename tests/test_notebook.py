@@ -114,3 +114,32 @@ def test_the_card_declares_the_license_given_else_none(classifier, tiny_bert, tm
                     **FAST)
     card = (tmp_path / "m" / "README.md").read_text()
     assert "\nlicense: cc-by-4.0\n" in card and "declared license: cc-by-4.0" in card
+
+
+def test_make_demo_installs_what_the_readme_python_imports():
+    """`make demo` installs `.[all]`: every module the README's Python examples import is in it."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert "-e '.[all]'" in (root / "Makefile").read_text()
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+
+    def requirements(extra: str) -> set[str]:
+        out = set()
+        for req in extras[extra]:
+            name = re.split(r"[<>=\[; ]", req, maxsplit=1)[0]
+            if name == "bertheads":
+                for inner in req[req.index("[") + 1:req.index("]")].split(","):
+                    out |= requirements(inner)
+            else:
+                out.add(name.lower())
+        return out
+
+    installed = requirements("all") | {re.split(r"[<>=; ]", r, maxsplit=1)[0].lower() for r in project["dependencies"]}
+    blocks = re.findall(r"```python\n(.*?)```", (root / "README.md").read_text(), re.S)
+    imported = {m for b in blocks for m in re.findall(r"^\s*(?:import|from) (\w+)", b, re.M)}
+    assert "pandas" in imported
+    assert imported - {"bertheads"} <= installed, imported - installed
