@@ -6,8 +6,11 @@ and `export -q`."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
+import tomllib
 
 import bertheads
 from bertheads.base.errors import UserError
@@ -118,10 +121,6 @@ def test_the_card_declares_the_license_given_else_none(classifier, tiny_bert, tm
 
 def test_make_demo_installs_what_the_readme_python_imports():
     """`make demo` installs `.[all]`: every module the README's Python examples import is in it."""
-    import re
-    import tomllib
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[1]
     assert "-e '.[all]'" in (root / "Makefile").read_text()
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
@@ -143,3 +142,11 @@ def test_make_demo_installs_what_the_readme_python_imports():
     imported = {m for b in blocks for m in re.findall(r"^\s*(?:import|from) (\w+)", b, re.M)}
     assert "pandas" in imported
     assert imported - {"bertheads"} <= installed, imported - installed
+
+
+def test_export_quiet_prints_nothing_from_other_libraries(classifier, tmp_path, capfd):
+    capfd.readouterr()
+    assert main(["export", str(classifier.directory), "--to", "hf", "--out", str(tmp_path / "hf"), "-q"]) == 0
+    out, err = capfd.readouterr()
+    assert err == "", err  # transformers' "Writing model shards" bar, among others
+    assert (tmp_path / "hf").is_dir()
