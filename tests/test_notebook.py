@@ -150,3 +150,39 @@ def test_export_quiet_prints_nothing_from_other_libraries(classifier, tmp_path, 
     out, err = capfd.readouterr()
     assert err == "", err  # transformers' "Writing model shards" bar, among others
     assert (tmp_path / "hf").is_dir()
+
+
+# -- MLflow's python_function flavour, with the real mlflow -------------------------------
+def test_a_saved_and_logged_model_loads_with_mlflow_pyfunc(classifier, tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    pd = pytest.importorskip("pandas")
+    from mlflow.tracking import MlflowClient
+
+    texts = ["a wonderful film", "a dull film"]
+    expected = classifier.predict(texts)
+    local = mlflow.pyfunc.load_model(str(classifier.directory))  # the directory itself is an MLflow model
+    assert local.predict(texts) == expected
+    # logged to a run (as --track mlflow logs it), then loaded as the registry and `mlflow models serve` do
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("nb", artifact_location=str(tmp_path / "artifacts")))
+    client.log_artifacts(run.info.run_id, str(classifier.directory), artifact_path="model")
+    mlflow.set_tracking_uri(uri)
+    try:
+        logged = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert logged.predict(texts) == expected
+    frame = logged.predict(pd.DataFrame({"sentence": texts}))
+    assert list(frame["label"]) == [p["label"] for p in expected]
+    assert logged.predict({"text": texts}) == expected
+    # what `mlflow models serve` runs for POST /invocations: its loader, then its JSON bodies
+    from mlflow.pyfunc import scoring_server
+
+    served = scoring_server.load_model(str(classifier.directory))
+    for body in ({"inputs": texts}, {"dataframe_records": [{"text": t} for t in texts]}):
+        answer = scoring_server.invocations(json.dumps(body), "application/json", served, None)
+        assert answer.status == 200, answer.response
+        labels = [p["label"] for p in json.loads(answer.response)["predictions"]]
+        assert labels == [p["label"] for p in expected]

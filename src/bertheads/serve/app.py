@@ -32,7 +32,6 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
 from bertheads.api import load
@@ -93,6 +92,8 @@ class Problem(BaseModel):
 
 
 STATIC = "/static"  # the docs pages' files (open without a token: they hold no data)
+ASSETS = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
+          "redoc.standalone.js": "text/javascript"}  # each kept as NAME.gz in serve/static/
 ERRORS = {code: {"model": Problem} for code in (400, 401, 404, 408, 413, 422, 503, 504)}
 
 
@@ -260,23 +261,28 @@ def add_info_routes(app: FastAPI, heads: list[dict], settings: ServeSettings, ba
 
 
 def add_docs_routes(app: FastAPI) -> None:
-    """`/docs` (Swagger UI) and `/redoc` (ReDoc) from their files shipped with the package
-    (`serve/static/`), never a CDN: they work offline."""
-    app.mount(STATIC, StaticFiles(directory=str(resources.files("bertheads.serve").joinpath("static"))),
-              name="static")
+    """`/docs` (Swagger UI) and `/redoc` (ReDoc) from their files shipped with the package,
+    gzip-compressed (`serve/static/`), never a CDN: they work offline."""
+
+    @app.get(STATIC + "/{name}", include_in_schema=False)
+    async def asset(name: str) -> Response:
+        if name not in ASSETS:
+            raise HTTPException(404, f"no file {name!r} here")
+        data = resources.files("bertheads.serve").joinpath("static", name + ".gz").read_bytes()
+        return Response(data, media_type=ASSETS[name], headers={"Content-Encoding": "gzip",
+                                                                 "Cache-Control": "public, max-age=86400"})
 
     @app.get("/docs", include_in_schema=False)
     async def swagger() -> HTMLResponse:
         return get_swagger_ui_html(openapi_url=app.openapi_url, title="bertheads: API",
-                                   swagger_js_url=f"{STATIC}/swagger/swagger-ui-bundle.js",
-                                   swagger_css_url=f"{STATIC}/swagger/swagger-ui.css",
-                                   swagger_favicon_url=f"{STATIC}/swagger/favicon-32x32.png")
+                                   swagger_js_url=f"{STATIC}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{STATIC}/swagger-ui.css", swagger_favicon_url="data:,")
 
     @app.get("/redoc", include_in_schema=False)
     async def redoc() -> HTMLResponse:
         return get_redoc_html(openapi_url=app.openapi_url, title="bertheads: API",
-                              redoc_js_url=f"{STATIC}/redoc/redoc.standalone.js",
-                              redoc_favicon_url=f"{STATIC}/swagger/favicon-32x32.png", with_google_fonts=False)
+                              redoc_js_url=f"{STATIC}/redoc.standalone.js", redoc_favicon_url="data:,",
+                              with_google_fonts=False)
 
 
 async def queued(request: Request, batcher: Batcher, settings: ServeSettings, metrics: Metrics, key: tuple,
