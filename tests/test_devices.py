@@ -92,7 +92,7 @@ def test_inference_auto_order_per_machine():
     assert [(r, p) for r, p, _ in candidates("auto", "auto", torch.device("cuda", 0), GPU)] == [
         ("torch", "bf16"), ("torch", "fp32")]
     assert [(r, p) for r, p, _ in candidates("openvino", "auto", cpu, AVX2)] == [("openvino", "fp32")]
-    assert [(r, p) for r, p, _ in candidates("auto", "int8", cpu, AVX2)] == [("onnx", "int8")]
+    assert [(r, p) for r, p, _ in candidates("auto", "int8", cpu, AVX2)] == [("onnx", "int8"), ("openvino", "int8")]
 
 
 @pytest.mark.parametrize("runtime, precision, fake, message", [
@@ -264,8 +264,13 @@ def test_the_gate_refuses_a_broken_mode(trained_dir, tmp_path, monkeypatch, caps
     monkeypatch.setattr(BertHeads, "run_batch", broken)
     with pretend(AMX), pytest.raises(UserError, match="refused: torch bf16 changes the dev metric") as err:
         bertheads.load(target, runtime="torch", precision="bf16")
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and "force=True runs it anyway" in str(err.value)
     assert gate.read_records(target)["torch/bf16"]["passed"] is False
+    with pretend(AMX):  # forced: it runs, with a warning, and evaluate's result says in what
+        forced = bertheads.load(target, runtime="torch", precision="bf16", force=True)
+    assert forced.mode.precision == "bf16" and "forced past the gate" in forced.mode.why
+    assert "force=True: running torch bf16 changes the dev metric" in capsys.readouterr().err
+    assert forced.evaluate(str(trained_dir.parent / "train.tsv"))["mode"] == "torch bf16 on cpu"
     with pretend(AMX.__class__(**{**AMX.__dict__, "installed": frozenset()})):  # no exported runtimes
         auto = bertheads.load(target)
     assert (auto.mode.runtime, auto.mode.precision) == ("torch", "fp32")  # the broken bf16 passed over

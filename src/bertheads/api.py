@@ -151,7 +151,10 @@ class Model:
         name = self.head_name(head)
         settings = settings or StreamSettings(batch_size=batch_size)
         with self.net.tasks[name].using_options(options) as options:
-            return evaluate_stream(self.net, name, path, settings, **options)
+            metrics = evaluate_stream(self.net, name, path, settings, **options)
+        if self.mode is not None:  # the figures are those of this runtime and precision
+            metrics["mode"] = f"{self.mode.runtime} {self.mode.precision} on {self.mode.device}"
+        return metrics
 
     def report(self, data: str | None = None, out: str | Path | None = None, head: str | None = None) -> Path:
         """Write the HTML report page of this saved model (see `bertheads.inference.report`); its path."""
@@ -193,7 +196,7 @@ def load(directory: str | Path, settings: RuntimeSettings | None = None, **given
     settings = from_mapping(RuntimeSettings, given, base=settings or RuntimeSettings())
     with named_encoder(settings.encoder):
         net, mode = open_model(directory, settings.device, settings.runtime, settings.precision, settings.verify,
-                               settings.gate_data)
+                               settings.gate_data, force=settings.force)
     model = Model(net, directory)
     model.mode = mode
     return model

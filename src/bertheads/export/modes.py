@@ -41,6 +41,9 @@ class RuntimeSettings:
     gate_data: str | None = setting(None, "labelled file a lower precision is checked on (default: the model's own "
                                           "dev file)", group="runtime")
     verify: bool = setting(True, "load encoder weights that differ from the saved hash", negate=True, group="runtime")
+    force: bool = setting(False, "run the --precision asked for even when its check against fp32 failed (with a "
+                                 "warning: its figures differ from fp32's by more than the tolerance)",
+                          group="runtime")
     encoder: str | None = setting(None, "the checkpoint folder of a head-only model, when its encoder is outside the "
                                         "model folder (its weights must still hash to the recorded value)",
                                   group="runtime")
@@ -150,8 +153,15 @@ def candidates(runtime: str, precision: str, device: torch.device,
            if runtime in ("auto", c[0]) and precision in ("auto", c[1])]
     if runtime != "auto" and not any(c[0] == runtime for c in out):  # the runtime's own fp32
         out.append((runtime, "fp32", f"{runtime} fp32: no faster {runtime} mode on this machine"))
-    if precision != "auto" and not out:
-        fallback = "torch" if precision != "int8" else "onnx"
-        check_mode(fallback, precision, device, fake)
-        out.append((fallback, precision, "asked for"))
+    if precision != "auto" and not out:  # not among the fast modes here: every runtime that has it
+        for fallback in ("torch", "onnx", "openvino"):
+            if fallback != "torch" and (fallback, precision) not in GRAPH_OF:
+                continue
+            try:
+                check_mode(fallback, precision, device, fake)
+            except UserError:
+                continue
+            out.append((fallback, precision, "asked for"))
+        if not out:
+            check_mode("torch" if precision != "int8" else "onnx", precision, device, fake)  # says why
     return out

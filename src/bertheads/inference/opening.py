@@ -13,6 +13,7 @@ import torch
 
 from bertheads.base.errors import UserError
 from bertheads.base.machine import DTYPES, resolve_device
+from bertheads.base.schema import said
 from bertheads.export import gate
 from bertheads.export.modes import GRAPH_OF, TOLERANCE, Mode, candidates
 from bertheads.export.runtimes import has_graph, open_runner
@@ -23,8 +24,9 @@ log = logging.getLogger("bertheads")
 
 def open_model(directory: str | Path, device: str | torch.device | None = "auto", runtime: str = "auto",
                precision: str = "auto", verify: bool = True, gate_data: str | None = None,
-               say: Callable[[str], None] | None = None):
-    """(the runner, its `Mode`) of the model in `directory`."""
+               say: Callable[[str], None] | None = None, force: bool = False):
+    """(the runner, its `Mode`) of the model in `directory`. `force`: a precision named (not
+    auto) runs even when the gate refused it, with a warning."""
     directory = Path(directory)
     say = say or log.info
     where = resolve_device(device)
@@ -35,7 +37,7 @@ def open_model(directory: str | Path, device: str | torch.device | None = "auto"
     passed_over = []
     for r, p, why in ladder:
         mode = Mode(r, p, where, why)
-        unchecked = None
+        unchecked, record = None, None
         if r != "torch" and runtime in (None, "auto") and not has_graph(directory, GRAPH_OF[(r, p)]):
             passed_over.append(f"{r} {p}: no export (bertheads export {directory} --to onnx"
                                f"{' --quantize int8' if p == 'int8' else ''})")
@@ -63,17 +65,24 @@ def open_model(directory: str | Path, device: str | torch.device | None = "auto"
                     gate.store(directory, mode.key, record, say)
             if record is not None and not record["passed"]:
                 line = f"{r} {p} changes the dev metric by more than {TOLERANCE[p]} points ({gate.summary(record)})"
-                if asked:
-                    raise UserError(f"--runtime {r} --precision {p}: refused: {line}; see {directory / gate.GATE}")
-                passed_over.append(line)
-                continue
-            if record is not None:
+                if force and precision not in (None, "auto"):
+                    log.warning(f"{said('force', True)}: running {line}")
+                    mode = Mode(r, p, where, f"{why}; forced past the gate: {gate.summary(record)}")
+                elif asked:
+                    raise UserError(f"--runtime {r} --precision {p}: refused: {line}; see {directory / gate.GATE}; "
+                                    f"{said('force', True)} runs it anyway")
+                else:
+                    passed_over.append(line)
+                    continue
+            elif record is not None:
                 mode = Mode(r, p, where, f"{why}; passed the gate: {gate.summary(record)}")
         net = open_runner(directory, mode, verify, reference if r == "torch" else None)
         if unchecked:
             say(unchecked)
         if not asked and (len(ladder) > 1 or passed_over):
-            say(f"auto: {r} {p} on {where} ({mode.why})"
-                + (f"; passed over: {'; '.join(passed_over)}" if passed_over else ""))
+            checked = ", checked against fp32 on the dev set" if record is not None and record["passed"] else ""
+            say(f"auto: {r} {p} on {where}{checked} (-v says why)")
+            log.debug(f"auto: {r} {p} on {where} ({mode.why})"
+                      + (f"; passed over: {'; '.join(passed_over)}" if passed_over else ""))
         return net, mode
     raise UserError(f"no mode to run {directory} in: {'; '.join(passed_over)}")
