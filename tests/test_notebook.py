@@ -186,3 +186,40 @@ def test_a_saved_and_logged_model_loads_with_mlflow_pyfunc(classifier, tmp_path,
         assert answer.status == 200, answer.response
         labels = [p["label"] for p in json.loads(answer.response)["predictions"]]
         assert labels == [p["label"] for p in expected]
+
+
+# -- progress from Python -----------------------------------------------------------------
+SCRIPT = """
+import json, sys
+import bertheads
+steps, evaluations = [], []
+model = bertheads.train("classify", sys.argv[1], sys.argv[1], sys.argv[2], model=sys.argv[3], epochs=2,
+                        batch_size=4, verbose=sys.argv[4] == "loud",
+                        on_step=lambda step, loss: steps.append((step, loss)),
+                        on_evaluate=lambda epoch, dev: evaluations.append((epoch, dev["classify"]["accuracy"])))
+metrics = model.evaluate(sys.argv[1])
+print(json.dumps({"steps": steps, "evaluations": evaluations, "mode": metrics["mode"]}))
+"""
+
+
+@pytest.mark.parametrize("loudness", ["loud", "quiet"])
+def test_a_script_hears_progress_and_callbacks_see_every_step(tiny_bert, tmp_path, loudness):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "t.tsv").write_text(sentiment_tsv())
+    env = {**os.environ, "PYTHONPATH": str(Path(bertheads.__file__).parents[1])}
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "t.tsv"), str(tmp_path / "m"), tiny_bert,
+                           loudness], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert [s for s, _ in result["steps"]] == list(range(1, 9))  # 16 rows, batches of 4, 2 epochs
+    assert [e for e, _ in result["evaluations"]] == [1, 2]
+    assert result["mode"] == "torch fp32 on cpu"
+    if loudness == "loud":  # stderr is a pipe, not a terminal: lines, with an ETA, instead of bars
+        assert re.search(r"^bertheads: epoch 1/2: batch 4/4, loss=[\d.]+, ex_s=[\d.]+, [\d.]+ s, ETA 0 s$",
+                         done.stderr, re.M), done.stderr
+        assert re.search(r"^bertheads: epoch 2: classify: accuracy=", done.stderr, re.M)
+    else:
+        assert "bertheads:" not in done.stderr, done.stderr

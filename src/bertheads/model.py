@@ -88,12 +88,13 @@ def head_outputs(model: Runner, name: str, examples: list, batch_size: int = INF
 
 
 def evaluate_head(model: Runner, name: str, examples: list, path: str | None = None,
-                  batch_size: int = INFERENCE_BATCH, **options) -> dict:
-    """One head's metrics on labelled examples, with its mean `loss` (from the same pass)."""
+                  batch_size: int = INFERENCE_BATCH, progress: str | None = None, **options) -> dict:
+    """One head's metrics on labelled examples, with its mean `loss` (from the same pass);
+    `progress` names a bar (drawn where bars are)."""
     task = model.tasks[name]
     features, owner = task.encode_for_inference(examples, model.tokenizer, with_labels=True)
     losses: dict[str, list[float]] = {}
-    outputs = run_heads(model, features, [name], batch_size, losses=losses)[name]
+    outputs = run_heads(model, features, [name], batch_size, progress=progress, losses=losses)[name]
     metrics = task.metrics(task.collect(outputs, owner, examples, features), examples, path, **options)
     total, count = losses[name]
     if count:  # a runtime that gives outputs only (ONNX): no loss then

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bertheads.base.errors import SystemFault, UserError, one_line
+from bertheads.base.progress import OneLine
 from bertheads.base.schema import FACE
 from bertheads.cli.parser import build_parser
 from bertheads.store.faults import is_disk_full, system_fault
@@ -36,12 +37,6 @@ log = logging.getLogger("bertheads")
 
 
 # -- running ---------------------------------------------------------------------------
-class OneLine(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        prefix = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
-        return f"bertheads: {prefix}{record.getMessage()}"
-
-
 def set_up_logging(verbose: bool = False, quiet: bool = False) -> None:
     """bertheads' messages on stderr, one line each (`-v`: debug too; `-q`: warnings and errors)."""
     handler = logging.StreamHandler(sys.stderr)

@@ -113,8 +113,8 @@ def compare(reference, candidate, data: dict[str, str], limit: int = GATE_EXAMPL
         examples = task.read(path, need_labels=True)[:limit]
         if not examples:
             raise UserError(f"{path}: no labelled inputs to check the lower precision on")
-        ref = head_outputs(reference, name, examples)
-        got = head_outputs(candidate, name, examples)
+        ref = head_outputs(reference, name, examples, progress=f"gate {name}: fp32")
+        got = head_outputs(candidate, name, examples, progress=f"gate {name}: lower precision")
         metric = task.main_metric
         ref_value = float(task.metrics(ref, examples)[metric])
         got_value = float(task.metrics(got, examples)[metric])

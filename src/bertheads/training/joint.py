@@ -96,10 +96,10 @@ def prepare_task(kind: str, train_path: str, dev_path: str | None, encoder: Enco
 def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "default",
                 settings: TrainSettings | None = None, limit: int | None = None,
                 cli_options: dict | None = None, extra_manifest: dict | None = None,
-                on_epoch=None) -> tuple[BertHeads, dict]:
+                on_epoch=None, on_step=None, on_evaluate=None) -> tuple[BertHeads, dict]:
     """Train every task of `config` on one shared encoder (batches sampled across tasks by
     `config.sampling`); evaluate each head after every epoch; save the kept epoch to `out`.
-    `on_epoch` is passed to `training.loop.fit`. Returns the trained network and what metrics.json holds."""
+    `on_epoch`, `on_step` and `on_evaluate` are passed to `training.loop.fit`. Returns the trained network and what metrics.json holds."""
     settings = settings or TrainSettings()
     settings.sampling, settings.temperature = config.sampling, config.temperature
     if check_trackers(settings) and out is None:  # (an unknown tracker is refused before any data is read)
@@ -129,7 +129,7 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
                 attach_cache(net, [d], options[t.name], model, t.train, progress=settings.progress)
         extra = {"source_model": model, **(extra_manifest or {}), "made_with": made_with(),
                  "settings": made_from(config, model, resolved_settings(settings, modes == {"features"}), limit, options)}
-        result = fit(net, data, settings, out, evaluate_task, extra, on_epoch)
+        result = fit(net, data, settings, out, evaluate_task, extra, on_epoch, on_step, on_evaluate)
         return net, result
     finally:  # a run that failed before its loop gives the folder back too
         if out is not None:
