@@ -4,6 +4,7 @@ pretends to be, and the one-line refusals of what a machine lacks."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -246,7 +247,7 @@ def test_openvino_fp32_matches_torch_with_its_precision_hint_set(trained_dir):
     assert len(int8.predict(texts)) == 3 and ov.mode.key == "openvino/fp32"
 
 
-def test_the_gate_refuses_a_broken_mode(trained_dir, tmp_path, monkeypatch, capsys):
+def test_the_gate_refuses_a_broken_mode(trained_dir, tmp_path, monkeypatch, capsys, caplog):
     import shutil
 
     import bertheads
@@ -269,15 +270,22 @@ def test_the_gate_refuses_a_broken_mode(trained_dir, tmp_path, monkeypatch, caps
     with pretend(AMX):  # forced: it runs, with a warning, and evaluate's result says in what
         forced = bertheads.load(target, runtime="torch", precision="bf16", force=True)
     assert forced.mode.precision == "bf16" and "forced past the gate" in forced.mode.why
-    assert "force=True: running torch bf16 changes the dev metric" in capsys.readouterr().err
+    assert any(r.levelno == logging.WARNING and "force=True: running torch bf16 changes the dev metric"
+               in r.getMessage() for r in caplog.records)
     assert forced.evaluate(str(trained_dir.parent / "train.tsv"))["mode"] == "torch bf16 on cpu"
     with pretend(AMX.__class__(**{**AMX.__dict__, "installed": frozenset()})):  # no exported runtimes
         auto = bertheads.load(target)
     assert (auto.mode.runtime, auto.mode.precision) == ("torch", "fp32")  # the broken bf16 passed over
     monkeypatch.setattr(BertHeads, "run_batch", real)
     (target / "gate.json").unlink()
-    with pretend(AMX.__class__(**{**AMX.__dict__, "installed": frozenset()})):
+    with pretend(AMX.__class__(**{**AMX.__dict__, "installed": frozenset()})), \
+            caplog.at_level(logging.DEBUG, logger="bertheads"):
         fixed = bertheads.load(target)
+    said = [r for r in caplog.records if r.getMessage().startswith("auto: ")]
+    # one short line by default; the reasoning (why, what was passed over) at debug level (-v)
+    assert [r.getMessage() for r in said if r.levelno == logging.INFO] == [
+        "auto: torch bf16 on cpu, checked against fp32 on the dev set (-v says why)"]
+    assert any("passed the gate" in r.getMessage() for r in said if r.levelno == logging.DEBUG)
     assert (fixed.mode.runtime, fixed.mode.precision) == ("torch", "bf16") and "passed the gate" in fixed.mode.why
     assert fixed.net.inference_dtype == torch.bfloat16
     assert next(fixed.net.encoder.parameters()).dtype == torch.bfloat16  # weights cast once, heads fp32
