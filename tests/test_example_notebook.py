@@ -54,5 +54,7 @@ def test_the_example_notebook_runs_on_a_jupyter_kernel(tiny_bert, tmp_path, monk
     assert "{'classify': ['negative', 'positive']}" in answer
     assert "{'label': " in answer and "[{'label'" not in answer  # one text, one prediction
     assert "'mode': 'torch fp32 on cpu'" in texts(cells['metrics = model.evaluate("sentiment/dev.tsv")'])
-    assert "bertheads:" not in texts(cells['quiet = bertheads.load("../runs/notebook", verbose=False)'], "stderr")
+    quiet = texts(cells['quiet = bertheads.load("../runs/notebook", verbose=False)'], "stderr")
+    assert all(line.startswith("bertheads: warning:") for line in quiet.splitlines()
+               if line.startswith("bertheads:")), quiet  # warnings only (a tiny model's learned nothing)
     assert (tmp_path / "runs" / "notebook" / "MLmodel").is_file()

@@ -221,5 +221,6 @@ def test_a_script_hears_progress_and_callbacks_see_every_step(tiny_bert, tmp_pat
         assert re.search(r"^bertheads: epoch 1/2: batch 4/4, loss=[\d.]+, ex_s=[\d.]+, [\d.]+ s, ETA 0 s$",
                          done.stderr, re.M), done.stderr
         assert re.search(r"^bertheads: epoch 2: classify: accuracy=", done.stderr, re.M)
-    else:
-        assert "bertheads:" not in done.stderr, done.stderr
+    else:  # warnings only (a tiny model learns nothing: that one is said)
+        lines = [line for line in done.stderr.splitlines() if line.startswith("bertheads:")]
+        assert all(line.startswith("bertheads: warning:") for line in lines), done.stderr

@@ -3,6 +3,7 @@ a saved model, then `predict`, `evaluate` and, with several heads, `analyze`."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from bertheads.base.errors import UserError
 from bertheads.base.progress import api_logging
 from bertheads.base.schema import check_given, from_mapping, names, warn
 from bertheads.compute.batching import INFERENCE_BATCH
+from bertheads.export.gate import gate_model
 from bertheads.export.modes import RuntimeSettings
 from bertheads.inference.analyze import analyze, split_extras
 from bertheads.inference.opening import open_model
@@ -226,11 +228,15 @@ def evaluate(model: Model | str | Path, data, head: str | None = None, **options
     return (model if isinstance(model, Model) else load(model)).evaluate(data, head, **options)
 
 
-def trained(net: BertHeads, out: str | Path | None, result: dict, verbose: bool = True) -> Model:
+def trained(net: BertHeads, out: str | Path | None, result: dict, settings: TrainSettings) -> Model:
+    """The model a run saved (each lower precision this machine runs it in checked against fp32
+    first), or, without `out`, the one in memory."""
     if out is not None:
-        return load(out, runtime="torch", precision="fp32", verbose=verbose)
+        if os.environ.get("RANK", "0") == "0":
+            gate_model(out, device=settings.device, exported=False)
+        return load(out, runtime="torch", precision="fp32", verbose=settings.verbose)
     model = Model(net)
-    model.metrics, model.verbose = result, verbose
+    model.metrics, model.verbose = result, settings.verbose
     return model
 
 
@@ -262,7 +268,7 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
     settings, _, _ = run_settings(config, settings, {k: v for k, v in given.items() if k in names(TrainSettings)})
     with api_logging(settings.verbose):
         net, result = train_tasks(config, out, model, settings, on_step=on_step, on_evaluate=on_evaluate)
-    return trained(net, out, result, settings.verbose)
+        return trained(net, out, result, settings)
 
 
 def train_multi(config: MultiConfig | str | Path, out: str | Path | None, model: str | None = None,
@@ -282,7 +288,7 @@ def train_multi(config: MultiConfig | str | Path, out: str | Path | None, model:
     with api_logging(settings.verbose):
         net, result = train_tasks(config, out, run.get("model") or "default", settings, run.get("limit"),
                                   cli_options, manifest, on_step=on_step, on_evaluate=on_evaluate)
-    return trained(net, out, result, settings.verbose)
+        return trained(net, out, result, settings)
 
 
 def combine(directories: list[str | Path], out: str | Path, names: list[str] | None = None) -> Model:

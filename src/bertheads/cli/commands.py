@@ -12,7 +12,7 @@ from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine, resolve_device, runtimes, training_precision
 from bertheads.base.schema import vars_for
-from bertheads.export.gate import export_checked
+from bertheads.export.gate import export_checked, gate_model
 from bertheads.export.hf import export_hf
 from bertheads.export.modes import RuntimeSettings, candidates
 from bertheads.inference.extract import ExtractSettings, extract
@@ -141,6 +141,20 @@ def cmd_export(args) -> int:
     meta = export_checked(args.model_dir, args.out, args.quantize, args.gate_data, say=log.info)
     graphs = ", ".join(f"{g['file']} ({g['bytes'] / 1e6:.1f} MB)" for g in meta["graphs"].values())
     log.info(f"saved {args.out or os.path.join(args.model_dir, 'onnx')}: {graphs}")
+    return 0
+
+
+def cmd_gate(args) -> int:
+    """`gate MODEL`: the verdicts `auto` reads, made here and kept in the model folder."""
+    check_input_file(args.gate_data)
+    records = gate_model(args.model_dir, args.gate_data, say=log.info, device=args.device, verify=args.verify)
+    if records is None:
+        log.info(f"gate: this machine runs no lower precision of {args.model_dir} ({machine().flag_text()}; "
+                 f"bertheads env says why)")
+        records = {}
+    if args.json:
+        print(json.dumps({key: {k: r[k] for k in ("passed", "why", "inputs_per_s", "fp32_inputs_per_s")}
+                          for key, r in records.items()}))
     return 0
 
 

@@ -20,6 +20,7 @@ from bertheads.cli.commands import (
     cmd_evaluate,
     cmd_export,
     cmd_extract,
+    cmd_gate,
     cmd_predict,
     cmd_report,
     cmd_serve,
@@ -123,6 +124,9 @@ COMMANDS = (
             (*READ, Group(cli.AnalyzeFiles), Group(StreamSettings, (*STREAM, "keep_fields")), RUNTIME)),
     Command("export", "a transformers directory for one head, or an ONNX graph of the model", cmd_export,
             (*READ, Group(cli.ExportFiles), Group(cli.Head), Group(RuntimeSettings, ("gate_data",)))),
+    Command("gate", "each lower precision this machine runs a model in, checked against fp32 and timed "
+                    "(MODEL_DIR/gate.json)", cmd_gate,
+            (*READ, Group(RuntimeSettings, ("device", "gate_data", "verify")), Group(cli.AsJson))),
     Command("report", "an HTML page of figures for a saved model", cmd_report,
             (*READ, Group(cli.ReportFiles), Group(cli.Head), Group(StreamSettings, ("batch_size",)))),
     Command("extract", "frozen-encoder vectors per word piece and per text, for other tools", cmd_extract,

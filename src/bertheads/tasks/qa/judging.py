@@ -36,6 +36,15 @@ class QAJudging(Judging):
     main_metric = "f1"
     metric_scale = 100.0  # SQuAD's EM and F1 are percentages
 
+    def learned_nothing(self, metrics: dict) -> str | None:
+        """No answer right on the questions that have one: it always abstains, or its spans miss."""
+        answerable = metrics.get("HasAns_total", metrics.get("examples", 0))
+        f1 = metrics.get("HasAns_f1", metrics.get("f1"))
+        if f1 is None or answerable < 10 or f1 >= 1.0:
+            return None
+        return (f"it gets none of the {answerable} questions that have an answer right (F1 {f1:.1f}"
+                + ("; it abstains on them or its spans miss)" if "HasAns_f1" in metrics else ")"))
+
     def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples: list[QAExample],
                 features: list[dict]) -> list[QAOutput]:
         """Each question's n best spans over all its windows, and its null score (see
