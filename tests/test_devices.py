@@ -93,7 +93,7 @@ def test_inference_auto_order_per_machine():
     assert [(r, p) for r, p, _ in candidates("auto", "auto", torch.device("cuda", 0), GPU)] == [
         ("torch", "bf16"), ("torch", "fp32")]
     assert [(r, p) for r, p, _ in candidates("openvino", "auto", cpu, AVX2)] == [("openvino", "fp32")]
-    assert [(r, p) for r, p, _ in candidates("auto", "int8", cpu, AVX2)] == [("onnx", "int8"), ("openvino", "int8")]
+    assert [(r, p) for r, p, _ in candidates("auto", "int8", cpu, AVX2)] == [("onnx", "int8")]
 
 
 @pytest.mark.parametrize("runtime, precision, fake, message", [

@@ -11,6 +11,7 @@ import pytest
 import bertheads
 import bertheads.tasks.qa.task
 from bertheads.base.errors import UserError
+from bertheads.base.schema import FACE
 from bertheads.tasks.qa.formats import QAExample
 from bertheads.tasks.qa.passages import answer_tokens, joined_passages, other_passages
 from bertheads.tasks.qa.spans import merge_windows, span_context
@@ -289,12 +290,19 @@ def test_bad_settings_are_user_errors(tiny_bert):
     encoder = Encoder.load(tiny_bert)
     with pytest.raises(UserError, match="--window-choice best"):
         check_settings(QASpec(window_choice="best"), encoder)
-    with pytest.raises(UserError, match="--negative-windows"):
+    # from Python the keyword is named; on the command line, the flag (`schema.said`)
+    with pytest.raises(UserError, match="^negative_windows=: must be at least 0"):
         check_settings(QASpec(negative_windows=-1), encoder)
-    with pytest.raises(UserError, match="--join-passages: must be at least 0"):
+    with pytest.raises(UserError, match="^join_passages=: must be at least 0"):
         check_settings(QASpec(join_passages=-2), encoder)
-    with pytest.raises(UserError, match="--paragraph-match: must be at least 0"):
+    with pytest.raises(UserError, match="^paragraph_match=: must be at least 0"):
         check_settings(QASpec(paragraph_match=-1.0), encoder)
+    face = FACE.set("cli")
+    try:
+        with pytest.raises(UserError, match="^--negative-windows: must be at least 0"):
+            check_settings(QASpec(negative_windows=-1), encoder)
+    finally:
+        FACE.reset(face)
 
 
 def test_paragraph_spans_split_at_blank_lines_else_line_breaks():

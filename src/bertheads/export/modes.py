@@ -162,15 +162,8 @@ def candidates(runtime: str, precision: str, device: torch.device,
     if runtime != "auto" and precision == "auto" and (runtime, "fp32") not in [c[:2] for c in out]:
         # the runtime's own fp32 ends its list: what runs when its faster graphs are missing or refused
         out.append((runtime, "fp32", f"{runtime} fp32: no faster {runtime} mode on this machine passed"))
-    if precision != "auto" and not out:  # not among the fast modes here: every runtime that has it
-        for fallback in ("torch", "onnx", "openvino"):
-            if fallback != "torch" and (fallback, precision) not in GRAPH_OF:
-                continue
-            try:
-                check_mode(fallback, precision, device, fake)
-            except UserError:
-                continue
-            out.append((fallback, precision, "asked for"))
-        if not out:
-            check_mode("torch" if precision != "int8" else "onnx", precision, device, fake)  # says why
+    if precision != "auto" and not out:
+        fallback = "torch" if precision != "int8" else "onnx"
+        check_mode(fallback, precision, device, fake)
+        out.append((fallback, precision, "asked for"))
     return out

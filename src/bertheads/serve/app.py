@@ -355,14 +355,15 @@ def add_model_routes(app: FastAPI, model, heads: list[dict], settings: ServeSett
 # -- running ------------------------------------------------------------------------------
 def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None,
           verify: bool = True, runtime: str = "auto", precision: str = "auto", options: dict | None = None,
-          device: str = "auto", gate_data: str | None = None, encoder: str | None = None, force: bool = False) -> None:
+          device: str = "auto", gate_data: str | None = None, encoder: str | None = None, force: bool = False,
+          verbose: bool = True) -> None:
     """Load the model in `directory` and serve it until interrupted; SIGTERM (or Ctrl-C) stops
     taking new work, lets the requests in flight finish (up to `--timeout`), then exits.
     `options`: inference options for the heads whose kinds take them (`Model.set_options`)."""
     settings = settings or ServeSettings()
     settings.check(host)
     model = load(directory, device=device, verify=verify, runtime=runtime, precision=precision, gate_data=gate_data,
-                 encoder=encoder, force=force)
+                 encoder=encoder, force=force, verbose=verbose)
     model.set_options(**(options or {}))
     check_port(host, port)
     app = create_app(model, settings, bind_host=host)
