@@ -265,7 +265,7 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     assert spec.paragraph_windows and spec.paragraph_match == 2.5
     model.choose_windows(window_choice="raw")  # the old name of set_options, with a warning
     assert model.task().spec.window_choice == "raw"
-    with pytest.raises(UserError, match="--window-choice best"):
+    with pytest.raises(UserError, match="window_choice='best'"):
         model.set_options(window_choice="best")
     used = []
     decode = bertheads.tasks.qa.task.QATask.collect
@@ -288,7 +288,7 @@ def test_bad_settings_are_user_errors(tiny_bert):
     from bertheads.tasks.qa.task import check_settings
 
     encoder = Encoder.load(tiny_bert)
-    with pytest.raises(UserError, match="--window-choice best"):
+    with pytest.raises(UserError, match="window_choice='best'"):
         check_settings(QASpec(window_choice="best"), encoder)
     # from Python the keyword is named; on the command line, the flag (`schema.said`)
     with pytest.raises(UserError, match="^negative_windows=: must be at least 0"):
