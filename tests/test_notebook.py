@@ -193,15 +193,17 @@ SCRIPT = """
 import json, sys
 import bertheads
 steps, evaluations = [], []
-model = bertheads.train("classify", sys.argv[1], sys.argv[1], sys.argv[2], model=sys.argv[3], epochs=2,
-                        batch_size=4, verbose=sys.argv[4] == "loud",
+loud = sys.argv[4] == "loud"
+model = bertheads.train("classify", sys.argv[1], sys.argv[1], sys.argv[2] if loud else None, model=sys.argv[3],
+                        epochs=2, batch_size=4, verbose=loud,
                         on_step=lambda step, loss: steps.append((step, loss)),
                         on_evaluate=lambda epoch, dev: evaluations.append((epoch, dev["classify"]["accuracy"])))
 metrics = model.evaluate(sys.argv[1])
-print(json.dumps({"steps": steps, "evaluations": evaluations, "mode": metrics["mode"]}))
+print(json.dumps({"steps": steps, "evaluations": evaluations, "mode": metrics.get("mode")}))
 """
 
 
+@pytest.mark.slow  # a Python process of its own each (as a script user runs it)
 @pytest.mark.parametrize("loudness", ["loud", "quiet"])
 def test_a_script_hears_progress_and_callbacks_see_every_step(tiny_bert, tmp_path, loudness):
     import os
@@ -216,8 +218,8 @@ def test_a_script_hears_progress_and_callbacks_see_every_step(tiny_bert, tmp_pat
     result = json.loads(done.stdout.splitlines()[-1])
     assert [s for s, _ in result["steps"]] == list(range(1, 9))  # 16 rows, batches of 4, 2 epochs
     assert [e for e, _ in result["evaluations"]] == [1, 2]
-    assert result["mode"] == "torch fp32 on cpu"
-    if loudness == "loud":  # stderr is a pipe, not a terminal: lines, with an ETA, instead of bars
+    if loudness == "loud":  # saved and loaded: evaluate says the mode; stderr is a pipe: lines with an ETA
+        assert result["mode"] == "torch fp32 on cpu"
         assert re.search(r"^bertheads: epoch 1/2: batch 4/4, loss=[\d.]+, ex_s=[\d.]+, [\d.]+ s, ETA 0 s$",
                          done.stderr, re.M), done.stderr
         assert re.search(r"^bertheads: epoch 2: classify: accuracy=", done.stderr, re.M)
