@@ -9,11 +9,11 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: install install-test demo test test-bench lint bench clean
 
-# everything (the core and every extra), at the versions of constraints.txt
+# the core and what the demo and the README's tour use (the demo extra), at the versions of constraints.txt
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt -e '.[all]'
+	$(PIP) install -q -c constraints.txt -e '.[demo]'
 	touch $@
 
 install: $(VENV)/.installed

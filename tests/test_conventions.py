@@ -151,7 +151,7 @@ def test_keep_last_and_select_metric(tiny_bert, write, tmp_path):
     assert kept(saved) == {"epoch": 2, "by": "f1, then dev loss"}
     _, saved = fit_scripted(tiny_bert, write, tmp_path / "c", epochs, select_metric="loss")  # smaller is better
     assert saved["kept"]["epoch"] == 1
-    with pytest.raises(UserError, match="--select-metric spearman: head 'classify' has no such dev metric"):
+    with pytest.raises(UserError, match="select_metric='spearman': head 'classify' has no such dev metric"):
         fit_scripted(tiny_bert, write, tmp_path / "d", epochs, select_metric="spearman")
 
 

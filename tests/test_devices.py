@@ -4,6 +4,7 @@ pretends to be, and the one-line refusals of what a machine lacks."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -250,7 +251,7 @@ def test_openvino_fp32_matches_torch_with_its_precision_hint_set(trained_dir):
     assert len(int8.predict(texts)) == 3 and ov.mode.key == "openvino/fp32"
 
 
-def test_the_gate_refuses_a_broken_mode(trained_dir, tmp_path, monkeypatch, capsys):
+def test_the_gate_refuses_a_broken_mode(trained_dir, tmp_path, monkeypatch, capsys, caplog):
     import shutil
 
     import bertheads
@@ -270,7 +271,13 @@ def test_the_gate_refuses_a_broken_mode(trained_dir, tmp_path, monkeypatch, caps
     monkeypatch.setattr(BertHeads, "run_batch", broken)
     with pretend(AMX), pytest.raises(UserError, match="refused by the gate: classify: accuracy falls") as err:
         bertheads.load(target, runtime="torch", precision="bf16")
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and "force=True runs it anyway" in str(err.value)
+    with pretend(AMX), caplog.at_level(logging.WARNING, logger="bertheads"):  # forced: it runs, with a warning
+        forced = bertheads.load(target, runtime="torch", precision="bf16", force=True)
+    assert forced.mode.precision == "bf16" and "forced past the gate" in forced.mode.why
+    assert any(r.levelno == logging.WARNING and "force=True: running torch bf16, which the gate refused"
+               in r.getMessage() for r in caplog.records)
+    assert forced.evaluate(str(trained_dir.parent / "train.tsv"))["mode"] == "torch bf16 on cpu"  # says in what
     with pretend(AMX):  # a verdict belongs to the machine that made it
         assert gate.read_records(target)["torch/bf16"]["passed"] is False
     assert "torch/bf16" not in gate.read_records(target)

@@ -141,6 +141,8 @@ def test_cli_predict_evaluate_onnx(model_dir, write, capsys):
     assert main(["evaluate", str(model_dir), "--head", "sentiment", "--data", dev, "--json"]) == 0
     torch_metrics = json.loads(capsys.readouterr().out)
     assert "loss" not in onnx_metrics and "loss" in torch_metrics  # the ONNX graph gives outputs only
+    # each result says what it ran in
+    assert (onnx_metrics.pop("mode"), torch_metrics.pop("mode")) == ("onnx fp32 on cpu", "torch fp32 on cpu")
     assert onnx_metrics == {k: v for k, v in torch_metrics.items() if k != "loss"}
 
 

@@ -100,7 +100,7 @@ def test_tiny_checkpoints_limits(encoders):
 def test_max_length_beyond_the_model_is_one_line(encoders, tmp_path, capsys, caplog):
     encoder = encoders["roberta"]
     qa = task_class("qa")
-    with pytest.raises(UserError, match=r"^--max-length 200: the roberta encoder reads at most 128 tokens$"):
+    with pytest.raises(UserError, match=r"^max_length=200: the roberta encoder reads at most 128 tokens$"):
         make_spec(qa, {**kind_defaults("qa"), "max_length": 200}, encoder)
     with caplog.at_level(logging.WARNING, logger="bertheads"):
         spec = make_spec(qa, kind_defaults("qa"), encoder)  # qa's default 384: lowered, with a warning

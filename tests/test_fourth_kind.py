@@ -257,7 +257,7 @@ def test_unknown_options_are_one_line_user_errors(longest_model):
         model.predict(INPUTS[:1], min_wrds=3)
     with pytest.raises(UserError, match=r"^--threshold is for classify heads, not longest$"):
         model.predict(INPUTS[:1], threshold=0.5)
-    with pytest.raises(UserError, match=r"^--min-words -1: "):
+    with pytest.raises(UserError, match=r"^min_words=-1: "):
         model.predict(INPUTS[:1], min_words=-1)
 
 

@@ -117,6 +117,8 @@ def kind_literals(path: Path) -> list[int]:
     comments aside), or, in HTML and JavaScript, a quoted kind name."""
     import re
 
+    if path.suffix not in (".py", ".html", ".js"):
+        return []  # package data (the docs pages' compressed files, licences)
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".py":
         tree = ast.parse(text)

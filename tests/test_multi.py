@@ -70,7 +70,7 @@ def test_train_multi_cli(default_model_dir, tmp_path, capsys, monkeypatch):
     assert model.predict(["the soup was hot"], head="topic")[0]["label"] == "food"
     # evaluate per head; a multi-head model asks which head
     assert model.evaluate(str(config.parent / "data" / "topic.csv"), head="topic")["accuracy"] >= 0.9
-    with pytest.raises(UserError, match="choose one with --head"):
+    with pytest.raises(UserError, match="choose one with head="):
         model.evaluate(str(config.parent / "data" / "topic.csv"))
 
 

@@ -140,6 +140,7 @@ def test_trains_and_metrics_equal_seqeval_on_predictions(tagger, tag_data):
     metrics = model.evaluate(str(tag_data / "dev.txt"))
     assert metrics["f1"] == f1_score([e.tags for e in examples], pred)
     assert metrics["f1"] > 0.5  # the templates are learnable
+    assert metrics.pop("mode") == "torch fp32 on cpu"  # evaluate says what it ran in
     assert metrics == saved  # the saved model is the one evaluated after its best epoch
 
 
@@ -245,6 +246,7 @@ def test_bilstm_head_on_frozen_features_round_trips(tiny_bert, tag_data, tmp_pat
     live = model.evaluate(str(tag_data / "dev.txt"))
     # same weights after loading; training evaluated from the cached (float16) dev states
     live.pop("learned_nothing", None)  # (evaluate's warning of a tiny model; not a metric training records)
+    assert live.pop("mode") == "torch fp32 on cpu"  # what it ran in
     assert live.pop("loss") == pytest.approx(saved.pop("loss"), abs=1e-4) and live == saved
     assert len(model.predict(["Angela Merkel visited Paris."])) == 1
 

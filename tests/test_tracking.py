@@ -87,7 +87,7 @@ def test_choosing_trackers():
     Settings.track = ["none", "mlflow"]
     with pytest.raises(UserError, match="'none' and mlflow exclude each other"):
         chosen(Settings)
-    with pytest.raises(UserError, match=r"^--track: unknown tracker 'wandb' \(known: mlflow, tensorboard, none\)$"):
+    with pytest.raises(UserError, match=r"^track=: unknown tracker 'wandb' \(known: mlflow, tensorboard, none\)$"):
         bertheads.train("classify", "x.tsv", track="wandb")
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bertheads.base.errors import UserError
+from bertheads.base.progress import api_logging
 from bertheads.base.schema import check_given, from_mapping, names, warn
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.export.gate import gate_model
@@ -43,11 +44,23 @@ class Model:
         self.directory = Path(directory) if directory else None
         self.metrics: dict | None = None  # what training returned, for a model not saved
         self.mode = None  # the export.modes.Mode it runs in (device, runtime, precision, why)
+        self.verbose = True  # bertheads' lines on stderr at INFO (when logging is not set up): `load(verbose=)`
 
     @property
     def heads(self) -> dict[str, str]:
         """Head name -> task kind."""
         return {name: task.kind for name, task in self.net.tasks.items()}
+
+    @property
+    def labels(self) -> dict[str, list]:
+        """Head name -> the labels its predictions name, in output order (a classify head's
+        labels or their names, a tag head's tags; empty for a head without labels)."""
+        return {name: task.output_labels() for name, task in self.net.tasks.items()}
+
+    @property
+    def id2label(self) -> dict[str, dict[int, str]]:
+        """Head name -> {output index: label}, as a transformers config's `id2label`."""
+        return {name: dict(enumerate(map(str, labels))) for name, labels in self.labels.items()}
 
     def task(self, head: str | None = None):
         return self.net.tasks[self.head_name(head)]
@@ -61,9 +74,12 @@ class Model:
         a pandas DataFrame, a `datasets.Dataset` or a list of dicts, whose columns are found as
         a file's are (the predictions of a DataFrame come back as a DataFrame with its index;
         of other rows, as dicts carrying each row's `id` and `keep_fields`). `options` are the
-        head's kind's inference options (`Task.options_type`)."""
+        head's kind's inference options (`Task.options_type`). One input of the head's form (a
+        string; a pair head's `(text, text)`; a question head's dict) gives one prediction."""
         name = self.head_name(head)
         task = self.net.tasks[name]
+        if task.form.is_one(inputs):
+            return self.predict([inputs], name, batch_size, keep_fields, **options)[0]
         if records_given(inputs):
             rows = as_rows(inputs, "predict")
             settings = StreamSettings(batch_size=batch_size, keep_fields=tuple(keep_fields), progress=False)
@@ -138,8 +154,11 @@ class Model:
         path = as_rows(path, "evaluate") or path
         name = self.head_name(head)
         settings = settings or StreamSettings(batch_size=batch_size)
-        with self.net.tasks[name].using_options(options) as options:
-            return evaluate_stream(self.net, name, path, settings, **options)
+        with api_logging(self.verbose), self.net.tasks[name].using_options(options) as options:
+            metrics = evaluate_stream(self.net, name, path, settings, **options)
+        if self.mode is not None:  # the figures are those of this runtime and precision
+            metrics["mode"] = f"{self.mode.runtime} {self.mode.precision} on {self.mode.device}"
+        return metrics
 
     def report(self, data: str | None = None, out: str | Path | None = None, head: str | None = None) -> Path:
         """Write the HTML report page of this saved model (see `bertheads.inference.report`); its path."""
@@ -179,11 +198,11 @@ def load(directory: str | Path, settings: RuntimeSettings | None = None, **given
     has whose lower precision passed the gate on the model's dev data (or `gate_data`);
     `Model.mode` says which ran and why."""
     settings = from_mapping(RuntimeSettings, given, base=settings or RuntimeSettings())
-    with named_encoder(settings.encoder):
+    with api_logging(settings.verbose), named_encoder(settings.encoder):
         net, mode = open_model(directory, settings.device, settings.runtime, settings.precision, settings.verify,
-                               settings.gate_data)
+                               settings.gate_data, force=settings.force)
     model = Model(net, directory)
-    model.mode = mode
+    model.mode, model.verbose = mode, settings.verbose
     return model
 
 
@@ -215,14 +234,15 @@ def trained(net: BertHeads, out: str | Path | None, result: dict, settings: Trai
     if out is not None:
         if os.environ.get("RANK", "0") == "0":
             gate_model(out, device=settings.device, exported=False)
-        return load(out, runtime="torch", precision="fp32")
+        return load(out, runtime="torch", precision="fp32", verbose=settings.verbose)
     model = Model(net)
-    model.metrics = result
+    model.metrics, model.verbose = result, settings.verbose
     return model
 
 
 def train(kind: str, train: str, dev: str | None = None, out: str | Path | None = None, model: str = "default",
-          settings: TrainSettings | None = None, limit: int | None = None, **options) -> Model:
+          settings: TrainSettings | None = None, limit: int | None = None, on_step=None, on_evaluate=None,
+          **options) -> Model:
     """Fine-tune (or, with mode="features", train a head on a frozen encoder) and save to `out`.
 
     `train` and `dev`: files, or data in memory (a pandas DataFrame, a `datasets.Dataset`, a
@@ -232,6 +252,11 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
     training setting (epochs, lr, ...: over `settings`); an unknown name is refused with the
     closest known one suggested. This is joint training with a single task, the head named
     after its kind.
+
+    Progress: a bar per epoch, for the dev evaluation after it and for `evaluate`, in a notebook
+    or on a terminal; elsewhere lines on stderr with an ETA (`verbose=False`: warnings only).
+    `on_step(step, loss)` is called after each optimizer step and `on_evaluate(epoch, dev)`
+    after each evaluation (`dev`: {head: metrics}), for curves of your own.
     """
     task_class(kind)
     train, dev = split_dataset(train, dev)
@@ -241,25 +266,29 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
                                                                   if k not in names(TrainSettings)}), limit)
     # no settings given: the kind's own defaults (qa: batches of 16), as on the command line
     settings, _, _ = run_settings(config, settings, {k: v for k, v in given.items() if k in names(TrainSettings)})
-    net, result = train_tasks(config, out, model, settings)
-    return trained(net, out, result, settings)
+    with api_logging(settings.verbose):
+        net, result = train_tasks(config, out, model, settings, on_step=on_step, on_evaluate=on_evaluate)
+        return trained(net, out, result, settings)
 
 
 def train_multi(config: MultiConfig | str | Path, out: str | Path | None, model: str | None = None,
-                settings: TrainSettings | None = None, limit: int | None = None, **options) -> Model:
+                settings: TrainSettings | None = None, limit: int | None = None, on_step=None, on_evaluate=None,
+                **options) -> Model:
     """Train every task of a config (a file or a `MultiConfig`) on one shared encoder; save the
     kept epoch to `out`. The file's settings apply over `settings`; `options` (any training
     setting, or head options such as max_length, mode, layers, which apply to every task unless
-    a task sets its own) over the file's. Unknown names are refused with a suggestion."""
+    a task sets its own) over the file's. Unknown names are refused with a suggestion.
+    Progress and `on_step` / `on_evaluate` as in `train`."""
     if not isinstance(config, MultiConfig):
         config = read_config(config)
     given = {k: v for k, v in {"model": model, "limit": limit, **options}.items()
              if v is not None or k not in ("model", "limit")}
     settings, run, cli_options = run_settings(config, settings, given)
     manifest = multi_task_manifest(config) if not config.single else None
-    net, result = train_tasks(config, out, run.get("model") or "default", settings, run.get("limit"), cli_options,
-                              manifest)
-    return trained(net, out, result, settings)
+    with api_logging(settings.verbose):
+        net, result = train_tasks(config, out, run.get("model") or "default", settings, run.get("limit"),
+                                  cli_options, manifest, on_step=on_step, on_evaluate=on_evaluate)
+        return trained(net, out, result, settings)
 
 
 def combine(directories: list[str | Path], out: str | Path, names: list[str] | None = None) -> Model:

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import EncoderInputs, Runner, eval_mode, run_heads
 from bertheads.encoder.layers import reads_first_position_only
@@ -87,12 +88,13 @@ def head_outputs(model: Runner, name: str, examples: list, batch_size: int = INF
 
 
 def evaluate_head(model: Runner, name: str, examples: list, path: str | None = None,
-                  batch_size: int = INFERENCE_BATCH, **options) -> dict:
-    """One head's metrics on labelled examples, with its mean `loss` (from the same pass)."""
+                  batch_size: int = INFERENCE_BATCH, progress: str | None = None, **options) -> dict:
+    """One head's metrics on labelled examples, with its mean `loss` (from the same pass);
+    `progress` names a bar (drawn where bars are)."""
     task = model.tasks[name]
     features, owner = task.encode_for_inference(examples, model.tokenizer, with_labels=True)
     losses: dict[str, list[float]] = {}
-    outputs = run_heads(model, features, [name], batch_size, losses=losses)[name]
+    outputs = run_heads(model, features, [name], batch_size, progress=progress, losses=losses)[name]
     metrics = task.metrics(task.collect(outputs, owner, examples, features), examples, path, **options)
     total, count = losses[name]
     if count:  # a runtime that gives outputs only (ONNX): no loss then
@@ -105,7 +107,7 @@ def pick_head(net, head: str | None) -> str:
     if head is None:
         if len(net.tasks) == 1:
             return next(iter(net.tasks))
-        raise UserError(f"this model has several heads ({', '.join(net.tasks)}); choose one with --head")
+        raise UserError(f"this model has several heads ({', '.join(net.tasks)}); choose one with {said('head')}")
     if head not in net.tasks:
         raise UserError(f"no head named {head!r} (heads: {', '.join(net.tasks)})")
     return head

@@ -20,6 +20,7 @@ the suggestion in the message.
 from __future__ import annotations
 
 import argparse
+import contextvars
 import dataclasses
 import difflib
 import sys
@@ -110,6 +111,24 @@ def is_optional_bool(f: dataclasses.Field) -> bool:
 def tagged(cls, tag: str) -> tuple[str, ...]:
     """The names of the fields of `cls` that carry `tag`."""
     return tuple(f.name for f in dataclasses.fields(cls) if tag in f.metadata.get("tags", ()))
+
+
+FACE: contextvars.ContextVar[str] = contextvars.ContextVar("bertheads_face", default="python")
+"""Who is calling: "python" (the API, the default) or "cli" (set by `cli/main.py`); messages name
+a setting as that caller wrote it (`said`)."""
+
+
+def said(name: str, value: Any = MISSING) -> str:
+    """A setting as the caller names it: `--label-column` (or `--max-length 512`) on the command
+    line, `label_column=` (or `max_length=512`) from Python. `name` is the field's name, or a
+    flag (`--label-column`), which is turned into the field's."""
+    name = name.lstrip("-").replace("-", "_")
+    if FACE.get() == "cli":
+        if isinstance(value, bool):  # a switch: --name, --no-name
+            return "--" + ("" if value else "no-") + name.replace("_", "-")
+        flag = "--" + name.replace("_", "-")
+        return flag if value is MISSING else f"{flag} {value}"
+    return f"{name}=" if value is MISSING else f"{name}={value!r}"
 
 
 def warn(message: str) -> None:

@@ -17,13 +17,18 @@ exit status 2; `-v` shows more of what happens, `-q` only warnings and errors.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import sys
 import threading
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from bertheads.base.errors import SystemFault, UserError, one_line
+from bertheads.base.progress import OneLine
+from bertheads.base.schema import FACE
 from bertheads.cli.parser import build_parser
 from bertheads.store.faults import is_disk_full, system_fault
 
@@ -32,12 +37,6 @@ log = logging.getLogger("bertheads")
 
 
 # -- running ---------------------------------------------------------------------------
-class OneLine(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        prefix = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
-        return f"bertheads: {prefix}{record.getMessage()}"
-
-
 def set_up_logging(verbose: bool = False, quiet: bool = False) -> None:
     """bertheads' messages on stderr, one line each (`-v`: debug too; `-q`: warnings and errors)."""
     handler = logging.StreamHandler(sys.stderr)
@@ -47,12 +46,52 @@ def set_up_logging(verbose: bool = False, quiet: bool = False) -> None:
     log.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
 
 
+@contextlib.contextmanager
+def others_quiet(quiet: bool) -> Iterator[None]:
+    """With `-q`, other libraries' chatter off too: their Python warnings, their log records
+    below errors, and transformers' and huggingface_hub's progress bars (put back after)."""
+    if not quiet:
+        yield
+        return
+    import huggingface_hub.utils as hub
+    from transformers.utils import logging as hf_logging
+
+    root = logging.getLogger()
+    level, bars, hub_bars, hf_level = root.level, hf_logging.is_progress_bar_enabled(), \
+        not hub.are_progress_bars_disabled(), hf_logging.get_verbosity()
+    root.setLevel(logging.ERROR)
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    hub.disable_progress_bars()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        root.setLevel(level)
+        hf_logging.set_verbosity(hf_level)
+        if bars:
+            hf_logging.enable_progress_bar()
+        if hub_bars:
+            hub.enable_progress_bars()
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its messages name settings by their flags (`schema.FACE`)."""
+    face = FACE.set("cli")
+    try:
+        return run_command(argv)
+    finally:
+        FACE.reset(face)
+
+
+def run_command(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
     set_up_logging(getattr(args, "verbose", False), getattr(args, "quiet", False))
     try:
-        return args.handler(args)
+        with others_quiet(getattr(args, "quiet", False)):
+            return args.handler(args)
     except UserError as exc:
         print(f"bertheads: error: {one_line(exc)}", file=sys.stderr)
         return 2

@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
+from bertheads.base.progress import progress_bar
 from bertheads.compute.batching import INFERENCE_BATCH, INFERENCE_TOKENS, cpu_workers, sorted_batches
 from bertheads.text.encoding import Feature
 
@@ -130,8 +130,7 @@ def run_heads(runner: Runner, features: Sequence[Feature], heads: Sequence[str],
     workers, threads = (min(runner.workers, len(batches)), None) if runner.workers else \
         cpu_workers(runner.device, len(batches))
     calls = ([[features[i] for i in idx] for idx in batches], batches, repeat(heads), repeat(losses is not None))
-    bar = tqdm(total=len(features), desc=progress, unit=unit, disable=True if progress is None else None,
-               leave=False, dynamic_ncols=True)
+    bar = progress_bar(len(features), progress, unit, show=progress is not None, leave=False)
     before = torch.get_num_threads()
     setting = {} if threads is None else {"initializer": torch.set_num_threads, "initargs": (threads,)}
     pool = ThreadPoolExecutor(workers, **setting) if workers > 1 else None

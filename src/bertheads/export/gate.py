@@ -159,12 +159,12 @@ def labelled(task, name: str, path: str, limit: int = GATE_EXAMPLES) -> list:
     return examples
 
 
-def timed(runner, name: str, examples: list) -> tuple[list, float]:
+def timed(runner, name: str, examples: list, progress: str | None = None) -> tuple[list, float]:
     """One head's outputs for `examples` and the seconds they took, end to end (encoding and
-    decoding included), after a short warm-up run."""
+    decoding included), after a short warm-up run; `progress` names a bar (where bars are drawn)."""
     head_outputs(runner, name, examples[:WARMUP])
     start = time.perf_counter()
-    outputs = head_outputs(runner, name, examples)
+    outputs = head_outputs(runner, name, examples, progress=progress)
     return outputs, time.perf_counter() - start
 
 
@@ -179,9 +179,9 @@ def compare(reference, candidate, data: dict[str, str], limit: int = GATE_EXAMPL
         task = reference.tasks[name]
         if name not in runs:
             examples = labelled(task, name, path, limit)
-            runs[name] = (examples, *timed(reference, name, examples))
+            runs[name] = (examples, *timed(reference, name, examples, f"gate {name}: fp32"))
         examples, ref, ref_seconds = runs[name]
-        got, seconds = timed(candidate, name, examples)
+        got, seconds = timed(candidate, name, examples, f"gate {name}: lower precision")
         metric = task.main_metric
         ref_value = float(task.metrics(ref, examples)[metric])
         got_value = float(task.metrics(got, examples)[metric])

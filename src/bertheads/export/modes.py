@@ -47,6 +47,11 @@ class RuntimeSettings:
     gate_data: str | None = setting(None, "labelled file a lower precision is checked on (default: the model's own "
                                           "dev file)", group="runtime")
     verify: bool = setting(True, "load encoder weights that differ from the saved hash", negate=True, group="runtime")
+    force: bool = setting(False, "run the --precision asked for even when its check against fp32 failed (with a "
+                                 "warning: its figures differ from fp32's by more than the tolerance)",
+                          group="runtime")
+    verbose: bool = setting(True, "from Python: what the model does (the mode chosen, the gate, progress) on stderr "
+                                  "at INFO when logging is not set up (False: warnings only)", cli=False)
     encoder: str | None = setting(None, "the checkpoint folder of a head-only model, when its encoder is outside the "
                                         "model folder (its weights must still hash to the recorded value)",
                                   group="runtime")

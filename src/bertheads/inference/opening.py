@@ -14,6 +14,7 @@ import torch
 
 from bertheads.base.errors import UserError
 from bertheads.base.machine import resolve_device
+from bertheads.base.schema import said
 from bertheads.export import gate
 from bertheads.export.modes import GRAPH_OF, TOLERANCE, Mode, candidates
 from bertheads.export.runtimes import has_graph, open_runner
@@ -23,8 +24,9 @@ log = logging.getLogger("bertheads")
 
 def open_model(directory: str | Path, device: str | torch.device | None = "auto", runtime: str = "auto",
                precision: str = "auto", verify: bool = True, gate_data: str | None = None,
-               say: Callable[[str], None] | None = None):
-    """(the runner, its `Mode`) of the model in `directory`."""
+               say: Callable[[str], None] | None = None, force: bool = False):
+    """(the runner, its `Mode`) of the model in `directory`. `force`: a precision named (not
+    auto) runs even when the gate refused it, with a warning."""
     directory = Path(directory)
     say = say or log.info
     where = resolve_device(device)
@@ -53,9 +55,14 @@ def open_model(directory: str | Path, device: str | torch.device | None = "auto"
             passed_over.append(f"{r} {p}: not checked against fp32: {exc}")
             continue
         if not record["passed"]:
+            if force and precision not in (None, "auto"):  # the user accepts the loss
+                log.warning(f"{said('force', True)}: running {r} {p}, which the gate refused: {record['why']}")
+                usable.append((Mode(r, p, where, f"{why}; forced past the gate: {record['why']}"),
+                               record.get("inputs_per_s")))
+                continue
             if asked:
                 raise UserError(f"--runtime {r} --precision {p}: refused by the gate: {record['why']}; see "
-                                f"{directory / gate.GATE} or the user's cache")
+                                f"{directory / gate.GATE} or the user's cache; {said('force', True)} runs it anyway")
             passed_over.append(f"{r} {p}: refused by the gate ({record['why']})")
             continue
         usable.append((Mode(r, p, where, f"{why}; passed the gate: {gate.summary(record)}"),

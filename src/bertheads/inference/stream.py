@@ -19,9 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from bertheads.base.errors import UserError, where
+from bertheads.base.progress import bars_shown, progress_bar
 from bertheads.base.schema import setting
 from bertheads.base.values import field_list, positive_int
 from bertheads.compute.batching import INFERENCE_BATCH
@@ -98,16 +97,15 @@ def chunks(items: Iterable, size: int) -> Iterator[list]:
 
 
 def read_chunks(task, path, settings: StreamSettings, report: StreamReport, need_labels: bool, fmt: str | None,
-                loud: bool = True, **options) -> Iterator[list]:
+                loud: bool = True, desc: str = "predict", **options) -> Iterator[list]:
     """The input's examples, a chunk at a time, with a progress bar counting input lines."""
     bad = BadLines(report, loud) if settings.skip_bad_lines else None
     examples = task.iter_read(path, need_labels=need_labels, fmt=fmt, keep=tuple(settings.keep_fields), bad=bad,
                               **options)
     show = settings.progress and loud
     by_line = task.counts_lines  # else records (e.g. questions, many to a line) are counted
-    bar = tqdm(total=count_lines(path) if show and by_line else None, unit="line", desc="predict",
-               disable=None if show else True,  # None: shown on a terminal only
-               leave=False, dynamic_ncols=True)
+    bar = progress_bar(count_lines(path) if show and bars_shown() and by_line else None, desc, "line", show=show,
+                       leave=False)
     try:
         for chunk in chunks(examples, settings.chunk_size):
             report.chunks += 1
@@ -390,7 +388,7 @@ def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | 
     path = as_source(path)
     parts = []
     total = count = 0.0
-    for chunk in read_chunks(task, path, settings, report, True, None):
+    for chunk in read_chunks(task, path, settings, report, True, None, desc="evaluate"):
         features, owner = task.encode_for_inference(chunk, net.encoder.tokenizer, with_labels=True)
         losses: dict[str, list[float]] = {}
         outputs = run_heads(net, features, [name], settings.batch_size, losses=losses)[name]

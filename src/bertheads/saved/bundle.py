@@ -10,6 +10,7 @@ DIR/metrics.json             {"dev": {...}} for one head, {"dev": {NAME: {...}}}
 DIR/config.yaml              how a trained model was made: its full settings (a config file that
                              `bertheads train --config` runs again) and the versions used; the
                              manifest holds the same as `settings` and `made_with`
+DIR/MLmodel                  MLflow's python_function flavour (`saved/mlmodel.py`): the directory is an MLflow model
 DIR/README.md                the model card (`saved/card.py`): front matter for the Hugging Face
                              Hub, then the heads, labels, data, settings, dev metrics and usage
 DIR/checkpoint/, log.jsonl   while (or after) training: the resumable state and the log
@@ -46,6 +47,7 @@ from bertheads.saved.manifest import (  # noqa: F401  (MANIFEST, FORMAT_VERSION,
     read_head_weights,
     read_manifest,
 )
+from bertheads.saved.mlmodel import MLMODEL, mlmodel_text
 from bertheads.store.atomic import atomic_directory
 from bertheads.store.encoder_refs import load_reference, reference_location
 from bertheads.tasks import TASKS
@@ -95,6 +97,7 @@ def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: 
             (tmp / CONFIG).write_text(config_text(manifest["settings"], manifest.get("made_with")))
         if metrics is not None:
             (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        (tmp / MLMODEL).write_text(mlmodel_text())
         card.write_card(tmp, lambda: card.build_card(model, manifest, metrics, out.name,
                                                      card.saved_usage(out.name, model.tasks)), out)
     return out

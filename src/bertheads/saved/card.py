@@ -109,6 +109,12 @@ def checkpoint_metadata(manifest: dict) -> dict:
     return {}
 
 
+def declared_license(manifest: dict) -> str:
+    """The license the run declared (`TrainSettings.license`), else "other": a model is bound
+    by its training data's terms as well as its checkpoint's, which bertheads cannot know."""
+    return str((manifest.get("settings") or {}).get("license") or "other")
+
+
 def head_data(manifest: dict, names: list[str]) -> dict[str, dict]:
     """Each head's training settings as recorded: {head: {"train", "dev", ...}} (one task at the
     top level of `settings`, several under `tasks`; a combined model's come from its sources)."""
@@ -165,7 +171,7 @@ def build_card(net, manifest: dict, metrics: dict | None, title: str, usage: Usa
         pipeline_tag=pipeline_tags[0] if pipeline_tags and len(set(pipeline_tags)) == 1 else None,
         tags=[LIBRARY, family, *pipeline_tags, *usage.tags, *(["multi-head"] if len(names) > 1 else []),
               "frozen-encoder" if modes == {"features"} else "fine-tuned"],
-        language=checkpoint.get("language"), license=checkpoint.get("license"),
+        language=checkpoint.get("language"), license=declared_license(manifest),
         datasets=list(dict.fromkeys(train_files)) or None, metrics=metric_names or None,
         model_name=title if results else None, eval_results=results or None)
 
@@ -183,7 +189,7 @@ def build_card(net, manifest: dict, metrics: dict | None, title: str, usage: Usa
     for what, language, code in usage.snippets:
         body += [what, "", f"```{language}", code.rstrip("\n"), "```", ""]
     body += [f"- {note}" for note in usage.notes] + ([""] if usage.notes else [])
-    body += limits_section(tasks, texts, data, names)
+    body += limits_section(tasks, texts, data, names, manifest)
     made = versions(manifest)
     body += ["## Versions", "", ", ".join(f"{k} {v}" for k, v in made.items()) + ".", ""]
     card = ModelCard(f"---\n{front.to_yaml(original_order=list(FRONT_ORDER))}\n---\n\n" + "\n".join(body))
@@ -289,7 +295,15 @@ def evaluation_section(metrics: dict | None, dev: dict, data: dict, names: list[
     return lines + [""]
 
 
-def limits_section(tasks: dict, texts: dict, data: dict, names: list[str]) -> list[str]:
+def license_note(manifest: dict) -> str:
+    """What the card says of its license beside the front matter's."""
+    declared = (manifest.get("settings") or {}).get("license")
+    base = checkpoint_metadata(manifest).get("license")
+    note = f"; declared license: {declared}" if declared else "; no license declared (give one with `license`)"
+    return note + (f"; the base checkpoint's: {base}" if base else "")
+
+
+def limits_section(tasks: dict, texts: dict, data: dict, names: list[str], manifest: dict) -> list[str]:
     files = sorted({file_name(d["train"]) for d in data.values() if d.get("train")})
     lines = ["## Intended use and limits", "",
              f"- Made for inputs like its training data{' (' + ', '.join(files) + ')' if files else ''}; measure "
@@ -297,7 +311,7 @@ def limits_section(tasks: dict, texts: dict, data: dict, names: list[str]) -> li
              f"- The dev metrics say how it does on data like the dev file{'s' if len(names) > 1 else ''}, "
              f"not elsewhere.",
              "- It inherits the biases, the language coverage and the license terms of its base checkpoint and of "
-             "its training data."]
+             "its training data" + license_note(manifest) + "."]
     for name in names:
         prefix = f"`{name}`: " if len(names) > 1 else ""
         lines += [f"- {prefix}{limit}" for limit in texts[name].limits]

@@ -30,6 +30,7 @@ import numpy as np
 import uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel
 
@@ -37,6 +38,7 @@ from bertheads.api import load
 from bertheads.base.errors import UserError
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.inference.analyze import analyze_inputs, extras_of
+from bertheads.serve.access import AccessLog, open_access_log
 from bertheads.serve.bodies import add_body_handlers, blank
 from bertheads.serve.connections import Connections, server_config
 from bertheads.serve.faults import PUBLIC_DETAIL, add_fault_handlers, model_problem
@@ -89,6 +91,9 @@ class Problem(BaseModel):
     detail: str
 
 
+STATIC = "/static"  # the docs pages' files (open without a token: they hold no data)
+ASSETS = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
+          "redoc.standalone.js": "text/javascript"}  # each kept as NAME.gz in serve/static/
 ERRORS = {code: {"model": Problem} for code in (400, 401, 404, 408, 413, 422, 503, 504)}
 
 
@@ -159,7 +164,7 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
         yield
         await batcher.stop()
 
-    app = FastAPI(title="bertheads", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="bertheads", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="One BERT encoder, many task heads. `POST /analyze` runs every single-text head "
                               "in one encoder pass; `POST /predict/{head}` runs one head.")
     app.state.model, app.state.batcher, app.state.settings = model, batcher, settings
@@ -172,6 +177,7 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
     add_body_handlers(app)
     heads = describe_heads(model)
     add_info_routes(app, heads, settings, batcher, metrics, control)
+    add_docs_routes(app)
     add_model_routes(app, model, heads, settings, batcher, metrics)
     return app
 
@@ -187,6 +193,9 @@ def add_middleware(app: FastAPI, settings: ServeSettings, bind_host: str | None,
     app.add_middleware(Guard, hosts=allowed_hosts(settings.allowed_hosts, bind_host), token=settings.token,
                        body_limit=settings.body_limit(), body_timeout=settings.timeout, control=control,
                        metrics=metrics)
+    access = open_access_log(settings.access_log)
+    if access is not None:  # added last: the outermost layer, so the guard's refusals are logged too
+        app.add_middleware(AccessLog, logger=access)
 
 
 def add_error_handlers(app: FastAPI, metrics: Metrics) -> None:
@@ -213,7 +222,7 @@ def add_error_handlers(app: FastAPI, metrics: Metrics) -> None:
 
 def add_info_routes(app: FastAPI, heads: list[dict], settings: ServeSettings, batcher: Batcher, metrics: Metrics,
                     control: Control) -> None:
-    """`/` (the page), `/health`, `/metrics` and `/heads`."""
+    """`/` (the page), `/health` (liveness), `/ready` (readiness), `/metrics` and `/heads`."""
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
@@ -228,6 +237,16 @@ def add_info_routes(app: FastAPI, heads: list[dict], settings: ServeSettings, ba
                     "dropped": batcher.dropped, "expired": batcher.expired}
         return JSONResponse({**counters, "detail": PUBLIC_DETAIL}, status_code=503) if failing else counters
 
+    @app.get("/ready", summary="readiness: 200 while new requests are taken; 503 while starting, draining, failing "
+                               "or with a full queue (`/health` is liveness)")
+    async def ready() -> Any:
+        reason = ("draining" if control.draining else "failing" if control.problem() is not None
+                  else "starting" if not batcher.running else "queue full" if batcher.queued >= batcher.max_queue
+                  else None)
+        if reason is None:
+            return {"ready": True}
+        return JSONResponse({"ready": False, "detail": reason}, status_code=503, headers={"Retry-After": "1"})
+
     @app.get("/metrics", include_in_schema=False)
     async def prometheus() -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -239,6 +258,31 @@ def add_info_routes(app: FastAPI, heads: list[dict], settings: ServeSettings, ba
         return {"heads": heads, "limits": {"max_texts": settings.max_texts,
                                            "max_text_chars": settings.max_text_chars,
                                            "timeout_s": settings.timeout}}
+
+
+def add_docs_routes(app: FastAPI) -> None:
+    """`/docs` (Swagger UI) and `/redoc` (ReDoc) from their files shipped with the package,
+    gzip-compressed (`serve/static/`), never a CDN: they work offline."""
+
+    @app.get(STATIC + "/{name}", include_in_schema=False)
+    async def asset(name: str) -> Response:
+        if name not in ASSETS:
+            raise HTTPException(404, f"no file {name!r} here")
+        data = resources.files("bertheads.serve").joinpath("static", name + ".gz").read_bytes()
+        return Response(data, media_type=ASSETS[name], headers={"Content-Encoding": "gzip",
+                                                                 "Cache-Control": "public, max-age=86400"})
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title="bertheads: API",
+                                   swagger_js_url=f"{STATIC}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{STATIC}/swagger-ui.css", swagger_favicon_url="data:,")
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(openapi_url=app.openapi_url, title="bertheads: API",
+                              redoc_js_url=f"{STATIC}/redoc.standalone.js", redoc_favicon_url="data:,",
+                              with_google_fonts=False)
 
 
 async def queued(request: Request, batcher: Batcher, settings: ServeSettings, metrics: Metrics, key: tuple,
@@ -311,14 +355,15 @@ def add_model_routes(app: FastAPI, model, heads: list[dict], settings: ServeSett
 # -- running ------------------------------------------------------------------------------
 def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None,
           verify: bool = True, runtime: str = "auto", precision: str = "auto", options: dict | None = None,
-          device: str = "auto", gate_data: str | None = None, encoder: str | None = None) -> None:
+          device: str = "auto", gate_data: str | None = None, encoder: str | None = None, force: bool = False,
+          verbose: bool = True) -> None:
     """Load the model in `directory` and serve it until interrupted; SIGTERM (or Ctrl-C) stops
     taking new work, lets the requests in flight finish (up to `--timeout`), then exits.
     `options`: inference options for the heads whose kinds take them (`Model.set_options`)."""
     settings = settings or ServeSettings()
     settings.check(host)
     model = load(directory, device=device, verify=verify, runtime=runtime, precision=precision, gate_data=gate_data,
-                 encoder=encoder)
+                 encoder=encoder, force=force, verbose=verbose)
     model.set_options(**(options or {}))
     check_port(host, port)
     app = create_app(model, settings, bind_host=host)
@@ -332,7 +377,7 @@ def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: S
     config = server_config(app, host, port, log_level="warning", timeout_graceful_shutdown=int(settings.timeout) + 5)
     auth = "bearer token required" if settings.token else "no token"
     print(f"serving {directory} (heads: {', '.join(model.heads)}) on http://{host}:{port}  "
-          f"(page at /, API docs at /docs, metrics at /metrics; {auth})", flush=True)
+          f"(page at /, API docs at /docs and /redoc, probes at /health and /ready, metrics at /metrics; {auth})", flush=True)
     DrainingServer(config).run()
     print("bertheads serve: stopped", flush=True)
 

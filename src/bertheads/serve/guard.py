@@ -19,7 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from bertheads.serve.bodies import content_type_problem
 from bertheads.serve.settings import LOOPBACK_NAMES, is_loopback  # noqa: F401 (is_loopback: re-exported)
 
-OPEN_PATHS = ("/", "/health")  # answered without a token (the page asks for one; liveness probes)
+OPEN_PATHS = ("/", "/health", "/ready")  # answered without a token (the page asks for one; probes)
+OPEN_PREFIXES = ("/static/",)  # the docs pages' script and style files
 BODY_METHODS = ("POST", "PUT", "PATCH")
 DRAIN_BYTES = 64 * 2**20  # an oversized body is read on (and discarded) up to this, so the client sees the 413
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -63,7 +64,10 @@ def path_label(path: str) -> str:
     """A bounded label for metrics: the route, not the raw path."""
     if path.startswith("/predict/"):
         return "/predict/{head}"
-    return path if path in ("/", "/analyze", "/heads", "/health", "/metrics", "/docs", "/openapi.json") else "other"
+    if path.startswith(OPEN_PREFIXES):
+        return "/static"
+    return path if path in ("/", "/analyze", "/heads", "/health", "/ready", "/metrics", "/docs", "/redoc",
+                            "/openapi.json") else "other"
 
 
 class Metrics:
@@ -145,7 +149,9 @@ class Guard:
         if self.control.draining:
             await answer(send, 503, "the server is shutting down", {"retry-after": "5", "connection": "close"})
             return
-        if self.token and scope.get("method") != "OPTIONS" and scope.get("path") not in OPEN_PATHS:
+        path = scope.get("path", "")
+        if self.token and scope.get("method") != "OPTIONS" and path not in OPEN_PATHS \
+                and not path.startswith(OPEN_PREFIXES):
             given = headers.get("authorization", "")
             scheme, _, value = given.partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), self.token.encode()):

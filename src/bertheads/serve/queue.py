@@ -118,6 +118,11 @@ class Batcher:
         return (ahead + self.running_tokens) / self.rate
 
     # -- lifecycle ----------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """Whether the worker that runs the batches is running (between `start` and `stop`)."""
+        return self._task is not None and not self._task.done()
+
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         if self._task is None or self._task.done() or self._loop is not loop:

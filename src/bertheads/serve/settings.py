@@ -60,6 +60,9 @@ class ServeSettings:
                                        metavar="NAME")
     token: str | None = setting(None, "require 'Authorization: Bearer TOKEN' (default: $BERTHEADS_TOKEN)")
     insecure: bool = setting(False, "serve a non-loopback --host without a token")
+    access_log: str | None = setting(None, "write one line per request in the Combined Log Format (Apache's, "
+                                           "nginx's) to this file, or - for stdout (default: none)",
+                                     metavar="FILE")
     cors_origins: list[str] = setting(help="a browser origin allowed to call the API (repeatable; default: none)",
                                       factory=list, flag="--cors-origin", append=True, metavar="ORIGIN")
 

@@ -71,6 +71,11 @@ class InputForm:
         """An input from `analyze`'s shared text and this form's extra value."""
         return text
 
+    def is_one(self, value: Any) -> bool:
+        """Whether `Model.predict` was given one input of this form (answered with one
+        prediction), not a collection of inputs."""
+        return isinstance(value, str)
+
     def texts(self, value: Any) -> tuple[str, ...]:
         """The texts of one input, for counting its tokens (see `Task.encoder_cost`)."""
         return (value,)
@@ -137,8 +142,17 @@ class Pair(InputForm):
     def with_text(self, text: str, extra: Any) -> Any:
         return (text, extra)
 
+    def is_one(self, value: Any) -> bool:
+        """A text, or a (text, text) tuple (a list stays a list of inputs)."""
+        return isinstance(value, str) or is_text_tuple(value)
+
     def texts(self, value: Any) -> tuple[str, ...]:
         return tuple(value)
+
+
+def is_text_tuple(value: Any) -> bool:
+    """A tuple of two strings: one input of a two-text form."""
+    return isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, str) for v in value)
 
 
 TEXT, PAIR = Text(), Pair()

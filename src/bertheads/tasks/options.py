@@ -64,8 +64,9 @@ class Options:
                 raise UserError(self.unknown_option(name, own))
             f = own[name]
 
-            def fail(message: str, f=f, value=value) -> None:
-                raise UserError(f"{schema.flag_of(f)} {value}: {message}")
+            def fail(message: str, f=f, value=value) -> None:  # named as the caller wrote it
+                shown = f"{schema.flag_of(f)} {value}" if schema.FACE.get() == "cli" else schema.said(f.name, value)
+                raise UserError(f"{shown}: {message}")
             out[name] = schema.convert(f, value, fail)
         return out
 

@@ -235,6 +235,10 @@ class Publishing:
         if self.hf_auto_class is None:
             raise UserError(f"head {name!r}: {self.kind} heads have no transformers equivalent")
 
+    def output_labels(self) -> list:
+        """The labels the head's predictions name, in output order (`Model.labels`); none by default."""
+        return []
+
     def hf_labels(self) -> list[str]:
         """The output names the transformers config lists (`id2label`)."""
         raise UserError(f"{self.kind} heads have no transformers equivalent")  # pragma: no cover

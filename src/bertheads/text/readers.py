@@ -4,6 +4,7 @@ for error messages."""
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import sys
@@ -184,18 +185,21 @@ def check_header(columns: list[str], path) -> None:
         seen[key] = i
 
 
-def read_table(path, fmt: str, bad: BadLine | None = None) -> tuple[list[str], Iterator[tuple[int, dict]]]:
+def read_table(path, fmt: str, bad: BadLine | None = None,
+               names: Callable[[int], list[str]] | None = None) -> tuple[list[str], Iterator[tuple[int, dict]]]:
     """Header and `(line number, row dict)` for TSV/CSV files with a header row, read as the
-    rows are needed (a row with the wrong column count raises when it is reached)."""
+    rows are needed (a row with the wrong column count raises when it is reached). With
+    `names`, the file has no header row: its columns are `names(number of columns)`."""
     lines = open_lines(path, bad)
     if fmt == "tsv":
         reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
     else:
         reader = csv.reader(lines)
-    header = None
+    header, first = None, []
     for row in reader:
         if row and not (len(row) == 1 and not row[0].strip()):
-            header = [h.strip() for h in row]
+            header = [h.strip() for h in row] if names is None else names(len(row))
+            first = [] if names is None else [(reader.line_num, row)]
             break
     if header is None:
         raise UserError(f"{where(source_name(path))}: file is empty")
@@ -203,8 +207,7 @@ def read_table(path, fmt: str, bad: BadLine | None = None) -> tuple[list[str], I
     check_header(header, path)
 
     def rows() -> Iterator[tuple[int, dict]]:
-        for row in reader:
-            line = reader.line_num
+        for line, row in itertools.chain(first, ((reader.line_num, row) for row in reader)):
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
             if len(row) != len(header):

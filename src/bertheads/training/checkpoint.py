@@ -31,7 +31,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from bertheads.base.errors import UserError
-from bertheads.base.schema import tagged
+from bertheads.base.schema import said, tagged
 from bertheads.encoder.pretrained import weights_hash
 from bertheads.saved.bundle import MANIFEST, check_writable_out
 from bertheads.store import lock
@@ -174,7 +174,7 @@ def read(out: str | Path, rank: int) -> dict:
     if rank == 0:
         remove_stale(Path(out), DIRECTORY)
     if not (directory / "state.json").is_file():
-        raise UserError(f"--resume: {out} holds no checkpoint to resume (no {DIRECTORY}/state.json)")
+        raise UserError(f"{said('resume')}: {out} holds no checkpoint to resume (no {DIRECTORY}/state.json)")
     try:
         state = json.loads((directory / "state.json").read_text())
         if state.get("format") != FORMAT:
@@ -190,7 +190,7 @@ def read(out: str | Path, rank: int) -> dict:
         }
     except (OSError, ValueError, KeyError, TypeError, SafetensorError) as exc:
         raise UserError(f"{directory}: damaged checkpoint ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0] if str(exc) else ''}); start again with --overwrite") from None
+                        f"{str(exc).splitlines()[0] if str(exc) else ''}); start again with {said('overwrite')}") from None
 
 
 def restore(saved: dict, model, frozen: bool, optimizer, scheduler) -> None:
@@ -234,16 +234,16 @@ def claim_out(out: str | Path, resume: bool, overwrite: bool) -> Path:
         FRESH[out.absolute()] = fresh
     out = check_writable_out(out)
     if resume and overwrite:
-        raise UserError("--resume and --overwrite: choose one (continue the run in --out, or replace it)")
+        raise UserError(f"{said('resume')} and {said('overwrite')}: choose one (continue the run in {said('out')}, or replace it)")
     if resume:
         if not (out / DIRECTORY).exists() and not any(out.glob(f".{DIRECTORY}.*.old")):
             done = " (its run finished: the checkpoint is removed then)" if (out / MANIFEST).is_file() else ""
-            raise UserError(f"--resume: {out} holds no checkpoint to resume{done}")
+            raise UserError(f"{said('resume')}: {out} holds no checkpoint to resume{done}")
         return out
     if not overwrite and ((out / MANIFEST).is_file() or (out / DIRECTORY).exists()):
         what = "the checkpoint of an unfinished run" if (out / DIRECTORY).exists() else "a model from another run"
-        raise UserError(f"{out}: holds {what}; add --overwrite to replace it, --resume to "
-                        f"continue its run, or choose another --out")
+        raise UserError(f"{out}: holds {what}; add {said('overwrite')} to replace it, {said('resume')} to "
+                        f"continue its run, or choose another {said('out')}")
     return out
 
 

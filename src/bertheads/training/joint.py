@@ -20,7 +20,7 @@ except ImportError:  # Python 3.10
 import torch
 
 from bertheads.base.errors import UserError
-from bertheads.base.schema import new_names, tagged
+from bertheads.base.schema import new_names, said, tagged
 from bertheads.encoder.layers import parse_layers
 from bertheads.encoder.pretrained import Encoder
 from bertheads.model import BertHeads
@@ -57,7 +57,7 @@ def make_spec(cls, options: dict, encoder: Encoder):
     if isinstance(spec.layers, str) or spec.layers is None:
         spec.layers = list(parse_layers(spec.layers, encoder.info.num_layers))
     if spec.mode not in ("finetune", "features"):
-        raise UserError(f"--mode: expected finetune or features, got {spec.mode!r}")
+        raise UserError(f"{said('mode')}: expected finetune or features, got {spec.mode!r}")
     fit_max_length(spec, encoder, given=options.get("max_length") != kind_defaults(cls.kind).get("max_length"))
     return spec
 
@@ -71,7 +71,7 @@ def fit_max_length(spec, encoder: Encoder, given: bool = True) -> None:
         return
     kind = getattr(encoder.config, "model_type", None) or "this"
     if given:
-        raise UserError(f"--max-length {spec.max_length}: the {kind} encoder reads at most {limit} tokens")
+        raise UserError(f"{said('max_length', spec.max_length)}: the {kind} encoder reads at most {limit} tokens")
     log.warning(f"--max-length: the {kind} encoder reads at most {limit} tokens; using {limit} "
                 f"(not the default {spec.max_length})")
     spec.max_length = limit
@@ -96,14 +96,14 @@ def prepare_task(kind: str, train_path: str, dev_path: str | None, encoder: Enco
 def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "default",
                 settings: TrainSettings | None = None, limit: int | None = None,
                 cli_options: dict | None = None, extra_manifest: dict | None = None,
-                on_epoch=None) -> tuple[BertHeads, dict]:
+                on_epoch=None, on_step=None, on_evaluate=None) -> tuple[BertHeads, dict]:
     """Train every task of `config` on one shared encoder (batches sampled across tasks by
     `config.sampling`); evaluate each head after every epoch; save the kept epoch to `out`.
-    `on_epoch` is passed to `training.loop.fit`. Returns the trained network and what metrics.json holds."""
+    `on_epoch`, `on_step` and `on_evaluate` are passed to `training.loop.fit`. Returns the trained network and what metrics.json holds."""
     settings = settings or TrainSettings()
     settings.sampling, settings.temperature = config.sampling, config.temperature
     if check_trackers(settings) and out is None:  # (an unknown tracker is refused before any data is read)
-        raise UserError("--track: a tracked run needs an output directory (--out; out= in Python)")
+        raise UserError(f"{said('track')}: a tracked run needs an output directory ({said('out')})")
     if out is not None:
         checkpoint.claim_out(out, settings.resume, settings.overwrite)
     try:
@@ -129,7 +129,7 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
                 attach_cache(net, [d], options[t.name], model, t.train, progress=settings.progress)
         extra = {"source_model": model, **(extra_manifest or {}), "made_with": made_with(),
                  "settings": made_from(config, model, resolved_settings(settings, modes == {"features"}), limit, options)}
-        result = fit(net, data, settings, out, evaluate_task, extra, on_epoch)
+        result = fit(net, data, settings, out, evaluate_task, extra, on_epoch, on_step, on_evaluate)
         return net, result
     finally:  # a run that failed before its loop gives the folder back too
         if out is not None:

@@ -15,12 +15,12 @@ import math
 import os
 import random
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,8 @@ from tqdm.auto import tqdm
 
 from bertheads.base.errors import SystemFault, UserError
 from bertheads.base.machine import DTYPES, resolve_device, training_precision
+from bertheads.base.progress import bars_shown, eta, progress_bar
+from bertheads.base.schema import said
 from bertheads.compute.batching import INFERENCE_BATCH, length_grouped_batches, shard
 from bertheads.encoder.layers import cached_positions
 from bertheads.model import BertHeads, evaluate_head
@@ -236,13 +238,16 @@ def train_step(run: Run, data: list[TaskData], settings: TrainSettings, t: int, 
     return total
 
 
-LOG_LINE_SECONDS = 60.0  # when stderr is not a terminal: a progress line this often, and one at the end
+LOG_LINE_SECONDS = 60.0  # where no bar is drawn: a progress line this often, and one at the end
+LOG_FIRST_SECONDS = 10.0  # ... the first one this soon
 
 
-def progress_line(name: str, batch: int, batches: int, loss: float, seen: int, seconds: float) -> str:
-    """The progress bar's figures as one line, for a log file: `epoch 2/3: batch 40/120, loss=..., ...`."""
+def progress_line(name: str, batch: int, batches: int, loss: float, seen: int, seconds: float,
+                  start: int = 0) -> str:
+    """The progress bar's figures as one line, for a log file:
+    `epoch 2/3: batch 40/120, loss=..., ex_s=..., 31.0 s, ETA 1 min 2 s`."""
     return (f"{name}: batch {batch}/{batches}, loss={loss:.4f}, ex_s={seen / max(seconds, 1e-9):.1f}, "
-            f"{seconds:.1f} s")
+            f"{seconds:.1f} s, {eta(batch - start, batches - start, seconds)}")
 
 
 def train_epoch(run: Run, model: BertHeads, data: list[TaskData], settings: TrainSettings, epoch: int,
@@ -255,11 +260,11 @@ def train_epoch(run: Run, model: BertHeads, data: list[TaskData], settings: Trai
         model.encoder.eval()
     plan = plan_epoch(data, settings, epoch - 1, run.rank, run.world)
     shown = settings.progress and run.accelerator.is_main_process
-    terminal = shown and sys.stderr.isatty()  # a bar on a terminal; in a log file, lines (`progress_line`)
+    terminal = shown and bars_shown()  # a bar on a terminal or in a notebook; in a log file, lines
     name = f"epoch {epoch}/{settings.epochs}"
-    bar = tqdm(total=len(plan), initial=start, desc=name, unit="batch", disable=not terminal, dynamic_ncols=True)
+    bar = progress_bar(len(plan), name, "batch", show=terminal, initial=start)
     seen, started, running = 0, time.perf_counter(), None
-    last_line = started
+    last_line = started - (LOG_LINE_SECONDS - LOG_FIRST_SECONDS)
     for number in range(start, len(plan)):
         t, idx = plan[number]
         value = train_step(run, data, settings, t, idx)
@@ -268,25 +273,27 @@ def train_epoch(run: Run, model: BertHeads, data: list[TaskData], settings: Trai
         bar.set_postfix(loss=f"{running:.4f}", ex_s=f"{seen / (time.perf_counter() - started):.1f}", refresh=False)
         bar.update(1)
         if shown and not terminal and time.perf_counter() - last_line >= LOG_LINE_SECONDS:
-            log.info(progress_line(name, number + 1, len(plan), running, seen, time.perf_counter() - started))
+            log.info(progress_line(name, number + 1, len(plan), running, seen, time.perf_counter() - started,
+                                   start))
             last_line = time.perf_counter()
         if after_step is not None and after_step(number + 1, value, len(idx)):
             break
     bar.close()
     seconds = time.perf_counter() - started
     if shown and not terminal and running is not None:
-        log.info(progress_line(name, number + 1, len(plan), running, seen, seconds))
+        log.info(progress_line(name, number + 1, len(plan), running, seen, seconds, start))
     return {"train_examples_per_second": round(seen * run.world / max(seconds, 1e-9), 2), "train_loss": running,
             "lr": settings.lr}
 
 
-def evaluate_task(model: BertHeads, data: TaskData, batch_size: int = INFERENCE_BATCH) -> dict:
+def evaluate_task(model: BertHeads, data: TaskData, batch_size: int = INFERENCE_BATCH, progress: bool = False) -> dict:
     """A task's dev metrics after an epoch, with its mean dev `loss` (from the dev set's cached
-    states when the encoder is frozen)."""
+    states when the encoder is frozen); `progress`: a bar where bars are drawn."""
     if data.dev_cached is not None:
         return evaluate_cached(data.task, model.heads[data.name], data.dev_cached, data.dev_examples, data.dev_path,
                                batch_size)
-    return evaluate_head(model, data.name, data.dev_examples, data.dev_path, batch_size, during_training=True)
+    return evaluate_head(model, data.name, data.dev_examples, data.dev_path, batch_size,
+                         progress=f"dev {data.name}" if progress else None, during_training=True)
 
 
 def selection_metric(data: list[TaskData], settings: TrainSettings, metrics: dict) -> dict[str, str]:
@@ -300,7 +307,7 @@ def selection_metric(data: list[TaskData], settings: TrainSettings, metrics: dic
         if isinstance(value, bool) or not isinstance(value, (int, float)) or name == "examples":
             known = sorted(k for k, v in metrics[d.name].items() if isinstance(v, (int, float))
                        and not isinstance(v, bool) and k != "examples")
-            raise UserError(f"--select-metric {name}: head {d.name!r} has no such dev metric (has: {', '.join(known)})")
+            raise UserError(f"{said('select_metric', name)}: head {d.name!r} has no such dev metric (has: {', '.join(known)})")
         chosen[d.name] = name
     return chosen
 
@@ -366,7 +373,8 @@ def evaluate_and_save(model: BertHeads, data: list[TaskData], settings: TrainSet
 
 
 def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: str | Path | None,
-        evaluate=evaluate_task, extra_manifest: dict | None = None, on_epoch=None) -> dict:
+        evaluate=evaluate_task, extra_manifest: dict | None = None, on_epoch=None, on_step=None,
+        on_evaluate=None) -> dict:
     """Train `model` on `data`; evaluate each task after every epoch (and every
     `settings.eval_every` steps) and keep the best (or, with `settings.keep == "last"`, the
     last) to save at `out`. With `out`, the run writes checkpoints and its log there, and
@@ -375,15 +383,18 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
     `evaluate(model, task_data)` returns the dev metrics dict of one task, with its "loss".
     `on_epoch(epoch, record, kept)`, if given, is called on the main process after each epoch's
     evaluation (`record`: that epoch's history entry; `kept`: the `Choice` so far); an exception
-    it raises ends the run (a hyperparameter search prunes a trial this way).
+    it raises ends the run (a hyperparameter search prunes a trial this way). The Python API's
+    callbacks, on the main process: `on_step(step, loss)` after each optimizer step,
+    `on_evaluate(epoch, dev)` after each evaluation (`dev`: {head: metrics}; `epoch` a fraction
+    within an epoch with `eval_every`).
     Returns `{"dev": metrics, "best_epoch": n, "kept": {"epoch", "by"}, "history": [...]}`.
     """
     if settings.keep not in KEEP_CHOICES:
-        raise UserError(f"--keep: expected one of {', '.join(KEEP_CHOICES)}, got {settings.keep!r}")
+        raise UserError(f"{said('keep')}: expected one of {', '.join(KEEP_CHOICES)}, got {settings.keep!r}")
     if settings.patience and not any(d.dev_examples is not None for d in data):
-        raise UserError("--patience: needs a dev set (--dev) to tell whether evaluations improve")
+        raise UserError(f"{said('patience')}: needs a dev set ({said('dev')}) to tell whether evaluations improve")
     if settings.resume and out is None:
-        raise UserError("--resume: needs the --out directory that holds the checkpoint")
+        raise UserError(f"{said('resume')}: needs the {said('out')} directory that holds the checkpoint")
     settings = resolved_settings(settings, frozen=all(d.cached is not None for d in data))
     run = set_up(model, data, settings)
     threads = torch.get_num_threads()
@@ -394,7 +405,7 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
     if small:
         torch.set_num_threads(1)
     try:
-        return Loop(run, model, data, settings, out, evaluate, extra_manifest, on_epoch).go()
+        return Loop(run, model, data, settings, out, evaluate, extra_manifest, on_epoch, on_step, on_evaluate).go()
     except SystemFault:  # a full disk: a folder this run created goes, an earlier model stays
         if out is not None:
             checkpoint.abandon_fresh(out)
@@ -410,9 +421,12 @@ class Loop:
     the kept evaluation, evaluations without improvement, checkpoints, the log, Ctrl-C."""
 
     def __init__(self, run: Run, model: BertHeads, data: list[TaskData], settings: TrainSettings,
-                 out: str | Path | None, evaluate, extra_manifest: dict | None, on_epoch=None) -> None:
+                 out: str | Path | None, evaluate, extra_manifest: dict | None, on_epoch=None, on_step=None,
+                 on_evaluate=None) -> None:
         self.run, self.model, self.data, self.settings = run, model, data, settings
-        self.on_epoch = on_epoch
+        self.on_epoch, self.on_step, self.on_evaluate = on_epoch, on_step, on_evaluate
+        if evaluate is evaluate_task:  # the dev evaluation shows a bar as training does
+            evaluate = partial(evaluate_task, progress=settings.progress)
         self.out = Path(out) if out is not None else None
         self.evaluate, self.extra_manifest = evaluate, extra_manifest
         self.main = run.accelerator.is_main_process
@@ -479,6 +493,8 @@ class Loop:
             self.log.train(self.step, self.step / self.steps_per_epoch, loss, self.run.scheduler.get_last_lr()[0],
                            examples * self.run.world, s.log_every)
         crash_point("train:step")
+        if self.on_step is not None and self.main:
+            self.on_step(self.step, loss)
         if s.eval_every and self.step % s.eval_every == 0 and number < self.steps_per_epoch:
             self.evaluation(round(self.epoch - 1 + number / self.steps_per_epoch, 4), {})
         if s.save_every and self.step % s.save_every == 0:
@@ -500,6 +516,8 @@ class Loop:
             if self.run.frozen:
                 self.model.encoder.eval()
             dev = self.history[-1]["dev"]
+            if self.on_evaluate is not None:
+                self.on_evaluate(epoch, dev)
             if self.log is not None:
                 self.log.evaluation(self.step, epoch, dev, self.kept is not before)
             if dev and self.settings.patience:
@@ -558,7 +576,7 @@ class Loop:
         saved = checkpoint.read(self.out, self.run.rank)
         why = checkpoint.mismatch(saved["state"].get("identity", {}), self.identity)
         if why:
-            raise UserError(f"--resume: {self.out / checkpoint.DIRECTORY} does not belong to this run: {why}")
+            raise UserError(f"{said('resume')}: {self.out / checkpoint.DIRECTORY} does not belong to this run: {why}")
         checkpoint.restore(saved, self.model, self.run.frozen, self.run.optimizer, self.run.scheduler)
         p = saved["state"]["progress"]
         self.epoch, self.batch, self.step = int(p["epoch"]), int(p["batch"]), int(p["step"])

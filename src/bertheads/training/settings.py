@@ -108,6 +108,13 @@ class TrainSettings:
                                     group="checkpoints and logs", tags=("not-compared", "where"))
     tensorboard: bool = setting(False, "the same as --track tensorboard", group="checkpoints and logs",
                                 tags=("not-compared",))
+    verbose: bool = setting(True, "from Python: bertheads' progress lines on stderr at INFO when logging is not set "
+                                  "up (False: warnings only); the command line's -v and -q do this there", cli=False,
+                            tags=("not-compared", "not-recorded"))
+    license: str | None = setting(None, "the license the model card declares (a Hugging Face license id: "
+                                        "apache-2.0, mit, cc-by-4.0, ...); default: none declared ('other'), as the "
+                                        "training data's terms are unknown", group="checkpoints and logs",
+                                  tags=("not-compared",))
 
 
 def layer_text(value):

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from bertheads.base.errors import UserError, header, where
+from bertheads.base.schema import said
 from bertheads.tasks.classify.spec import PROBLEMS, ClassifySpec
 from bertheads.text.readers import (
     BadLine,
@@ -59,7 +60,7 @@ def iter_file(path, spec: ClassifySpec, fmt: str | None = None, need_labels: boo
         if need_labels:
             raise UserError(f"{where(name)}: plain text has no labels; use TSV, CSV or JSONL with a label column")
         if keep:
-            raise UserError("--keep-fields: plain lines have no fields; use TSV, CSV or JSONL input")
+            raise UserError(f"{said('keep_fields')}: plain lines have no fields; use TSV, CSV or JSONL input")
         for line_no, line in read_lines(path):
             text, _, pair = line.partition("\t")
             if not text.strip():
@@ -68,10 +69,11 @@ def iter_file(path, spec: ClassifySpec, fmt: str | None = None, need_labels: boo
             yield ClassifyExample(text, pair if "\t" in line else None, None, line_no)
         return
     if kind in ("tsv", "csv", "rows"):
-        columns, rows = (path.columns, path.rows()) if kind == "rows" else read_table(path, kind, bad)
+        columns, rows = ((path.columns, path.rows()) if kind == "rows"
+                         else read_table(path, kind, bad, None if spec.header else headless_columns))
         for field_name in keep:
             if field_name not in columns:
-                raise UserError(f"{header(name)}: --keep-fields: no column {field_name!r} "
+                raise UserError(f"{header(name)}: {said('keep_fields')}: no column {field_name!r} "
                                 f"(columns: {', '.join(columns)})")
     else:
         rows = read_jsonl(path, bad)
@@ -81,7 +83,14 @@ def iter_file(path, spec: ClassifySpec, fmt: str | None = None, need_labels: boo
             raise UserError(f"{where(name)}: no examples") from None
         columns = list(first[1])
         rows = itertools.chain([first], rows)
-    text_col, pair_col, label_col = detect_columns(columns, spec, name, need_labels)
+    try:
+        text_col, pair_col, label_col = detect_columns(columns, spec, name, need_labels)
+    except UserError as exc:
+        if kind not in ("tsv", "csv") or not spec.header:
+            raise
+        raise UserError(f"{exc}; if the first line is data, not column names, add a header row "
+                        f"(e.g. sentence{'<TAB>' if kind == 'tsv' else ','}label) or give "
+                        f"{said('header', False)}") from None
     for line_no, row in rows:
         try:
             example = row_example(row, line_no, name, text_col, pair_col, label_col, need_labels)
@@ -90,6 +99,12 @@ def iter_file(path, spec: ClassifySpec, fmt: str | None = None, need_labels: boo
             continue
         example.extra = carried_fields(row, keep)
         yield example
+
+
+def headless_columns(count: int) -> list[str]:
+    """The columns of a table without a header row, by their number: text[, text_b], label."""
+    return {1: ["text"], 2: ["text", "label"], 3: ["text", "text_b", "label"]}.get(
+        count, ["text", "text_b", "label", *(f"column{i}" for i in range(4, count + 1))])
 
 
 def report(error: UserError, bad: BadLine | None) -> None:
@@ -131,7 +146,7 @@ def detect_columns(columns: list[str], spec: ClassifySpec, path, need_labels: bo
         text_col = columns[lower.index("question")]
     if text_col is None:
         raise UserError(f"{header(path)}: no text column found (columns: {', '.join(columns)}); "
-                        f"name one with --text-column")
+                        f"name one with {said('text_column')}")
     if spec.pair_column:
         pair_col = find_column(columns, [], spec.pair_column, path, "second text")
     elif text_col.lower() == "question" and "sentence" in lower:
@@ -140,14 +155,14 @@ def detect_columns(columns: list[str], spec: ClassifySpec, path, need_labels: bo
         pair_col = find_column(columns, PAIR_COLUMNS, None, path, "second text")
     if spec.pair and pair_col is None:
         raise UserError(f"{header(path)}: the model reads text pairs but no second text column was found "
-                        f"(columns: {', '.join(columns)}); name one with --pair-column")
+                        f"(columns: {', '.join(columns)}); name one with {said('pair_column')}")
     if not need_labels and spec.label_column and spec.label_column not in columns:
         label_col = None  # labels are optional for predict
     else:
         label_col = find_column(columns, LABEL_COLUMNS, spec.label_column, path, "label")
     if need_labels and label_col is None:
         raise UserError(f"{header(path)}: no label column found (columns: {', '.join(columns)}); "
-                        f"name one with --label-column")
+                        f"name one with {said('label_column')}")
     spec.text_column, spec.pair_column = text_col, pair_col
     if label_col:
         spec.label_column = label_col
@@ -157,14 +172,14 @@ def detect_columns(columns: list[str], spec: ClassifySpec, path, need_labels: bo
 def check_label_names(spec: ClassifySpec, path) -> None:
     """`--label-names` fits the training labels: single-label, one name per label."""
     if spec.problem != "single_label":
-        raise UserError(f"--label-names: only for single-label classification (this is {spec.problem})")
+        raise UserError(f"{said('label_names')}: only for single-label classification (this is {spec.problem})")
     if len(spec.label_names) != len(spec.labels):
-        raise UserError(f"--label-names: {len(spec.label_names)} names for the {len(spec.labels)} labels of "
+        raise UserError(f"{said('label_names')}: {len(spec.label_names)} names for the {len(spec.labels)} labels of "
                         f"{path} ({', '.join(map(str, spec.labels))}, in this order)")
     clash = [n for n in spec.label_names if normalise_label(n) in spec.labels
              and spec.labels.index(normalise_label(n)) != spec.label_names.index(n)]
     if clash:
-        raise UserError(f"--label-names: {clash[0]!r} is also another label's value; choose other names")
+        raise UserError(f"{said('label_names')}: {clash[0]!r} is also another label's value; choose other names")
 
 
 def normalise_label(value):
@@ -194,7 +209,7 @@ def infer_labels(examples: list[ClassifyExample], path, problem: str | None) -> 
     with a fraction make it regression, anything else single-label (ints sort numerically)."""
     values = [e.label for e in examples]
     if problem and problem not in PROBLEMS:
-        raise UserError(f"--problem: expected one of {', '.join(PROBLEMS)}, got {problem!r}")
+        raise UserError(f"{said('problem')}: expected one of {', '.join(PROBLEMS)}, got {problem!r}")
     if problem == "multi_label" or (problem is None and any(isinstance(v, list) for v in values)):
         for e in examples:
             if not isinstance(e.label, list):

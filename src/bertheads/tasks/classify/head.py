@@ -8,6 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.encoder.layers import POOLINGS, LayerCombine, pool_tokens
 from bertheads.tasks.base import HeadSettings, init_linear
 from bertheads.tasks.classify.formats import ClassifyExample
@@ -119,8 +120,8 @@ class ClassifyModeling(Modeling):
 
 def check_windows(spec: ClassifySpec) -> None:
     if spec.long_input not in LONG_INPUTS:
-        raise UserError(f"--long-input: expected one of {', '.join(LONG_INPUTS)}, got {spec.long_input!r}")
+        raise UserError(f"{said('long_input')}: expected one of {', '.join(LONG_INPUTS)}, got {spec.long_input!r}")
     if spec.pool not in POOLS:
-        raise UserError(f"--pool: expected one of {', '.join(POOLS)}, got {spec.pool!r}")
+        raise UserError(f"{said('pool')}: expected one of {', '.join(POOLS)}, got {spec.pool!r}")
     if not 0 <= spec.stride < spec.max_length - 3:
-        raise UserError(f"--stride {spec.stride}: must be at least 0 and below --max-length minus 3")
+        raise UserError(f"{said('stride', spec.stride)}: must be at least 0 and below {said('max_length')} minus 3")

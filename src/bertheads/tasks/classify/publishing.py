@@ -91,6 +91,9 @@ class ClassifyPublishing(Publishing):
                 f"print(pipe({example!r}))\n")
 
     # -- export --to hf: the head's layers into the family's own class (`families.py` key maps) --
+    def output_labels(self) -> list:
+        return [] if self.spec.problem == "regression" else list(self.spec.shown_labels())
+
     def hf_labels(self) -> list[str]:
         """The labels as predictions show them (their `--label-names` when given), so the
         transformers pipeline answers with the same names; regression has its one output."""

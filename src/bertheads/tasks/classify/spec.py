@@ -24,6 +24,8 @@ class ClassifySpec(HeadSettings):
                                             "sentence2, hypothesis, question2, ...)")
     label_column: str | None = setting(None, "column of the label (default: found by its name: label, score, "
                                              "class, ...)")
+    header: bool = setting(True, "TSV and CSV files have no header row: their columns are text, label "
+                                 "(text, text_b, label with three; text alone with one)", negate=True)
     # settled from the training labels when not given (`ClassifyTask.prepare`)
     problem: str | None = setting(None, "default: decided from the training labels", choices=PROBLEMS,
                                   tags=("shape",))

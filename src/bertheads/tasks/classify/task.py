@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.base.values import fraction
 from bertheads.encoder.layers import POOLINGS
 from bertheads.tasks.base import Task, option
@@ -73,7 +74,7 @@ class ClassifyTask(ClassifyReading, ClassifyModeling, ClassifyJudging, ClassifyP
             spec.class_weights = None
         if spec.class_weights == "balanced":
             if spec.problem != "single_label":
-                raise UserError(f"--class-weights balanced: only for single-label classification, "
+                raise UserError(f"{said('class_weights', 'balanced')}: only for single-label classification, "
                                 f"{path} is {spec.problem.replace('_', '-')}")
             counts = np.bincount([spec.labels.index(normalise_label(e.label)) for e in examples],
                                  minlength=len(spec.labels))
@@ -103,4 +104,4 @@ def settle_pooling(spec: ClassifySpec, encoder, family: Family) -> None:
             log.info(f"the head reads the {declared} of the tokens, the pooling the checkpoint declares "
                      f"(--pooling cls: [CLS])")
     if spec.pooling not in POOLINGS:
-        raise UserError(f"--pooling: expected auto, {', '.join(POOLINGS)}, got {spec.pooling!r}")
+        raise UserError(f"{said('pooling')}: expected auto, {', '.join(POOLINGS)}, got {spec.pooling!r}")

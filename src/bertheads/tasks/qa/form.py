@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bertheads.tasks.forms import Extra, Field, InputForm
+from bertheads.tasks.forms import Extra, Field, InputForm, is_text_tuple
 
 
 class Question(InputForm):
@@ -23,6 +23,10 @@ class Question(InputForm):
 
     def with_text(self, text: str, extra: Any) -> Any:
         return {"question": extra, "context": text}
+
+    def is_one(self, value: Any) -> bool:
+        """A `{"question", "context"}` dict or a (question, context) tuple."""
+        return isinstance(value, Mapping) or is_text_tuple(value)
 
     def texts(self, value: Any) -> tuple[str, ...]:
         if isinstance(value, dict):

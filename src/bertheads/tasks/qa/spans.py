@@ -12,6 +12,7 @@ import torch
 from torch.nn import functional as F
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 
 # How spans found in different windows of one passage compare: "raw" start + end scores;
 # "relative": each span's score minus its own window's null ([CLS]) score; "+context": a span
@@ -104,7 +105,7 @@ def exact_best_span(start: np.ndarray, end: np.ndarray, max_answer_length: int) 
 def window_choice_parts(choice: str) -> tuple[bool, bool]:
     """(scores relative to the window's null score, duplicate spans from the most context)."""
     if choice not in WINDOW_CHOICES:
-        raise UserError(f"--window-choice {choice}: expected one of {', '.join(WINDOW_CHOICES)}")
+        raise UserError(f"{said('window_choice', choice)}: expected one of {', '.join(WINDOW_CHOICES)}")
     return "relative" in choice, "context" in choice
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.tasks.base import Task, option
 from bertheads.tasks.families import copy_start, settle_family, start_weights
 from bertheads.tasks.qa.form import QUESTION
@@ -89,14 +90,14 @@ def check_settings(spec: QASpec, encoder) -> None:
     tokenizer = encoder.tokenizer
     limit = encoder.info.max_tokens
     if limit is not None and spec.max_length > limit:
-        raise UserError(f"--max-length {spec.max_length}: the encoder reads at most {limit} tokens")
+        raise UserError(f"{said('max_length', spec.max_length)}: the encoder reads at most {limit} tokens")
     for name in ("stride", "max_question_length", "n_best", "max_answer_length"):
         if getattr(spec, name) < 1:
-            raise UserError(f"--{name.replace('_', '-')}: must be at least 1, got {getattr(spec, name)}")
+            raise UserError(f"{said(name)}: must be at least 1, got {getattr(spec, name)}")
     window_choice_parts(spec.window_choice)
     for name in ("negative_windows", "join_passages", "paragraph_match"):
         if getattr(spec, name) < 0:
-            raise UserError(f"--{name.replace('_', '-')}: must be at least 0, got {getattr(spec, name)}")
+            raise UserError(f"{said(name)}: must be at least 0, got {getattr(spec, name)}")
     room = spec.max_length - spec.max_question_length - tokenizer.num_special_tokens_to_add(pair=True)
     if room <= spec.stride:
         raise UserError(f"--stride {spec.stride} must be smaller than the passage room in a window "

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from bertheads.base.errors import UserError, where
-from bertheads.tasks.tag.scheme import check_tag
+from bertheads.tasks.tag.scheme import TAG_RE, check_tag
 from bertheads.text.readers import (
     BadLine,
     carried_fields,
@@ -21,6 +21,7 @@ from bertheads.text.rows import Rows
 
 COLUMN_SPLIT = re.compile(r"[ \t]+")  # CoNLL columns; other white space belongs to the word
 DOCSTART = "-DOCSTART-"
+TABLE_HEADERS = ("label", "labels", "class", "target", "tags", "tag", "ner_tags")  # a table's label column
 CONLL_SUFFIXES = (".conll", ".conll03", ".conllx", ".iob", ".iob2", ".bio", ".bioes", ".ner")
 TOKEN_KEYS = ("tokens", "words")
 TAG_KEYS = ("tags", "ner_tags", "labels")
@@ -103,6 +104,7 @@ def iter_conll(path, spec, need_labels: bool, bad: BadLine | None = None) -> Ite
     broken = False  # the current sentence had a bad line (skipped with it)
     docstart: list[str] = []
     empty = True
+    seen_words = False  # a word line was read (the first one may be a table's header or row)
     for line_no, raw in enumerate(open_lines(path), 1):
         line = raw.rstrip("\r\n").rstrip("\r").rstrip(" \t")
         parts = COLUMN_SPLIT.split(line.lstrip(" \t")) if line.strip(" \t") else []
@@ -127,6 +129,8 @@ def iter_conll(path, spec, need_labels: bool, bad: BadLine | None = None) -> Ite
                 raise UserError(f"{where(name, line_no)}: expected {columns} columns like the first line, "
                                 f"found {len(parts)}")
             if need_labels:
+                if current is None and not seen_words:
+                    check_not_table(line, parts[col], name, line_no)
                 check_tag(parts[col], name, line_no)
         except UserError as exc:
             if bad is None:
@@ -138,6 +142,7 @@ def iter_conll(path, spec, need_labels: bool, bad: BadLine | None = None) -> Ite
             current = TagExample(words=[], tags=[] if need_labels else None, line=line_no, word_lines=[],
                                  rows=[], docstart=docstart)
             docstart = []
+        seen_words = True
         current.words.append(parts[0])
         current.word_lines.append(line_no)
         current.rows.append(line)
@@ -187,6 +192,18 @@ def tag_record(obj: dict, path, line_no: int, need_labels: bool) -> TagExample:
         for t in tags:
             check_tag(t, path, line_no)
     return TagExample(words=tokens, tags=tags if need_labels else None, line=line_no)
+
+
+def check_not_table(line: str, tag: str, path, line_no: int) -> None:
+    """Refuse a first line that is a TSV table's (a header, or a sentence and its label), not a
+    CoNLL word and its tag."""
+    cells = line.split("\t")
+    sentence = " " in cells[0].strip() and not TAG_RE.match(tag)
+    if len(cells) < 2 or not (sentence or cells[-1].strip().lower() in TABLE_HEADERS):
+        return
+    raise UserError(f"{where(path, line_no)}: this looks like a TSV table (a text and its label per row), not "
+                    f"CoNLL (one word and its tag per line, a blank line between sentences); tag reads CoNLL "
+                    f'columns or JSON lines {{"words": [...], "tags": [...]}}')
 
 
 def column_index(tag_column: int | None, columns: int, path, line_no: int) -> int:

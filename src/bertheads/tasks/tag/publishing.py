@@ -55,6 +55,9 @@ class TagPublishing(Publishing):
         if self.spec.head_type != "linear":
             raise UserError(f"head {name!r}: a BiLSTM tag head has no transformers equivalent")
 
+    def output_labels(self) -> list:
+        return list(self.spec.tags)
+
     def hf_labels(self) -> list[str]:
         return list(self.spec.tags)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 
 TRACKERS: dict[str, type[Tracker]] = {}
 NONE = "none"  # `--track none`: only OUT/log.jsonl
@@ -46,13 +47,13 @@ def chosen(settings: Any) -> list[str]:
     """The trackers a run's settings ask for (`track`, and `tensorboard`, the older switch)."""
     names = settings.track if isinstance(settings.track, (list, tuple)) else [settings.track] if settings.track else []
     if NONE in names and len(names) > 1:
-        raise UserError(f"--track: 'none' and {', '.join(n for n in names if n != NONE)} exclude each other")
+        raise UserError(f"{said('track')}: 'none' and {', '.join(n for n in names if n != NONE)} exclude each other")
     names = [n for n in names if n != NONE]
     if getattr(settings, "tensorboard", False) and "tensorboard" not in names:
         names.append("tensorboard")
     for n in names:
         if n not in TRACKERS:
-            raise UserError(f"--track: unknown tracker {n!r} (known: {', '.join(TRACKERS)}, none)")
+            raise UserError(f"{said('track')}: unknown tracker {n!r} (known: {', '.join(TRACKERS)}, none)")
     return list(dict.fromkeys(names))
 
 
