@@ -28,6 +28,7 @@ from bertheads.inference.report import report
 from bertheads.tasks import TASKS, register, unregister
 from bertheads.tasks.base import HeadSettings, Task, copy_linear, init_linear, option, softmax
 from bertheads.tasks.forms import Extra, Field, InputForm
+from bertheads.tasks.parts import set_labels
 from bertheads.text.encoding import encode_texts
 from bertheads.text.readers import read_jsonl
 
@@ -176,8 +177,8 @@ class LongestTask(Task):
                 "examples": len(examples)}
 
     # export --to hf: the pooler into BERT's pooler, the linear layer into the classifier
-    def hf_labels(self):
-        return ORDINALS
+    def hf_configure(self, config):
+        set_labels(config, ORDINALS)
 
     def hf_copy_head(self, model, name):
         copy_linear(model.base_model.pooler.dense, self.head.pooler, f"head {name!r}")

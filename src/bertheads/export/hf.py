@@ -37,7 +37,7 @@ def check_equivalent(name: str, task, num_layers: int) -> None:
     if layers not in ([-1], [num_layers]):
         raise UserError(f"head {name!r} reads layers {','.join(map(str, layers))} ({spec.combine}); "
                         f"a transformers model reads only the last layer, so it has no equivalent")
-    task.hf_check(name)
+    task.export_check(name, 'hf')
 
 
 def build_config(encoder_dir: Path, task):

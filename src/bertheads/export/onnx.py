@@ -95,7 +95,7 @@ def encoder_digest(directory: Path) -> str | None:
 def check_exportable(net) -> None:
     """Heads the graph cannot hold, refused with one line."""
     for name, task in net.tasks.items():
-        task.onnx_check(name)
+        task.export_check(name, 'onnx')
 
 
 class GraphModule(nn.Module):

@@ -227,28 +227,19 @@ class Publishing:
                 f"pipe = pipeline({self.hf_pipeline!r}, model={path!r}{options})\n"
                 f"print(pipe({self.card_text().example!r}))\n")
 
-    def onnx_check(self, name: str) -> None:
-        """Refuse (UserError) a head whose layers the ONNX graph cannot hold."""
-
-    def hf_check(self, name: str) -> None:
-        """Refuse (UserError) a head that no `hf_auto_class` model computes."""
-        if self.hf_auto_class is None:
+    def export_check(self, name: str, to: str) -> None:
+        """Refuse (UserError) a head that `to` ("hf": no `hf_auto_class` model computes it; "onnx":
+        the graph cannot hold its layers) cannot take."""
+        if to == "hf" and self.hf_auto_class is None:
             raise UserError(f"head {name!r}: {self.kind} heads have no transformers equivalent")
 
     def output_labels(self) -> list:
         """The labels the head's predictions name, in output order (`Model.labels`); none by default."""
         return []
 
-    def hf_labels(self) -> list[str]:
-        """The output names the transformers config lists (`id2label`)."""
-        raise UserError(f"{self.kind} heads have no transformers equivalent")  # pragma: no cover
-
     def hf_configure(self, config) -> None:
-        """Set the head's outputs on the transformers config."""
-        labels = self.hf_labels()
-        config.num_labels = len(labels)
-        config.id2label = dict(enumerate(labels))
-        config.label2id = {label: i for i, label in enumerate(labels)}
+        """Set the head's outputs on the transformers config (by default its labels, `id2label`)."""
+        set_labels(config, [str(label) for label in self.output_labels()])
 
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
         """Copy the head's weights into the transformers model's head (UserError: no fit)."""
@@ -271,6 +262,13 @@ class Publishing:
     def output_row(self, prediction: dict) -> dict:
         """One prediction's values for `output_columns` (a missing field is null)."""
         return {"prediction": json.dumps(prediction, ensure_ascii=False)}
+
+
+def set_labels(config, labels: list[str]) -> None:
+    """A transformers config's outputs: their number, `id2label` and `label2id`."""
+    config.num_labels = len(labels)
+    config.id2label = dict(enumerate(labels))
+    config.label2id = {label: i for i, label in enumerate(labels)}
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

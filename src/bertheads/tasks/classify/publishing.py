@@ -7,7 +7,7 @@ from torch import nn
 from bertheads.base.errors import UserError
 from bertheads.tasks.classify.report import classify_section
 from bertheads.tasks.families import FAMILIES, copy_into
-from bertheads.tasks.parts import CardText, ListOf, Publishing, Struct
+from bertheads.tasks.parts import CardText, ListOf, Publishing, Struct, set_labels
 
 HF_PROBLEM_TYPES = {"single_label": "single_label_classification", "regression": "regression",
                     "multi_label": "multi_label_classification"}
@@ -94,21 +94,19 @@ class ClassifyPublishing(Publishing):
     def output_labels(self) -> list:
         return [] if self.spec.problem == "regression" else list(self.spec.shown_labels())
 
-    def hf_labels(self) -> list[str]:
-        """The labels as predictions show them (their `--label-names` when given), so the
-        transformers pipeline answers with the same names; regression has its one output."""
-        return ["value"] if self.spec.problem == "regression" else [str(label) for label in self.spec.shown_labels()]
-
-    def hf_check(self, name: str) -> None:
-        super().hf_check(name)
-        if self.head.pooling != self.head.family_pooling:
+    def export_check(self, name: str, to: str) -> None:
+        super().export_check(name, to)
+        if to == "hf" and self.head.pooling != self.head.family_pooling:
             raise UserError(f"head {name!r} reads the {self.head.pooling} of its tokens (pooling {self.head.pooling}), "
                             f"but the transformers {self.hf_auto_class} of its family reads "
                             f"{'the first token' if self.head.family_pooling == 'cls' else 'their ' + self.head.family_pooling}, "
                             f"so it has no transformers equivalent; export it with --to onnx")
 
     def hf_configure(self, config) -> None:
-        super().hf_configure(config)
+        """The labels as predictions show them (their `--label-names` when given), so the
+        transformers pipeline answers with the same names; regression has its one output."""
+        set_labels(config, ["value"] if self.spec.problem == "regression" else
+                   [str(label) for label in self.spec.shown_labels()])
         config.problem_type = HF_PROBLEM_TYPES[self.spec.problem]
 
     def hf_copy_head(self, model: nn.Module, name: str) -> None:

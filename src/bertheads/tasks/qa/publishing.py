@@ -7,7 +7,7 @@ from torch import nn
 
 from bertheads.tasks.base import CardText
 from bertheads.tasks.families import FAMILIES, copy_into
-from bertheads.tasks.parts import Publishing, Struct
+from bertheads.tasks.parts import Publishing, Struct, set_labels
 from bertheads.tasks.qa.report import qa_section
 
 
@@ -65,8 +65,8 @@ class QAPublishing(Publishing):
                 f"print(tokenizer.decode(inputs['input_ids'][0][start:end + 1]))\n")
 
     # -- export --to hf: the linear layer into qa_outputs ----------------------------------------
-    def hf_labels(self) -> list[str]:
-        return ["start", "end"]
+    def hf_configure(self, config) -> None:
+        set_labels(config, ["start", "end"])
 
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
         copy_into(model, self.head, FAMILIES[self.spec.head_family or "bert"].span_keys, f"head {name!r}")

@@ -51,20 +51,16 @@ class TagPublishing(Publishing):
                         example="Angela Merkel visited Paris last week.")
 
     # -- export --to hf: the linear layer into the token classifier ----------------------------
-    def hf_check(self, name: str) -> None:
-        if self.spec.head_type != "linear":
+    def export_check(self, name: str, to: str) -> None:
+        if self.spec.head_type == "linear":
+            return
+        if to == "hf":
             raise UserError(f"head {name!r}: a BiLSTM tag head has no transformers equivalent")
+        raise UserError(f"head {name!r}: a BiLSTM tag head cannot be exported to ONNX "
+                        f"(its packed sequences have no ONNX form); use the torch runtime")
 
     def output_labels(self) -> list:
         return list(self.spec.tags)
-
-    def hf_labels(self) -> list[str]:
-        return list(self.spec.tags)
-
-    def onnx_check(self, name: str) -> None:
-        if self.spec.head_type == "bilstm":
-            raise UserError(f"head {name!r}: a BiLSTM tag head cannot be exported to ONNX "
-                            f"(its packed sequences have no ONNX form); use the torch runtime")
 
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
         copy_into(model, self.head, FAMILIES[self.spec.head_family or "bert"].token_keys, f"head {name!r}")
