@@ -155,11 +155,13 @@ class Model:
         return analyze(self.net, texts, extras, batch_size, **options)
 
     def analyze_stream(self, path, output: str | Path | None = None, settings: StreamSettings | None = None,
-                       write=None) -> StreamReport:
+                       write=None, **options) -> StreamReport:
         """What `bertheads analyze` does: every head on each record of a file (or stream) of any
-        size, a chunk at a time in input order, one JSON line each (see `inference.stream.analyze_stream`)."""
+        size, a chunk at a time in input order, one JSON line each (see `inference.stream.analyze_stream`);
+        `options`: inference options (`min_confidence`, ...), each given to the heads that take it."""
         with claimed_output(output, [path], self.folders(), "analyze"):
-            return analyze_stream(self.net, path, None if output is None else str(output), settings, write)
+            return analyze_stream(self.net, path, None if output is None else str(output), settings, write,
+                                  **options)
 
     def folders(self) -> list[Path]:
         """The model folder this model was loaded from (an output never goes there)."""

@@ -88,12 +88,16 @@ def head_outputs(model: Runner, name: str, examples: list, batch_size: int = INF
 
 def evaluate_head(model: Runner, name: str, examples: list, path: str | None = None,
                   batch_size: int = INFERENCE_BATCH, **options) -> dict:
-    """One head's metrics on labelled examples, with its mean `loss` (from the same pass)."""
+    """One head's metrics on labelled examples, with its mean `loss` (from the same pass); after
+    an epoch (`during_training`) the head's temperature is fitted on them too (`calibration`)."""
     task = model.tasks[name]
     features, owner = task.encode_for_inference(examples, model.tokenizer, with_labels=True)
     losses: dict[str, list[float]] = {}
     outputs = run_heads(model, features, [name], batch_size, losses=losses)[name]
-    metrics = task.metrics(task.collect(outputs, owner, examples, features), examples, path, **options)
+    collected = task.collect(outputs, owner, examples, features)
+    metrics = task.metrics(collected, examples, path, **options)
+    if options.get("during_training"):
+        metrics["calibration"] = task.calibrate_on(collected, examples, path)
     total, count = losses[name]
     if count:  # a runtime that gives outputs only (ONNX): no loss then
         metrics["loss"] = total / count

@@ -92,13 +92,38 @@ def cmd_evaluate(args) -> int:
         print(json.dumps(metrics))
     else:
         for key, value in metrics.items():
-            if isinstance(value, float):
+            if key == "calibration" and isinstance(value, dict):
+                print(calibration_text(value))
+            elif isinstance(value, float):
                 print(f"{key:>16}  {value:.4f}")
             elif not isinstance(value, dict):
                 print(f"{key:>16}  {value}")
             else:
                 print(f"{key:>16}  {json.dumps(value)}")
     return 0
+
+
+def calibration_text(c: dict) -> str:
+    """evaluate's lines on the scores: ECE, the risk-coverage table, the target's threshold."""
+    if c.get("none"):
+        return f"{'calibration':>16}  none: {c['none']}"
+    t = c.get("temperature")
+    lines = [f"{'calibration':>16}  temperature {'none (raw scores)' if t is None else f'{t:.4f}'}, "
+             f"ECE {c.get('ece', float('nan')):.4f} over {c.get('rows', 0)} decisions, accuracy "
+             f"{c.get('accuracy', float('nan')):.4f}, mean confidence {c.get('mean_confidence', float('nan')):.4f}"]
+    for row in c.get("risk_coverage", []):
+        lines.append(f"{'':>16}  answering the {row['coverage']:.0%} most confident: accuracy {row['accuracy']:.4f} "
+                     f"(confidence >= {row['threshold']:.4f})")
+    target = c.get("target")
+    if target:
+        if target.get("threshold") is None:
+            lines.append(f"{'target':>16}  accuracy {target['target_accuracy']:.4f}: no threshold reaches it")
+        else:
+            low, high = target["coverage_interval"]
+            lines.append(f"{'target':>16}  accuracy {target['target_accuracy']:.4f}: --min-confidence "
+                         f"{target['threshold']:.4f} answers {target['coverage']:.1%} of the inputs (95% interval "
+                         f"{low:.1%} to {high:.1%}) at accuracy {target['accuracy']:.4f}")
+    return "\n".join(lines)
 
 
 def cmd_predict(args) -> int:
@@ -120,7 +145,7 @@ def cmd_analyze(args) -> int:
         check_input_file(getattr(args, "input", None))
         model = load(args.model_dir, **vars_for(RuntimeSettings, args))
         settings = StreamSettings(**vars_for(StreamSettings, args), progress=False)
-        report = model.analyze_stream(args.input, args.output, settings=settings)
+        report = model.analyze_stream(args.input, args.output, settings=settings, **given_options(args, "analyze"))
     if report.skipped:
         log.warning(f"skipped {report.skipped} bad record(s) of {args.input or '<stdin>'}")
     return 0

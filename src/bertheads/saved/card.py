@@ -283,6 +283,28 @@ def evaluation_section(metrics: dict | None, dev: dict, data: dict, names: list[
         where = file_name(data.get(name, {}).get("dev", "-"))
         for key, value in scalar_metrics(dev.get(name, {})).items():
             lines.append(f"| `{name}` | {where} | {key} | {number(value)} |")
+    return lines + [""] + calibration_section(dev, names)
+
+
+def calibration_section(dev: dict, names: list[str]) -> list[str]:
+    """What the scores mean: each head's temperature, and its ECE and Brier score before and
+    after it, measured on the half of dev it was not fitted on."""
+    found = {n: dev.get(n, {}).get("calibration") for n in names if isinstance(dev.get(n, {}).get("calibration"), dict)}
+    if not found:
+        return []
+    lines = ["### Calibration", "",
+             "Each head's scores are a softmax of its logits divided by a temperature fitted on dev; ECE (15 "
+             "bins) and Brier score are measured on cross-fitted halves of dev (the temperature fitted on one "
+             "half, measured on the other, both ways). `--no-calibrate` gives the raw scores.", "",
+             "| head | temperature | ECE before | ECE after | Brier before | Brier after | accuracy |",
+             "|---|---|---|---|---|---|---|"]
+    for name, c in found.items():
+        if c.get("none"):
+            lines.append(f"| `{name}` | none: {c['none']} | | | | | |")
+            continue
+        cells = [c.get(k) for k in ("temperature", "ece_before", "ece_after", "brier_before", "brier_after",
+                                    "accuracy")]
+        lines.append(f"| `{name}` | " + " | ".join("-" if v is None else number(float(v)) for v in cells) + " |")
     return lines + [""]
 
 

@@ -46,11 +46,15 @@ class ClassifyJudging(Judging):
         return np.full(n, 0.5)
 
     def decode(self, logits: list[np.ndarray], examples=None, threshold: float | None = None,
-               min_score: float | None = None, **_) -> list[dict]:
+               min_score: float | None = None, min_confidence: float | None = None, **_) -> list[dict]:
         """Head outputs to `{"label", "scores"}` (or `{"value"}`, or `{"labels", "scores"}`),
         after the example's carried fields (`id`, --keep-fields) when it has any. Single-label:
-        `min_score` gives `"label": null` when the best score is below it."""
+        `min_score` gives `"label": null` when the best score is below it. The scores are
+        calibrated (the logits divided by the head's temperature); `min_confidence` adds
+        `"abstained"` (see `confidence`)."""
         preds = self.decode_scores(logits, threshold, min_score)
+        if min_confidence is not None:
+            preds = [self.abstain(p, self.confidence(p), min_confidence) for p in preds]
         if examples is None:
             return preds
         return [{**e.extra, **p} if getattr(e, "extra", None) else p for p, e in zip(preds, examples)]
@@ -64,12 +68,13 @@ class ClassifyJudging(Judging):
         names = [str(label) for label in shown]
         if self.spec.problem == "regression":
             return [{"value": float(v)} for v in arr[:, 0]]
-        if self.spec.problem == "multi_label":
-            probs = sigmoid(arr)
+        t = self.temperature()
+        if self.spec.problem == "multi_label":  # decided on the raw scores (the thresholds were tuned on them)
             cut = self.label_thresholds(threshold)
-            return [{"labels": [shown[j] for j in np.flatnonzero(p >= cut)],
-                     "scores": {n: round(float(x), 6) for n, x in zip(names, p)}} for p in probs]
-        probs = softmax(arr)
+            return [{"labels": [shown[j] for j in np.flatnonzero(raw >= cut)],
+                     "scores": {n: round(float(x), 6) for n, x in zip(names, p)}}
+                    for raw, p in zip(sigmoid(arr), sigmoid(arr / t))]
+        probs = softmax(arr / t)
         best = probs.argmax(-1)
         return [{"label": None if min_score is not None and p[b] < min_score else shown[b],
                  "scores": {n: round(float(x), 6) for n, x in zip(names, p)}}
@@ -103,6 +108,31 @@ class ClassifyJudging(Judging):
             result["thresholds"] = {n: round(float(t), 4) for n, t in zip(names, cut)}
             return result
         return label_metrics(arr.argmax(-1), np.asarray(gold), len(self.spec.labels), names)
+
+    def confidence(self, prediction: dict) -> float | None:
+        """Single-label: the top score; multi-label: the least sure label's (max(p, 1 - p));
+        regression: none."""
+        scores = prediction.get("scores")
+        if not scores:
+            return None
+        if self.spec.problem == "multi_label":
+            return min(max(p, 1.0 - p) for p in scores.values())
+        return max(scores.values())
+
+    def calibration_rows(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None):
+        """Single-label: the logits and the gold label; multi-label: one row per example and
+        label, [0, logit] (the sigmoid as a softmax) and whether the label applies; regression: none."""
+        if self.spec.problem == "regression" or not logits:
+            return None
+        arr = np.stack(logits).astype(np.float64)
+        gold = [self.label_target(e, path) for e in examples]
+        if self.spec.problem == "multi_label":
+            flat = arr.reshape(-1)
+            return np.stack([np.zeros_like(flat), flat], axis=1), (np.asarray(gold).reshape(-1) >= 0.5).astype(int)
+        return arr, np.asarray(gold, dtype=int)
+
+    def no_calibration(self) -> str:
+        return "regression heads give values, not scores: nothing to calibrate"
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

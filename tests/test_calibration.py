@@ -1,0 +1,147 @@
+"""What scores mean: the temperature fitted at the end of training for every head, stored with
+the head, used by every command; abstention (`min_confidence`) and `--target-accuracy`."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+import bertheads
+from bertheads.cli.main import main
+from bertheads.tasks import calibration
+
+FAST = dict(epochs=5, batch_size=8, lr=3e-3, progress=False)
+
+
+def noisy_rows(n: int, seed: int) -> list[tuple[str, int]]:
+    """Sentiment rows with a tenth of the labels flipped (so the scores are not all 1.0)."""
+    rng = random.Random(seed)
+    good, bad = ["great", "wonderful", "superb", "lovely"], ["awful", "boring", "terrible", "dreadful"]
+    rows = []
+    for i in range(n):
+        y = i % 2
+        word = (good if y else bad)[rng.randrange(4)]
+        rows.append((f"a {word} movie {rng.choice(['indeed', 'really', 'today'])}", y if rng.random() > 0.1 else 1 - y))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def classifier(tiny_bert, tmp_path_factory):
+    d = tmp_path_factory.mktemp("calib")
+    for name, seed in (("train", 0), ("dev", 1)):
+        (d / f"{name}.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in noisy_rows(48, seed)))
+    model = bertheads.train("classify", str(d / "train.tsv"), str(d / "dev.tsv"), d / "model", model=tiny_bert,
+                            settings=bertheads.TrainSettings(**FAST))
+    return d, model
+
+
+# -- the math -----------------------------------------------------------------------------------
+def test_temperature_fit_recovers_a_known_temperature():
+    rng = np.random.default_rng(0)
+    true_logits = rng.normal(size=(3000, 3)) * 2
+    cumulative = calibration.probabilities(true_logits).cumsum(-1)
+    gold = np.minimum((rng.random((3000, 1)) > cumulative).sum(-1), 2)
+    fitted = calibration.fit_temperature(true_logits * 2.5, gold)  # overconfident by 2.5
+    assert abs(fitted - 2.5) < 0.2
+    before = calibration.measured(true_logits * 2.5, gold)
+    after = calibration.measured(true_logits * 2.5, gold, fitted)
+    assert after["ece"] < before["ece"] / 2 and after["brier"] < before["brier"]
+    assert after["accuracy"] == before["accuracy"]  # the argmax does not move
+    crossed = calibration.cross_fitted(true_logits * 2.5, gold)
+    assert crossed["ece_after"] < crossed["ece_before"] / 2 and len(crossed["half_temperatures"]) == 2
+
+
+def test_ece_risk_coverage_and_target_threshold_on_hand_made_scores():
+    conf = np.array([0.95, 0.9, 0.8, 0.7, 0.6, 0.55])
+    right = np.array([1, 1, 1, 0, 1, 0], dtype=bool)
+    assert calibration.ece(np.array([0.8] * 5), np.array([1, 1, 1, 1, 0], dtype=bool)) == pytest.approx(0.0)
+    table = calibration.risk_coverage(conf, right, (1.0, 0.5))
+    assert table[0]["accuracy"] == pytest.approx(4 / 6) and table[1] == {
+        "coverage": 0.5, "answered": 3, "accuracy": 1.0, "threshold": 0.8}
+    target = calibration.target_threshold(conf, right, 0.8)
+    assert target["threshold"] == 0.6 and target["answered"] == 5 and target["accuracy"] == 0.8
+    low, high = target["coverage_interval"]
+    assert low < 5 / 6 < high
+    assert calibration.target_threshold(conf, right, 1.0)["threshold"] == 0.8
+    assert calibration.target_threshold(np.array([0.9]), np.array([False]), 0.5)["threshold"] is None
+
+
+# -- training, saving, every command ------------------------------------------------------------
+def test_temperature_fitted_saved_and_reported(classifier):
+    d, model = classifier
+    manifest = json.loads((d / "model" / "bertheads.json").read_text())
+    spec = next(iter(manifest["heads"].values()))["spec"]
+    assert spec["temperature"] and spec["calibrate"] is True
+    c = json.loads((d / "model" / "metrics.json").read_text())["dev"]["calibration"]
+    assert c["temperature"] == spec["temperature"]
+    assert {"ece_before", "ece_after", "brier_before", "brier_after"} <= set(c)
+    assert c["measured_on"] == "cross-fitted halves"
+    card = (d / "model" / "README.md").read_text()
+    assert "### Calibration" in card and "ECE before" in card
+
+
+def test_scores_use_the_temperature_and_no_calibrate_gives_the_raw_ones(classifier):
+    d, model = classifier
+    texts = ["a superb movie today", "a boring movie indeed", "a lovely movie really"]
+    task = model.task()
+    t = task.spec.temperature
+    calibrated = model.predict(texts)
+    raw = model.predict(texts, calibrate=False)
+    assert [p["label"] for p in calibrated] == [p["label"] for p in raw]
+    logits = np.stack([o for o in bertheads.model.head_outputs(model.net, "classify", task.from_inputs(texts))])
+    expected = calibration.probabilities(logits, t)
+    got = np.array([[p["scores"][k] for k in ("0", "1")] for p in calibrated])
+    assert np.allclose(got, expected, atol=1e-5)
+    assert np.allclose(np.array([[p["scores"][k] for k in ("0", "1")] for p in raw]),
+                       calibration.probabilities(logits), atol=1e-5)
+    assert task.spec.temperature == t  # the call's override did not stay
+
+
+def test_min_confidence_abstains_in_python_cli_and_analyze(classifier, capsys):
+    d, model = classifier
+    texts = ["a superb movie today", "a boring movie indeed"]
+    top = [max(p["scores"].values()) for p in model.predict(texts)]
+    cut = (top[0] + top[1]) / 2 if top[0] != top[1] else top[0] + 1e-6
+    preds = model.predict(texts, min_confidence=cut)
+    assert [p["abstained"] for p in preds] == [s < cut for s in top] and "label" in preds[0]
+    assert "abstained" not in model.predict(texts)[0]
+    (d / "in.txt").write_text("\n".join(texts) + "\n")
+    assert main(["predict", str(d / "model"), "--input", str(d / "in.txt"), "--min-confidence", "1.0"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["abstained"] for x in lines] == [True, True]
+    assert main(["analyze", str(d / "model"), "--input", str(d / "in.txt"), "--min-confidence", "0"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["classify"]["abstained"] for x in lines] == [False, False]
+
+
+def test_evaluate_reports_risk_coverage_and_target_threshold(classifier, capsys):
+    d, model = classifier
+    metrics = model.evaluate(str(d / "dev.tsv"), target_accuracy=0.5)
+    c = metrics["calibration"]
+    assert c["temperature"] == model.task().spec.temperature
+    assert [r["coverage"] for r in c["risk_coverage"]] == [1.0, 0.9, 0.8, 0.5]
+    assert c["risk_coverage"][0]["accuracy"] == pytest.approx(metrics["accuracy"])
+    assert c["target"]["threshold"] is not None and c["target"]["accuracy"] >= 0.5
+    assert main(["evaluate", str(d / "model"), "--data", str(d / "dev.tsv"), "--target-accuracy", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "most confident" in out and "--min-confidence" in out
+    raw = model.evaluate(str(d / "dev.tsv"), calibrate=False)["calibration"]
+    assert raw["temperature"] is None and raw["accuracy"] == c["accuracy"]
+
+
+def test_regression_heads_say_they_have_none(tiny_bert, tmp_path):
+    rows = "".join(f"a movie number {i}\t{i / 10}\n" for i in range(16))
+    (tmp_path / "r.tsv").write_text("sentence\tscore\n" + rows)
+    bertheads.train("classify", str(tmp_path / "r.tsv"), str(tmp_path / "r.tsv"), tmp_path / "m", model=tiny_bert,
+                    problem="regression", settings=bertheads.TrainSettings(epochs=1, batch_size=8, progress=False))
+    c = json.loads((tmp_path / "m" / "metrics.json").read_text())["dev"]["calibration"]
+    assert c["temperature"] is None and "regression" in c["none"]
+
+
+def test_no_calibrate_at_training_keeps_raw_scores(tiny_bert, classifier, tmp_path):
+    d, _ = classifier
+    bertheads.train("classify", str(d / "train.tsv"), str(d / "dev.tsv"), tmp_path / "m", model=tiny_bert,
+                    calibrate=False, settings=bertheads.TrainSettings(epochs=1, batch_size=8, progress=False))
+    manifest = json.loads((tmp_path / "m" / "bertheads.json").read_text())
+    assert next(iter(manifest["heads"].values()))["spec"]["temperature"] is None
