@@ -145,3 +145,79 @@ def test_no_calibrate_at_training_keeps_raw_scores(tiny_bert, classifier, tmp_pa
                     calibrate=False, settings=bertheads.TrainSettings(epochs=1, batch_size=8, progress=False))
     manifest = json.loads((tmp_path / "m" / "bertheads.json").read_text())
     assert next(iter(manifest["heads"].values()))["spec"]["temperature"] is None
+
+
+# -- tag and qa heads ---------------------------------------------------------------------------
+def tag_text(n: int, seed: int) -> str:
+    rng = random.Random(seed)
+    blocks = []
+    for _ in range(n):
+        place = rng.choice(["Paris", "Berlin", "Madrid", "Moscow"])
+        who = rng.choice(["Angela", "John", "Maria"])
+        blocks.append(f"{who} B-PER\nvisited O\n{place} B-LOC\n. O")
+    return "\n\n".join(blocks) + "\n"
+
+
+def test_tag_head_calibrated_over_words_same_entities(tiny_bert, tmp_path):
+    (tmp_path / "t.txt").write_text(tag_text(24, 0))
+    (tmp_path / "d.txt").write_text(tag_text(8, 1))
+    model = bertheads.train("tag", str(tmp_path / "t.txt"), str(tmp_path / "d.txt"), tmp_path / "m", model=tiny_bert,
+                            settings=bertheads.TrainSettings(epochs=2, batch_size=8, lr=3e-3, progress=False))
+    c = json.loads((tmp_path / "m" / "metrics.json").read_text())["dev"]["calibration"]
+    assert c["temperature"] and c["rows"] == 8 * 4  # one decision per labelled word
+    texts = ["John visited Paris .", "Maria visited Berlin ."]
+    on, off = model.predict(texts), model.predict(texts, calibrate=False)
+    assert [[x["type"] for x in p["entities"]] for p in on] == [[x["type"] for x in p["entities"]] for p in off]
+    abstained = model.predict(texts, min_confidence=1.0)
+    assert all(p["abstained"] for p in abstained)
+    metrics = model.evaluate(str(tmp_path / "d.txt"))
+    assert metrics["calibration"]["rows"] == 32 and len(metrics["calibration"]["risk_coverage"]) == 4
+
+
+def squad(n: int, unanswerable: bool) -> dict:
+    cities = ["Paris", "Berlin", "Rome", "Madrid", "Lisbon", "Vienna"]
+    paragraphs = []
+    for i in range(n):
+        city = cities[i % len(cities)]
+        context = f"The old town has many bridges. The capital is {city}. Rivers run through it."
+        qa = {"id": f"q{i}", "question": "What is the capital?",
+              "answers": [{"text": city, "answer_start": context.index(city)}]}
+        if unanswerable and i % 3 == 0:
+            qa = {"id": f"q{i}", "question": "Who built the bridges?", "answers": [], "is_impossible": True}
+        paragraphs.append({"context": context, "qas": [qa]})
+    return {"version": "2.0", "data": [{"title": "t", "paragraphs": paragraphs}]}
+
+
+def test_qa_span_score_calibrated_with_the_null_answer(tiny_bert, tmp_path):
+    (tmp_path / "q.json").write_text(json.dumps(squad(12, True)))
+    model = bertheads.train("qa", str(tmp_path / "q.json"), str(tmp_path / "q.json"), tmp_path / "m", model=tiny_bert,
+                            max_length=64, stride=16, max_question_length=16,
+                            settings=bertheads.TrainSettings(epochs=1, batch_size=4, progress=False))
+    task = model.task()
+    c = json.loads((tmp_path / "m" / "metrics.json").read_text())["dev"]["calibration"]
+    assert c["rows"] == 12 and c["temperature"] == task.spec.temperature
+    inputs = [{"question": "What is the capital?", "context": "The old town has many bridges. The capital is Rome."}]
+    on, off = model.predict(inputs), model.predict(inputs, calibrate=False)
+    assert on[0]["answer"] == off[0]["answer"] and on[0]["raw_score"] == off[0]["raw_score"]
+    outputs = bertheads.model.head_outputs(model.net, model.head_name(None), task.from_inputs(inputs))
+    row = calibration.probabilities(task.candidates(outputs[0], task.spec.null_threshold)[None], task.spec.temperature)
+    nothing = on[0]["answer"] == ""
+    assert on[0]["score"] == pytest.approx(row[0, -1] if nothing else row[0, 0], abs=1e-5)
+    assert model.predict(inputs, min_confidence=1.0)[0]["abstained"] is True
+
+
+def test_serve_abstains_and_counts_it_in_metrics(classifier):
+    import httpx
+
+    from bertheads.serve.app import ServeSettings, create_app, running_server
+
+    d, _ = classifier
+    model = bertheads.load(d / "model")
+    model.set_options(min_confidence=1.0)  # what `serve --min-confidence 1` does
+    with running_server(create_app(model, ServeSettings(window_ms=1))) as url:
+        got = httpx.post(f"{url}/predict/classify", json={"texts": ["a superb movie", "a dull movie"]}).json()
+        assert [r["abstained"] for r in got["results"]] == [True, True]
+        got = httpx.post(f"{url}/analyze", json={"texts": ["a lovely movie"]}).json()
+        assert got["results"][0]["classify"]["abstained"] is True
+        lines = httpx.get(f"{url}/metrics").text.splitlines()
+    assert 'bertheads_abstained_predictions_total{head="classify"} 3.0' in lines

@@ -137,7 +137,15 @@ def cmd_predict(args) -> int:
                                       **options)
     if report.skipped and os.environ.get("RANK", "0") == "0":
         log.warning(f"skipped {report.skipped} bad record(s) of {args.input or '<stdin>'}")
+    say_abstained(report, options)
     return 0
+
+
+def say_abstained(report, options: dict) -> None:
+    """The count of abstentions on stderr, when --min-confidence was given."""
+    if options.get("min_confidence") is not None:
+        log.info(f"abstained on {report.abstained} of {report.examples} input(s) (top score below "
+                 f"--min-confidence {options['min_confidence']})")
 
 
 def cmd_analyze(args) -> int:
@@ -145,9 +153,11 @@ def cmd_analyze(args) -> int:
         check_input_file(getattr(args, "input", None))
         model = load(args.model_dir, **vars_for(RuntimeSettings, args))
         settings = StreamSettings(**vars_for(StreamSettings, args), progress=False)
-        report = model.analyze_stream(args.input, args.output, settings=settings, **given_options(args, "analyze"))
+        options = given_options(args, "analyze")
+        report = model.analyze_stream(args.input, args.output, settings=settings, **options)
     if report.skipped:
         log.warning(f"skipped {report.skipped} bad record(s) of {args.input or '<stdin>'}")
+    say_abstained(report, options)
     return 0
 
 

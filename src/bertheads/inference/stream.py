@@ -71,6 +71,7 @@ class StreamReport:
     chunks: int = 0  # read (all of them, whichever process predicted them)
     skipped: int = 0  # bad records skipped (--skip-bad-lines)
     skipped_lines: list[str] = field(default_factory=list)  # the first few skipped records' messages
+    abstained: int = 0  # predictions below --min-confidence ("abstained": true)
 
 
 class BadLines:
@@ -160,6 +161,7 @@ def predict_stream(net: BertHeads, name: str, path, output: str | None = None, s
             outputs = run_heads(net, features, [name], settings.batch_size)[name]
             predictions = task.decode(task.collect(outputs, owner, chunk, features), chunk, **options)
             report.examples += len(chunk)
+            report.abstained += sum(1 for p in predictions if p.get("abstained") is True)
             put(blanks.render(task, predictions, chunk, fmt))
             last = getattr(chunk[-1], "line", None)
         if isinstance(last, int) and blanks.pending:
@@ -241,6 +243,8 @@ def analyze_stream(net: BertHeads, path, output: str | None = None, settings: St
                     results[i] = result
             report.chunks += 1
             report.examples += len(records)
+            report.abstained += sum(1 for r in results for p in r.values() if isinstance(p, dict)
+                                    and p.get("abstained") is True)
             last[0] = chunk[-1][0]
             yield blanks.lines([(line, json.dumps({**carried_fields(r, settings.keep_fields), **result},
                                                   ensure_ascii=False) + "\n")
