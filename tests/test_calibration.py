@@ -221,3 +221,23 @@ def test_serve_abstains_and_counts_it_in_metrics(classifier):
         assert got["results"][0]["classify"]["abstained"] is True
         lines = httpx.get(f"{url}/metrics").text.splitlines()
     assert 'bertheads_abstained_predictions_total{head="classify"} 3.0' in lines
+
+
+def test_hf_export_folds_the_temperature_so_the_pipeline_gives_our_scores(classifier, tmp_path):
+    from transformers import pipeline
+
+    d, model = classifier
+    t = model.task().spec.temperature
+    assert t and abs(t - 1.0) > 1e-3  # (else folding would show nothing)
+    assert main(["export", str(d / "model"), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
+    info = json.loads((tmp_path / "hf" / "bertheads-export.json").read_text())
+    assert "folded" in info["calibration"]
+    texts = ["a superb movie today", "a boring movie indeed", "a movie"]
+    pipe = pipeline("text-classification", model=str(tmp_path / "hf"), top_k=None)
+    theirs = [{r["label"]: r["score"] for r in rows} for rows in pipe(texts)]
+    ours = [p["scores"] for p in model.predict(texts)]
+    for a, b in zip(ours, theirs):
+        assert set(a) == set(b) and all(abs(a[k] - b[k]) < 1e-4 for k in a)
+    raw = [p["scores"] for p in model.predict(texts, calibrate=False)]
+    assert any(abs(raw[i][k] - theirs[i][k]) > 1e-3 for i in range(3) for k in raw[i])
+

@@ -170,6 +170,8 @@ def cmd_export(args) -> int:
         info = export_hf(args.model_dir, args.out, args.head)
         log.info(f"saved {args.out} ({info['class']} for head {info['head']}; "
                  f"pipeline({info['pipeline']!r}, model={args.out!r}))")
+        if info.get("calibration"):
+            log.info(info["calibration"])
         return 0
     if args.head:
         raise UserError("--head: only with --to hf (the ONNX graph holds every head)")

@@ -88,6 +88,8 @@ class ClassifyPublishing(Publishing):
         super().hf_configure(config)
         config.problem_type = HF_PROBLEM_TYPES[self.spec.problem]
 
+    hf_folds_temperature = True  # the pipeline's softmax (sigmoid for multi-label) of the logits
+
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
         family = FAMILIES[self.spec.head_family or "bert"]
         copy_into(model, self.head, family.sequence_keys, f"head {name!r}")

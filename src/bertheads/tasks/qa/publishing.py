@@ -61,6 +61,9 @@ class QAPublishing(Publishing):
     def hf_labels(self) -> list[str]:
         return ["start", "end"]
 
+    hf_fold_limit = ("the pipeline's score is P(start) x P(end) in a window, bertheads' calibrated score the "
+                     "probability of the answer among the question's candidate spans and its null answer")
+
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
         copy_into(model, self.head, FAMILIES[self.spec.head_family or "bert"].span_keys, f"head {name!r}")
 

@@ -54,6 +54,8 @@ class TagPublishing(Publishing):
             raise UserError(f"head {name!r}: a BiLSTM tag head cannot be exported to ONNX "
                             f"(its packed sequences have no ONNX form); use the torch runtime")
 
+    hf_folds_temperature = True  # the pipeline's per-token softmax of the logits
+
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
         copy_into(model, self.head, FAMILIES[self.spec.head_family or "bert"].token_keys, f"head {name!r}")
 
