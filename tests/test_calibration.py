@@ -11,7 +11,7 @@ import bertheads
 from bertheads.cli.main import main
 from bertheads.tasks import calibration
 
-FAST = dict(epochs=5, batch_size=8, lr=3e-3, progress=False)
+FAST = dict(epochs=4, batch_size=8, lr=1e-2, progress=False)
 
 
 def noisy_rows(n: int, seed: int) -> list[tuple[str, int]]:
@@ -241,3 +241,24 @@ def test_hf_export_folds_the_temperature_so_the_pipeline_gives_our_scores(classi
     raw = [p["scores"] for p in model.predict(texts, calibrate=False)]
     assert any(abs(raw[i][k] - theirs[i][k]) > 1e-3 for i in range(3) for k in raw[i])
 
+
+
+def test_calibrate_command_writes_a_new_model_and_leaves_the_old_one(classifier, tmp_path, capsys):
+    d, model = classifier
+    before = {p.name: p.stat().st_mtime_ns for p in (d / "model").rglob("*") if p.is_file()}
+    (tmp_path / "other.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in noisy_rows(32, 7)))
+    assert main(["calibrate", str(d / "model"), "--data", str(d / "model" / ".." / "dev.tsv"),
+                 "--out", str(d / "model" / "inside")]) == 2
+    assert "outside the model" in capsys.readouterr().err
+    assert main(["calibrate", str(d / "model"), "--data", str(tmp_path / "other.tsv"), "--out",
+                 str(tmp_path / "new")]) == 0
+    assert {p.name: p.stat().st_mtime_ns for p in (d / "model").rglob("*") if p.is_file()} == before
+    new = bertheads.load(tmp_path / "new")
+    c = json.loads((tmp_path / "new" / "metrics.json").read_text())["calibration"]["classify"]
+    assert c["fitted_on"].endswith("other.tsv") and new.task().spec.temperature == c["temperature"]
+    assert c["temperature"] != model.task().spec.temperature
+    assert "other.tsv" in (tmp_path / "new" / "README.md").read_text()
+    texts = ["a superb movie today", "a boring movie indeed"]
+    assert [p["label"] for p in new.predict(texts)] == [p["label"] for p in model.predict(texts)]
+    again = model.calibrate(str(tmp_path / "other.tsv"), tmp_path / "again")
+    assert again.task().spec.temperature == c["temperature"]

@@ -11,6 +11,7 @@ from bertheads.base.schema import check_given, from_mapping, names, warn
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.export.modes import RuntimeSettings
 from bertheads.inference.analyze import analyze, split_extras
+from bertheads.inference.calibrate import recalibrate
 from bertheads.inference.opening import open_model
 from bertheads.inference.outputs import claimed_output
 from bertheads.inference.report import report
@@ -138,6 +139,16 @@ class Model:
         settings = settings or StreamSettings(batch_size=batch_size)
         with self.net.tasks[name].using_options(options) as options:
             return evaluate_stream(self.net, name, path, settings, **options)
+
+    def calibrate(self, data: str, out: str | Path, head: str | None = None,
+                  batch_size: int = INFERENCE_BATCH) -> Model:
+        """What `bertheads calibrate` does: this saved model with each head's temperature (or
+        `head`'s) refitted on the labelled file `data`, written to the new folder `out` (the
+        model's own folder is left as it is); the new model, loaded."""
+        if self.directory is None:
+            raise UserError("calibrate: the model is not saved; train it with an output directory")
+        recalibrate(self.directory, data, out, head, batch_size)
+        return load(out, runtime="torch", precision="fp32")
 
     def report(self, data: str | None = None, out: str | Path | None = None, head: str | None = None) -> Path:
         """Write the HTML report page of this saved model (see `bertheads.inference.report`); its path."""

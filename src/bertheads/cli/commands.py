@@ -15,6 +15,7 @@ from bertheads.base.schema import vars_for
 from bertheads.export.gate import export_checked
 from bertheads.export.hf import export_hf
 from bertheads.export.modes import RuntimeSettings, candidates
+from bertheads.inference.calibrate import recalibrate
 from bertheads.inference.extract import ExtractSettings, extract
 from bertheads.inference.outputs import claimed_output
 from bertheads.inference.stream import StreamSettings
@@ -178,6 +179,20 @@ def cmd_export(args) -> int:
     meta = export_checked(args.model_dir, args.out, args.quantize, args.gate_data, say=log.info)
     graphs = ", ".join(f"{g['file']} ({g['bytes'] / 1e6:.1f} MB)" for g in meta["graphs"].values())
     log.info(f"saved {args.out or os.path.join(args.model_dir, 'onnx')}: {graphs}")
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    results = recalibrate(args.model_dir, args.data, args.out, args.head, args.batch_size)
+    for name, c in results.items():
+        if c.get("none"):
+            log.info(f"{name}: no temperature ({c['none']})")
+        elif "ece_before" in c:
+            log.info(f"{name}: temperature {c['temperature']:.4f}; ECE {c['ece_before']:.4f} -> {c['ece_after']:.4f}, "
+                     f"Brier {c['brier_before']:.4f} -> {c['brier_after']:.4f} (cross-fitted halves of {args.data})")
+        else:
+            log.info(f"{name}: temperature {c['temperature']}")
+    log.info(f"saved {args.out}")
     return 0
 
 

@@ -15,6 +15,7 @@ from bertheads.base.schema import add_flags, add_override_flags
 from bertheads.cli import settings as cli
 from bertheads.cli.commands import (
     cmd_analyze,
+    cmd_calibrate,
     cmd_combine,
     cmd_env,
     cmd_evaluate,
@@ -124,6 +125,8 @@ COMMANDS = (
             options="analyze"),
     Command("export", "a transformers directory for one head, or an ONNX graph of the model", cmd_export,
             (*READ, Group(cli.ExportFiles), Group(cli.Head), Group(RuntimeSettings, ("gate_data",)))),
+    Command("calibrate", "a copy of a model with each head's temperature refitted on other labelled data",
+            cmd_calibrate, (*READ, Group(cli.CalibrateFiles), Group(cli.Head), Group(StreamSettings, ("batch_size",)))),
     Command("report", "an HTML page of figures for a saved model", cmd_report,
             (*READ, Group(cli.ReportFiles), Group(cli.Head), Group(StreamSettings, ("batch_size",)))),
     Command("extract", "frozen-encoder vectors per word piece and per text, for other tools", cmd_extract,

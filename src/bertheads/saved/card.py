@@ -283,18 +283,22 @@ def evaluation_section(metrics: dict | None, dev: dict, data: dict, names: list[
         where = file_name(data.get(name, {}).get("dev", "-"))
         for key, value in scalar_metrics(dev.get(name, {})).items():
             lines.append(f"| `{name}` | {where} | {key} | {number(value)} |")
-    return lines + [""] + calibration_section(dev, names)
+    return lines + [""] + calibration_section(dev, names, (metrics or {}).get("calibration") or {})
 
 
-def calibration_section(dev: dict, names: list[str]) -> list[str]:
+def calibration_section(dev: dict, names: list[str], refitted: dict) -> list[str]:
     """What the scores mean: each head's temperature, and its ECE and Brier score before and
-    after it, measured on the half of dev it was not fitted on."""
-    found = {n: dev.get(n, {}).get("calibration") for n in names if isinstance(dev.get(n, {}).get("calibration"), dict)}
+    after it, measured on the half of the data it was not fitted on (dev, or the file
+    `bertheads calibrate` fitted it on: `refitted`)."""
+    found = {n: refitted.get(n) or dev.get(n, {}).get("calibration") for n in names}
+    found = {n: c for n, c in found.items() if isinstance(c, dict)}
     if not found:
         return []
+    files = sorted({file_name(c["fitted_on"]) for c in found.values() if c.get("fitted_on")})
+    on = f"the file it was refitted on ({', '.join(files)})" if files else "dev"
     lines = ["### Calibration", "",
-             "Each head's scores are a softmax of its logits divided by a temperature fitted on dev; ECE (15 "
-             "bins) and Brier score are measured on cross-fitted halves of dev (the temperature fitted on one "
+             f"Each head's scores are a softmax of its logits divided by a temperature fitted on {on}; ECE (15 "
+             f"bins) and Brier score are measured on cross-fitted halves of {on} (the temperature fitted on one "
              "half, measured on the other, both ways). `--no-calibrate` gives the raw scores.", "",
              "| head | temperature | ECE before | ECE after | Brier before | Brier after | accuracy |",
              "|---|---|---|---|---|---|---|"]
