@@ -44,7 +44,7 @@ def pipeline_scores(model_dir: Path, texts: list[str], fold: bool) -> np.ndarray
     net = bundle.load(model_dir)
     name = next(iter(net.tasks))
     task = net.tasks[name]
-    model = to_transformers(net, name, model_dir / "encoder")
+    model = to_transformers(net, name, Path(bundle.encoder_location(model_dir)))
     if fold:
         task.hf_fold_temperature(model)
     pipe = pipeline("text-classification", model=model, tokenizer=net.encoder.tokenizer, top_k=None)
@@ -53,7 +53,7 @@ def pipeline_scores(model_dir: Path, texts: list[str], fold: bool) -> np.ndarray
     return np.array([[{r["label"]: r["score"] for r in row}[n] for n in names] for row in rows])
 
 
-def run_case(case: str, limit: int, out: Path, model: str) -> dict:
+def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False) -> dict:
     import bertheads
     from bertheads.tasks import calibration
     from bertheads.tasks.classify.formats import read_file
@@ -61,10 +61,13 @@ def run_case(case: str, limit: int, out: Path, model: str) -> dict:
     kind, train, dev, settings = CASES[case]
     train_path, dev_path = require_data(*train), require_data(*dev)
     target = out / case
-    shutil.rmtree(target, ignore_errors=True)
     start = time.perf_counter()
-    trained = bertheads.train(kind, str(train_path), str(dev_path), target, model=model, limit=limit,
-                              cache_dir=str(out / "cache"), progress=False, **settings)
+    if reuse and (target / "metrics.json").is_file():
+        trained = bertheads.load(target, runtime="torch", precision="fp32")
+    else:
+        shutil.rmtree(target, ignore_errors=True)
+        trained = bertheads.train(kind, str(train_path), str(dev_path), target, model=model, limit=limit,
+                                  cache_dir=str(out / "cache"), progress=False, **settings)
     seconds = time.perf_counter() - start
     metrics = json.loads((target / "metrics.json").read_text())
     c = metrics["dev"]["calibration"]
@@ -125,12 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=2000, help="training rows (the first N)")
     p.add_argument("--model", default="default")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--reuse", action="store_true", help="measure the models already trained in bench/out")
     args = p.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
     out = OUT / "calibration"
-    rows = [run_case(case, args.limit, out, args.model) for case in args.cases.split(",")]
+    rows = [run_case(case, args.limit, out, args.model, args.reuse) for case in args.cases.split(",")]
     path = save_json("calibration", {"environment": environment(), "cpu": cpu_line(), "argv": sys.argv, "rows": rows})
     print(cpu_line())
     print(table(rows))

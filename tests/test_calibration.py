@@ -10,6 +10,7 @@ import pytest
 import bertheads
 from bertheads.cli.main import main
 from bertheads.tasks import calibration
+from bertheads.tasks.qa.confidence import candidates
 
 FAST = dict(epochs=4, batch_size=8, lr=1e-2, progress=False)
 
@@ -200,7 +201,8 @@ def test_qa_span_score_calibrated_with_the_null_answer(tiny_bert, tmp_path):
     on, off = model.predict(inputs), model.predict(inputs, calibrate=False)
     assert on[0]["answer"] == off[0]["answer"] and on[0]["raw_score"] == off[0]["raw_score"]
     outputs = bertheads.model.head_outputs(model.net, model.head_name(None), task.from_inputs(inputs))
-    row = calibration.probabilities(task.candidates(outputs[0], task.spec.null_threshold)[None], task.spec.temperature)
+    row = calibration.probabilities(candidates(outputs[0], task.spec.n_best, task.spec.null_threshold, True)[None],
+                                    task.spec.temperature)
     nothing = on[0]["answer"] == ""
     assert on[0]["score"] == pytest.approx(row[0, -1] if nothing else row[0, 0], abs=1e-5)
     assert model.predict(inputs, min_confidence=1.0)[0]["abstained"] is True

@@ -100,7 +100,7 @@ def export_hf(directory: str | Path, out: str | Path, head: str | None = None) -
     name = pick_head(net, head)
     task = net.tasks[name]
     check_equivalent(name, task, net.encoder.info.num_layers)
-    model = to_transformers(net, name, directory / "encoder")
+    model = to_transformers(net, name, Path(bundle.encoder_location(directory)))
     diff = max_difference(net, name, model)
     if not diff <= CHECK_TOLERANCE:
         raise UserError(f"head {name!r}: {type(model).__name__} does not compute this head (outputs differ by "

@@ -138,6 +138,19 @@ def cross_fitted(logits: np.ndarray, gold: np.ndarray, seed: int = 0) -> dict:
     return out
 
 
+def fold_into_last_linear(model: torch.nn.Module, temperature: float | None) -> str | None:
+    """Divide the weight and bias of `model`'s last linear layer (its output layer) by the
+    temperature, so that its logits are divided by it; what was done, in a sentence."""
+    if not temperature or temperature == 1.0:
+        return None
+    name, last = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)][-1]
+    with torch.no_grad():
+        last.weight.div_(temperature)
+        if last.bias is not None:
+            last.bias.div_(temperature)
+    return f"temperature {temperature:g} folded into {name} (its weight and bias divided by it)"
+
+
 def wilson(successes: int, total: int, z: float = 1.96) -> tuple[float, float]:
     """The Wilson score interval (95% by default) of a proportion."""
     if total <= 0:

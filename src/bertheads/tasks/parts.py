@@ -273,26 +273,12 @@ class Publishing:
         """Keywords the transformers pipeline should be given for this head."""
         return {}
 
-    # whether the pipeline's scores are a softmax (or sigmoid) of the exported logits, so that
-    # dividing the last linear layer by the temperature gives it the calibrated scores exactly
-    hf_folds_temperature: ClassVar[bool] = False
-    hf_fold_limit: ClassVar[str] = "the pipeline's scores are not those bertheads calibrates"
-
     def hf_fold_temperature(self, model: nn.Module) -> str | None:
-        """Fold the head's temperature into the transformers model's last linear layer (its
-        weight and bias divided by T: the logits divided by T) where that is exact; what was
-        done, in a sentence (None: the head has no temperature in use)."""
-        t = getattr(self.spec, "temperature", None)
-        if not t or not getattr(self.spec, "calibrate", True):
-            return None
-        if not self.hf_folds_temperature:
-            return f"temperature {t:g} not folded: {self.hf_fold_limit}"
-        last = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)][-1]
-        with torch.no_grad():
-            last[1].weight.div_(t)
-            if last[1].bias is not None:
-                last[1].bias.div_(t)
-        return f"temperature {t:g} folded into {last[0]} (its weight and bias divided by it)"
+        """Fold the head's temperature into the transformers model where that gives the
+        pipeline the calibrated scores (classify, tag: `calibration.fold_into_last_linear`);
+        what was done, in a sentence (None: no temperature in use). By default: not folded."""
+        t = self.temperature() if getattr(self.spec, "temperature", None) else None
+        return None if t in (None, 1.0) else f"temperature {t:g} not folded: the pipeline's scores are not bertheads'"
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

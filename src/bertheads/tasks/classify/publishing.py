@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from bertheads.base.errors import UserError
+from bertheads.tasks.calibration import fold_into_last_linear
 from bertheads.tasks.classify.report import classify_section
 from bertheads.tasks.families import FAMILIES, copy_into
 from bertheads.tasks.parts import CardText, Publishing
@@ -88,7 +89,9 @@ class ClassifyPublishing(Publishing):
         super().hf_configure(config)
         config.problem_type = HF_PROBLEM_TYPES[self.spec.problem]
 
-    hf_folds_temperature = True  # the pipeline's softmax (sigmoid for multi-label) of the logits
+    def hf_fold_temperature(self, model: nn.Module) -> str | None:
+        """Exact: the pipeline's scores are a softmax (sigmoid for multi-label) of the logits."""
+        return fold_into_last_linear(model, self.temperature() if self.spec.temperature else None)
 
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
         family = FAMILIES[self.spec.head_family or "bert"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertheads.tasks.calibration import probabilities
 from bertheads.tasks.parts import Judging
+from bertheads.tasks.qa.confidence import answer_probability, calibration_rows
 from bertheads.tasks.qa.formats import QAExample
 from bertheads.tasks.qa.metrics import (
     best_threshold,
@@ -77,71 +77,32 @@ class QAJudging(Judging):
 
     def decode(self, outputs: list[QAOutput], examples: list[QAExample], null_threshold: float | None = None,
                min_confidence: float | None = None, **_) -> list[dict]:
-        """`{"answer", "start", "end", "score", "raw_score"}` with `context[start:end] == answer`:
-        `score` is the span's probability, P(start) * P(end) in its window as the transformers
-        pipeline reports it, or, for a calibrated head, the probability that the answer is right
-        (a softmax over the question's candidate spans and its null answer, divided by the
-        temperature: see `candidates`); `raw_score` the score spans are ranked and thresholded
-        by (start + end logits; relative to the window's null score with `window_choice`
-        relative). An empty answer (start = end = 0) when the model answers nothing, with
-        [CLS]'s probability and the null score. `min_confidence` adds `"abstained"`."""
+        """`{"answer", "start", "end", "score", "raw_score"}`, `context[start:end] == answer` ("" at 0
+        when it answers nothing): `score` is the probability the answer is right (calibrated,
+        `confidence.py`; else P(start) * P(end) in its window, as the pipeline's), `raw_score` what
+        spans are ranked and thresholded by (start + end logits, relative to the window's null
+        score with `window_choice` relative). `min_confidence` adds `"abstained"`."""
         threshold = self.threshold(null_threshold)
-        t = self.temperature()
-        calibrated = bool(self.spec.temperature) and self.spec.calibrate
+        calibrated, with_null = bool(self.spec.temperature) and self.spec.calibrate, self.has_null(threshold)
         out = []
         for o, e in zip(outputs, examples):
             nothing = answers_nothing(o, threshold)
-            if calibrated:
-                row = probabilities(self.candidates(o, threshold)[None, :], t)[0]
-                score = probability(row[-1] if nothing and self.has_null(threshold) else row[0] if len(row) else None)
-            if nothing:
-                pred = {"answer": "", "start": 0, "end": 0,
-                        "score": score if calibrated else probability(o.null_probability),
-                        "raw_score": round(o.null_score, 4)}
-            else:
-                s, t_ = (int(x) for x in o.spans[0])
-                pred = {"answer": e.context[s:t_], "start": s, "end": t_,
-                        "score": score if calibrated else probability(None if o.probabilities is None
-                                                                      else o.probabilities[0]),
-                        "raw_score": round(float(o.scores[0]), 4)}
-            pred = self.abstain(pred, pred["score"], min_confidence)
+            raw = o.null_probability if nothing else None if o.probabilities is None else o.probabilities[0]
+            score = probability(answer_probability(o, self.spec.n_best, threshold, with_null, self.temperature(),
+                                                   nothing) if calibrated else raw)
+            s, t = (0, 0) if nothing else (int(x) for x in o.spans[0])
+            pred = self.abstain({"answer": e.context[s:t], "start": s, "end": t, "score": score,
+                                 "raw_score": round(o.null_score if nothing else float(o.scores[0]), 4)},
+                                score, min_confidence)
             out.append({**({"id": e.id} if e.has_id else {}), **e.extra, **pred})
         return out
 
-    def has_null(self, threshold: float | None) -> bool:
-        """Whether the null answer is a candidate (SQuAD v2.0 heads, or a threshold given)."""
+    def has_null(self, threshold: float | None) -> bool:  # the null answer is a candidate
         return bool(self.spec.unanswerable) or threshold is not None
 
-    def candidates(self, o: QAOutput, threshold: float | None) -> np.ndarray:
-        """A question's candidate logits: its n best span scores, then (see `has_null`) the null
-        score less the null threshold, so the top candidate is the decision the threshold makes."""
-        scores = [float(x) for x in o.scores[: self.spec.n_best]]
-        if self.has_null(threshold) or not scores:
-            scores.append(o.null_score - (threshold or 0.0))
-        return np.asarray(scores, dtype=np.float64)
-
     def calibration_rows(self, outputs: list[QAOutput], examples: list[QAExample], path=None):
-        """One row per question: its candidates (`candidates`) and the first that is right (a
-        span whose text is exactly a gold answer, SQuAD-normalised, or the null answer for a
-        question without one); -1 when none is."""
-        threshold = self.threshold(None)
-        rows = [self.candidates(o, threshold) for o in outputs]
-        width = max((len(r) for r in rows), default=1)
-        logits = np.full((len(rows), width), -np.inf)
-        gold = np.full(len(rows), -1, dtype=int)
-        for i, (row, o, e) in enumerate(zip(rows, outputs, examples)):
-            logits[i, : len(row)] = row
-            spans = min(len(o.scores), self.spec.n_best)
-            if not e.answers:
-                if spans < len(row):
-                    gold[i] = len(row) - 1
-                continue
-            for j in range(spans):
-                text = e.context[int(o.spans[j][0]):int(o.spans[j][1])]
-                if max_over(exact, text, e.answers):
-                    gold[i] = j
-                    break
-        return logits, gold
+        """One row per question: its candidate spans and null answer (`confidence.py`)."""
+        return calibration_rows(outputs, examples, self.spec.n_best, self.threshold(None), self.has_null(self.threshold(None)))
 
     def metrics(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
                 null_threshold: float | None = None, predictions_out: str | None = None,

@@ -6,6 +6,7 @@ from torch import nn
 
 from bertheads.base.errors import UserError
 from bertheads.tasks.base import CardText
+from bertheads.tasks.calibration import fold_into_last_linear
 from bertheads.tasks.families import FAMILIES, copy_into
 from bertheads.tasks.parts import Publishing
 from bertheads.tasks.tag.report import tag_section
@@ -54,7 +55,9 @@ class TagPublishing(Publishing):
             raise UserError(f"head {name!r}: a BiLSTM tag head cannot be exported to ONNX "
                             f"(its packed sequences have no ONNX form); use the torch runtime")
 
-    hf_folds_temperature = True  # the pipeline's per-token softmax of the logits
+    def hf_fold_temperature(self, model: nn.Module) -> str | None:
+        """Exact: the pipeline's scores are each token's softmax of the logits."""
+        return fold_into_last_linear(model, self.temperature() if self.spec.temperature else None)
 
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
         copy_into(model, self.head, FAMILIES[self.spec.head_family or "bert"].token_keys, f"head {name!r}")
