@@ -30,6 +30,8 @@ CASES = {  # name: (kind, train, dev, settings)
     "conll-feat1": ("tag", ("conll2003", "train.txt"), ("conll2003", "dev.txt"), {"epochs": 1, "mode": "features"}),
     "conll-ft1": ("tag", ("conll2003", "train.txt"), ("conll2003", "dev.txt"), {"epochs": 1}),
     "squad2-ft1": ("qa", ("squad2", "train-split.json"), ("squad2", "eval-split.json"), {"epochs": 1}),
+    "squad2-feat2": ("qa", ("squad2", "train-split.json"), ("squad2", "eval-split.json"),
+                     {"epochs": 2, "mode": "features"}),
 }
 
 
@@ -55,6 +57,8 @@ def pipeline_scores(model_dir: Path, texts: list[str], fold: bool) -> np.ndarray
 
 def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False) -> dict:
     import bertheads
+    from bertheads.base.errors import UserError
+    from bertheads.export.hf import check_equivalent
     from bertheads.tasks import calibration
     from bertheads.tasks.classify.formats import read_file
 
@@ -96,6 +100,11 @@ def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False) 
         row["dev_examples"] = len(examples)
         names = [str(x) for x in task.spec.shown_labels()]
         ours_scores = np.array([[p["scores"][n] for n in names] for p in preds_on])
+        try:  # the head as `export --to hf` would write it (refused where no transformers class computes it)
+            check_equivalent(trained.head_name(None), task, trained.net.encoder.info.num_layers)
+        except UserError as exc:
+            row["pipeline"] = f"no transformers export: {exc}"
+            return row
         peer = pipeline_scores(target, texts, fold=False)
         folded = pipeline_scores(target, texts, fold=True)
         for label, scores in (("pipeline_raw", peer), ("pipeline_folded", folded)):

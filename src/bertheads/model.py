@@ -14,6 +14,7 @@ from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import EncoderInputs, Runner, eval_mode, run_heads
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.encoder.pretrained import Encoder
+from bertheads.tasks.calibration import head_summary
 from bertheads.text.encoding import Feature, collate
 
 
@@ -88,8 +89,9 @@ def head_outputs(model: Runner, name: str, examples: list, batch_size: int = INF
 
 def evaluate_head(model: Runner, name: str, examples: list, path: str | None = None,
                   batch_size: int = INFERENCE_BATCH, **options) -> dict:
-    """One head's metrics on labelled examples, with its mean `loss` (from the same pass); after
-    an epoch (`during_training`) the head's temperature is fitted on them too (`calibration`)."""
+    """One head's metrics on labelled examples, with its mean `loss` (from the same pass) and what
+    its scores mean (`calibration`); after an epoch (`during_training`) the head's temperature
+    is fitted on them."""
     task = model.tasks[name]
     features, owner = task.encode_for_inference(examples, model.tokenizer, with_labels=True)
     losses: dict[str, list[float]] = {}
@@ -98,6 +100,9 @@ def evaluate_head(model: Runner, name: str, examples: list, path: str | None = N
     metrics = task.metrics(collected, examples, path, **options)
     if options.get("during_training"):
         metrics["calibration"] = task.calibrate_on(collected, examples, path)
+    else:  # what the scores mean: as `evaluate` reports it
+        metrics["calibration"] = head_summary(task, [task.confidence_part(collected, examples, path)],
+                                              options.get("target_accuracy"))
     total, count = losses[name]
     if count:  # a runtime that gives outputs only (ONNX): no loss then
         metrics["loss"] = total / count

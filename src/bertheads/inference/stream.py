@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from bertheads.base.errors import UserError, where
@@ -31,7 +30,7 @@ from bertheads.inference.analyze import analyze, extras_of
 from bertheads.inference.blanks import BlankLines
 from bertheads.model import BertHeads, head_outputs
 from bertheads.store.atomic import atomic_writer
-from bertheads.tasks.calibration import summary
+from bertheads.tasks.calibration import head_summary
 from bertheads.tasks.forms import Extra
 from bertheads.text.readers import (
     carried_fields,
@@ -342,17 +341,6 @@ def join_parts(output: Path, parts: list[Path], sizes: list[list[int]]) -> None:
 
 
 # -- evaluation -----------------------------------------------------------------------------
-def score_summary(task, scores: list, target: float | None) -> dict:
-    """What the head's scores mean on the data: the temperature in use, ECE, the risk-coverage
-    table and, with a `target` accuracy, its threshold (`tasks/calibration.py` `summary`)."""
-    if any(s is None for s in scores):
-        return {"temperature": None, "none": task.no_calibration()}
-    confidence = np.concatenate([s[0] for s in scores])
-    correct = np.concatenate([s[1] for s in scores])
-    used = getattr(task.spec, "temperature", None) if getattr(task.spec, "calibrate", True) else None
-    return {"temperature": used, **summary(confidence, correct, target)}
-
-
 def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | None = None, **options) -> dict:
     """A head's metrics and mean loss on a labelled file read a chunk at a time: each chunk's
     outputs are reduced to what the metrics need (`task.metric_part`) before the next is read.
@@ -374,7 +362,7 @@ def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | 
     if not parts:
         raise UserError(f"{path}: no examples")
     metrics = task.metrics_from_parts(parts, path, **options)
-    metrics["calibration"] = score_summary(task, scores, options.get("target_accuracy"))
+    metrics["calibration"] = head_summary(task, scores, options.get("target_accuracy"))
     if count:  # the ONNX runtime gives outputs only: no loss then
         metrics["loss"] = total / count
     if report.skipped:

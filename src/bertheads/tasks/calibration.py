@@ -220,3 +220,13 @@ def summary(confidence: np.ndarray, correct: np.ndarray, target: float | None = 
     if target is not None:
         out["target"] = target_threshold(confidence, correct, target)
     return out
+
+
+def head_summary(task, parts: list, target: float | None = None) -> dict:
+    """What `evaluate` reports of a head's scores on labelled data, from each chunk's
+    `Judging.confidence_part`: the temperature in use, then `summary` (or why there is none)."""
+    if not parts or any(p is None for p in parts):
+        return {"temperature": None, "none": task.no_calibration()}
+    used = getattr(task.spec, "temperature", None) if getattr(task.spec, "calibrate", True) else None
+    return {"temperature": used, **summary(np.concatenate([p[0] for p in parts]),
+                                           np.concatenate([p[1] for p in parts]), target)}
