@@ -264,3 +264,18 @@ def test_calibrate_command_writes_a_new_model_and_leaves_the_old_one(classifier,
     assert [p["label"] for p in new.predict(texts)] == [p["label"] for p in model.predict(texts)]
     again = model.calibrate(str(tmp_path / "other.tsv"), tmp_path / "again")
     assert again.task().spec.temperature == c["temperature"]
+
+
+def test_rows_without_a_right_candidate_calibrate_the_top_score():
+    """A question whose answer is none of its spans counts too: the top score is fitted to how
+    often it is right, not only to the rows that have a right candidate."""
+    rng = np.random.default_rng(1)
+    true = rng.normal(size=(3000, 4)) * 2
+    right_now = rng.random(3000) < calibration.probabilities(true).max(-1)  # the top is right this often
+    logits, gold = true * 2.5, np.where(right_now, true.argmax(-1), -1)  # overconfident; wrong: none right
+    t = calibration.fit_temperature(logits, gold)
+    conf, right = calibration.confidence_pairs(logits, gold, t)
+    assert abs(t - 2.5) < 0.4 and calibration.ece(conf, right) < 0.03
+    some = gold >= 0  # fitted on the rows with a right candidate alone, the scores would say "sure"
+    alone = calibration.confidence_pairs(logits, gold, calibration.fit_temperature(logits[some], gold[some]))
+    assert calibration.ece(*alone) > 3 * calibration.ece(conf, right)

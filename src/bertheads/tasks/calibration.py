@@ -32,21 +32,30 @@ def probabilities(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
 
 
 def fit_temperature(logits: np.ndarray, gold: np.ndarray) -> float | None:
-    """The temperature T minimising the mean NLL of the right candidate under softmax(logits / T)
-    (LBFGS on log T); None when no row has a right candidate or all rows are one candidate."""
+    """The temperature T (LBFGS on log T) minimising the mean NLL of the right candidate under
+    softmax(logits / T); when some rows have no right candidate (their candidates are not every
+    answer, as a question's spans), the binary cross-entropy of each row's top score against
+    whether its top candidate is right, over every row. None when there is nothing to fit."""
     logits, gold = np.asarray(logits, dtype=np.float64), np.asarray(gold)
-    keep = gold >= 0
-    if not keep.any() or logits.ndim != 2 or logits.shape[1] < 2:
+    if not len(gold) or logits.ndim != 2 or logits.shape[1] < 2 or not (gold >= 0).any():
         return None
-    z = torch.tensor(np.where(np.isfinite(logits[keep]), logits[keep], -1e9))
-    y = torch.tensor(gold[keep], dtype=torch.long)
+    z = torch.tensor(np.where(np.isfinite(logits), logits, -1e9))
+    y = torch.tensor(gold, dtype=torch.long)
+    top = z.argmax(-1)
+    right = (top == y).double()
+    incomplete = bool((gold < 0).any())
     log_t = torch.zeros((), dtype=torch.float64, requires_grad=True)
     opt = torch.optim.LBFGS([log_t], lr=0.5, max_iter=100, line_search_fn="strong_wolfe")
     low, high = math.log(T_RANGE[0]), math.log(T_RANGE[1])
 
     def closure():
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(z / log_t.clamp(low, high).exp(), y)
+        scaled = z / log_t.clamp(low, high).exp()
+        if incomplete:
+            p_top = torch.softmax(scaled, -1).gather(1, top[:, None])[:, 0].clamp(1e-12, 1 - 1e-12)
+            loss = torch.nn.functional.binary_cross_entropy(p_top, right)
+        else:
+            loss = torch.nn.functional.cross_entropy(scaled, y)
         loss.backward()
         return loss
 
