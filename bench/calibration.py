@@ -28,6 +28,7 @@ CASES = {  # name: (kind, train, dev, settings)
     "mrpc-feat3": ("classify", ("glue", "MRPC", "train.tsv"), ("glue", "MRPC", "dev.tsv"),
                    {"epochs": 3, "mode": "features"}),
     "conll-feat1": ("tag", ("conll2003", "train.txt"), ("conll2003", "dev.txt"), {"epochs": 1, "mode": "features"}),
+    "conll-feat5": ("tag", ("conll2003", "train.txt"), ("conll2003", "dev.txt"), {"epochs": 5, "mode": "features"}),
     "conll-ft1": ("tag", ("conll2003", "train.txt"), ("conll2003", "dev.txt"), {"epochs": 1}),
     "squad2-ft1": ("qa", ("squad2", "train-split.json"), ("squad2", "eval-split.json"), {"epochs": 1}),
     "squad2-feat2": ("qa", ("squad2", "train-split.json"), ("squad2", "eval-split.json"),
