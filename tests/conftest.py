@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # torch fp32 on each kind of CPU the suite meets (AVX2, AVX512_BF16, AMX); tests of the other
 # choices pretend to be those machines (`base.machine.pretend`), or read the real flags.
 os.environ["BERTHEADS_CPU_FLAGS"] = "avx2"
+# the suite's caches (features, remembered hashes, the gate's verdicts) are its own, never the user's
+os.environ["BERTHEADS_CACHE"] = tempfile.mkdtemp(prefix="bertheads-cache-")
 # Under `make test` two worker processes share the cores: each, and the commands it starts, runs
 # torch on one thread (tests of thread use set their own count).
 if os.environ.get("PYTEST_XDIST_WORKER"):

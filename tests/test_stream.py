@@ -133,7 +133,7 @@ def test_streamed_evaluation_equals_the_whole_file(models, tmp_path):
     model = api.load(models / "c")
     whole = evaluate_head(model.net, "classify", model.task().read(str(models / "train.tsv")), None)
     streamed = model.evaluate(str(models / "train.tsv"), settings=StreamSettings(chunk_size=5))
-    assert streamed.keys() == whole.keys()
+    assert streamed.keys() - {"learned_nothing"} == whole.keys()  # (evaluate's warning: the tiny model's)
     for key in whole:
         if isinstance(whole[key], dict):  # per-class figures and the confusion matrix: counts
             assert streamed[key] == whole[key]

@@ -3,12 +3,14 @@ a saved model, then `predict`, `evaluate` and, with several heads, `analyze`."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from bertheads.base.errors import UserError
 from bertheads.base.schema import check_given, from_mapping, names, warn
 from bertheads.compute.batching import INFERENCE_BATCH
+from bertheads.export.gate import gate_model
 from bertheads.export.modes import RuntimeSettings
 from bertheads.inference.analyze import analyze, split_extras
 from bertheads.inference.calibrate import recalibrate
@@ -220,8 +222,12 @@ def evaluate(model: Model | str | Path, data, head: str | None = None, **options
     return (model if isinstance(model, Model) else load(model)).evaluate(data, head, **options)
 
 
-def trained(net: BertHeads, out: str | Path | None, result: dict) -> Model:
+def trained(net: BertHeads, out: str | Path | None, result: dict, settings: TrainSettings) -> Model:
+    """The model a run saved (each lower precision this machine runs it in checked against fp32
+    first), or, without `out`, the one in memory."""
     if out is not None:
+        if os.environ.get("RANK", "0") == "0":
+            gate_model(out, device=settings.device, exported=False)
         return load(out, runtime="torch", precision="fp32")
     model = Model(net)
     model.metrics = result
@@ -249,7 +255,7 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
     # no settings given: the kind's own defaults (qa: batches of 16), as on the command line
     settings, _, _ = run_settings(config, settings, {k: v for k, v in given.items() if k in names(TrainSettings)})
     net, result = train_tasks(config, out, model, settings)
-    return trained(net, out, result)
+    return trained(net, out, result, settings)
 
 
 def train_multi(config: MultiConfig | str | Path, out: str | Path | None, model: str | None = None,
@@ -266,7 +272,7 @@ def train_multi(config: MultiConfig | str | Path, out: str | Path | None, model:
     manifest = multi_task_manifest(config) if not config.single else None
     net, result = train_tasks(config, out, run.get("model") or "default", settings, run.get("limit"), cli_options,
                               manifest)
-    return trained(net, out, result)
+    return trained(net, out, result, settings)
 
 
 def combine(directories: list[str | Path], out: str | Path, names: list[str] | None = None) -> Model:

@@ -12,7 +12,7 @@ from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine, resolve_device, runtimes, training_precision
 from bertheads.base.schema import vars_for
-from bertheads.export.gate import export_checked
+from bertheads.export.gate import export_checked, gate_model
 from bertheads.export.hf import export_hf
 from bertheads.export.modes import RuntimeSettings, candidates
 from bertheads.inference.calibrate import recalibrate
@@ -193,6 +193,20 @@ def cmd_calibrate(args) -> int:
         else:
             log.info(f"{name}: temperature {c['temperature']}")
     log.info(f"saved {args.out}")
+    return 0
+
+
+def cmd_gate(args) -> int:
+    """`gate MODEL`: the verdicts `auto` reads, made here and kept in the model folder."""
+    check_input_file(args.gate_data)
+    records = gate_model(args.model_dir, args.gate_data, say=log.info, device=args.device, verify=args.verify)
+    if records is None:
+        log.info(f"gate: this machine runs no lower precision of {args.model_dir} ({machine().flag_text()}; "
+                 f"bertheads env says why)")
+        records = {}
+    if args.json:
+        print(json.dumps({key: {k: r[k] for k in ("passed", "why", "inputs_per_s", "fp32_inputs_per_s")}
+                          for key, r in records.items()}))
     return 0
 
 

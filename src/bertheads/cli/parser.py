@@ -21,6 +21,7 @@ from bertheads.cli.commands import (
     cmd_evaluate,
     cmd_export,
     cmd_extract,
+    cmd_gate,
     cmd_predict,
     cmd_report,
     cmd_serve,
@@ -127,6 +128,9 @@ COMMANDS = (
             (*READ, Group(cli.ExportFiles), Group(cli.Head), Group(RuntimeSettings, ("gate_data",)))),
     Command("calibrate", "a copy of a model with each head's temperature refitted on other labelled data",
             cmd_calibrate, (*READ, Group(cli.CalibrateFiles), Group(cli.Head), Group(StreamSettings, ("batch_size",)))),
+    Command("gate", "each lower precision this machine runs a model in, checked against fp32 and timed "
+                    "(MODEL_DIR/gate.json)", cmd_gate,
+            (*READ, Group(RuntimeSettings, ("device", "gate_data", "verify")), Group(cli.AsJson))),
     Command("report", "an HTML page of figures for a saved model", cmd_report,
             (*READ, Group(cli.ReportFiles), Group(cli.Head), Group(StreamSettings, ("batch_size",)))),
     Command("extract", "frozen-encoder vectors per word piece and per text, for other tools", cmd_extract,

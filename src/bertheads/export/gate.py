@@ -1,16 +1,23 @@
 """The gate before a lower precision is used: its outputs against fp32's on the model's own dev
-data (or a sample the user gives), and the verdict stored with the model.
+data (or a sample the user gives), timed on the same inputs, and the verdict kept for this machine.
 
 ```
-DIR/gate.json   {"manifest_sha256", "modes": {"openvino/bf16": {"passed", "tolerance_points",
-                 "heads": {NAME: {"data", "examples", "metric", "fp32", "value",
-                 "change_points", "label_agreement"}}, "export_sha256", "machine"}}}
+DIR/gate.json   {"manifest_sha256", "machines": {MACHINE: {"openvino/bf16": {"passed", "why",
+                 "inputs_per_s", "fp32_inputs_per_s", "tolerance_points", "min_agreement",
+                 "heads": {NAME: {"data", "examples", "metric", "fp32", "value", "change_points",
+                 "label_agreement"}}, "export_sha256", "device", "machine"}}}}
 ```
-`export_checked` is `bertheads export --to onnx`: the graphs, then each lower precision of the
-export this machine runs put through the gate. A mode passes when every head's main metric moves by at most `modes.TOLERANCE` points (0.3
-for bf16 and fp16, 0.5 for int8). Label agreement is the share of inputs whose prediction,
-scores left out, is the same as fp32's. A record holds while the model (its manifest and head
-weights) and, for an exported mode, the export are the ones it was made on.
+MACHINE is `machine().line()` (the CPU, its flags, cores and threads): a verdict and its speed hold
+for the machine that measured them. The model folder's file is written only by the commands whose
+work is the gate (`train` at its end, `export --to onnx`, `bertheads gate`); a command that reads a
+model (`predict`, `evaluate`, `analyze`, `serve`) keeps the verdicts it had to make in the user's
+cache (`$BERTHEADS_CACHE/gate/`, one file per model, export and machine), so a read-only model
+folder pays for them once. A verdict holds while the model (its manifest and head weights) and,
+for an exported mode, the export are the ones it was made on.
+
+A mode passes when every head has at least `modes.MIN_INPUTS` labelled inputs, its main metric
+falls by at most `modes.TOLERANCE` points (a gain never refuses) and at least `modes.AGREEMENT`
+of its predictions, scores left out, are fp32's.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,18 +33,24 @@ import torch
 
 from bertheads.base.errors import SystemFault, UserError
 from bertheads.base.extras import require
-from bertheads.base.machine import machine
-from bertheads.export.modes import GRAPH_OF, TOLERANCE, Mode, check_mode
+from bertheads.base.machine import machine, resolve_device
+from bertheads.export.modes import AGREEMENT, GRAPH_OF, MIN_INPUTS, TOLERANCE, Mode, check_mode
 from bertheads.export.onnx import META, ONNX_DIR, export_onnx, manifest_digest
-from bertheads.export.runtimes import open_runner
+from bertheads.export.runtimes import has_graph, open_runner
 from bertheads.model import head_outputs
 from bertheads.saved import bundle
 from bertheads.store.atomic import atomic_write_text
+from bertheads.store.encoder_refs import cache_root
 
 log = logging.getLogger("bertheads")
 
 GATE = "gate.json"
 GATE_EXAMPLES = 1000  # dev inputs compared per head (the first ones)
+WARMUP = 8  # inputs run once before the timed pass (a session's first run pays its set-up)
+
+
+class NoEvidence(UserError):
+    """The gate has nothing, or too little, to judge a lower precision on."""
 
 
 def export_digest(directory: Path) -> str | None:
@@ -44,29 +58,61 @@ def export_digest(directory: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
-def read_records(directory: Path) -> dict[str, dict]:
-    """The stored verdicts that still hold for this model and its export."""
-    path = directory / GATE
+def here() -> str:
+    """The machine a verdict belongs to."""
+    return machine().line()
+
+
+def cache_file(directory: Path) -> Path:
+    """The user's cache of verdicts on this model, its export and this machine."""
+    key = hashlib.sha256("\n".join((manifest_digest(directory), export_digest(directory) or "",
+                                      here())).encode()).hexdigest()[:32]
+    return cache_root() / "gate" / f"{key}.json"
+
+
+def _read(path: Path) -> dict:
     try:
         saved = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):
         return {}
-    if saved.get("manifest_sha256") != manifest_digest(directory):
-        return {}
-    export = export_digest(directory)
-    return {k: v for k, v in saved.get("modes", {}).items()
-            if k.startswith("torch/") or v.get("export_sha256") == export}
+    return saved if isinstance(saved, dict) else {}
 
 
-def store(directory: Path, key: str, record: dict, say: Callable[[str], None]) -> None:
-    """Add one verdict to DIR/gate.json (a model directory that cannot be written keeps it in memory)."""
-    records = read_records(directory)
-    records[key] = record
-    text = json.dumps({"manifest_sha256": manifest_digest(directory), "modes": records}, indent=1) + "\n"
+def read_records(directory: Path) -> dict[str, dict]:
+    """The verdicts that hold for this model, its export and this machine: the model folder's,
+    then those of the user's cache."""
+    directory = Path(directory)
+    if not (directory / bundle.MANIFEST).is_file():
+        return {}  # not a model: opening it says so
+    manifest, export, machine_line = manifest_digest(directory), export_digest(directory), here()
+    out: dict[str, dict] = {}
+    for path in (cache_file(directory), directory / GATE):  # the folder's last: it wins
+        saved = _read(path)
+        if saved.get("manifest_sha256") != manifest:
+            continue
+        for key, record in (saved.get("machines") or {}).get(machine_line, {}).items():
+            if key.startswith("torch/") or record.get("export_sha256") == export:
+                out[key] = record
+    return out
+
+
+def store(directory: Path, key: str, record: dict, say: Callable[[str], None], into_model: bool = False) -> None:
+    """Keep one verdict: in DIR/gate.json for the commands whose work is the gate, else in the
+    user's cache. Where neither can be written, it is said, and the check runs again next time."""
+    directory = Path(directory)
+    target = directory / GATE if into_model else cache_file(directory)
+    manifest, export = manifest_digest(directory), export_digest(directory)
+    saved = _read(target)
+    machines = saved.get("machines") if saved.get("manifest_sha256") == manifest else None
+    machines = {m: {k: v for k, v in records.items() if k.startswith("torch/") or v.get("export_sha256") == export}
+                for m, records in (machines or {}).items()}
+    machines.setdefault(here(), {})[key] = record
+    text = json.dumps({"manifest_sha256": manifest, "machines": machines}, indent=1) + "\n"
     try:
-        atomic_write_text(directory / GATE, text)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(target, text)
     except (OSError, SystemFault) as exc:
-        say(f"could not write {directory / GATE} ({exc}); the check runs again next time")
+        say(f"could not write {target} ({exc}); the check runs again next time")
 
 
 def dev_path(manifest: dict, name: str, directory: Path) -> str | None:
@@ -104,17 +150,38 @@ def without_scores(value):
     return value
 
 
-def compare(reference, candidate, data: dict[str, str], limit: int = GATE_EXAMPLES) -> dict[str, dict]:
+def labelled(task, name: str, path: str, limit: int = GATE_EXAMPLES) -> list:
+    """The first `limit` labelled inputs of `path`; NoEvidence when they are too few to judge by."""
+    examples = task.read(path, need_labels=True)[:limit]
+    if len(examples) < MIN_INPUTS:
+        raise NoEvidence(f"{path}: {len(examples)} labelled input{'s' * (len(examples) != 1)} for head {name}; the "
+                         f"gate needs at least {MIN_INPUTS} to judge a lower precision (--gate-data FILE gives more)")
+    return examples
+
+
+def timed(runner, name: str, examples: list) -> tuple[list, float]:
+    """One head's outputs for `examples` and the seconds they took, end to end (encoding and
+    decoding included), after a short warm-up run."""
+    head_outputs(runner, name, examples[:WARMUP])
+    start = time.perf_counter()
+    outputs = head_outputs(runner, name, examples)
+    return outputs, time.perf_counter() - start
+
+
+def compare(reference, candidate, data: dict[str, str], limit: int = GATE_EXAMPLES,
+            runs: dict | None = None) -> dict[str, dict]:
     """Each head's main metric and predictions from `candidate` against `reference` (both runners
-    holding the same tasks) on the first `limit` labelled inputs of its data."""
+    holding the same tasks) on the first `limit` labelled inputs of its data, with the seconds each
+    took. `runs` keeps fp32's outputs between calls."""
+    runs = {} if runs is None else runs
     out = {}
     for name, path in data.items():
         task = reference.tasks[name]
-        examples = task.read(path, need_labels=True)[:limit]
-        if not examples:
-            raise UserError(f"{path}: no labelled inputs to check the lower precision on")
-        ref = head_outputs(reference, name, examples)
-        got = head_outputs(candidate, name, examples)
+        if name not in runs:
+            examples = labelled(task, name, path, limit)
+            runs[name] = (examples, *timed(reference, name, examples))
+        examples, ref, ref_seconds = runs[name]
+        got, seconds = timed(candidate, name, examples)
         metric = task.main_metric
         ref_value = float(task.metrics(ref, examples)[metric])
         got_value = float(task.metrics(got, examples)[metric])
@@ -123,16 +190,38 @@ def compare(reference, candidate, data: dict[str, str], limit: int = GATE_EXAMPL
                 for a, b in zip(task.decode(ref, examples), task.decode(got, examples))]
         out[name] = {"data": path, "examples": len(examples), "metric": metric, "fp32": ref_value,
                      "value": got_value, "change_points": (got_value - ref_value) * scale,
-                     "label_agreement": sum(same) / len(same)}
+                     "label_agreement": sum(same) / len(same), "seconds": seconds, "fp32_seconds": ref_seconds}
     return out
 
 
+def problems(precision: str, heads: dict[str, dict]) -> list[str]:
+    """Why a lower precision fails the gate (nothing when it passes)."""
+    out = []
+    for name, h in heads.items():
+        if h["examples"] < MIN_INPUTS:
+            out.append(f"{name}: {h['examples']} inputs, fewer than {MIN_INPUTS}")
+        if h["change_points"] < -TOLERANCE[precision]:
+            out.append(f"{name}: {h['metric']} falls {-h['change_points']:.2f} points, more than "
+                       f"{TOLERANCE[precision]}")
+        if h["label_agreement"] < AGREEMENT[precision]:
+            out.append(f"{name}: {h['label_agreement']:.1%} same predictions as fp32, fewer than "
+                       f"{AGREEMENT[precision]:.0%}")
+    return out
+
+
+def rate(heads: dict[str, dict], field: str = "seconds") -> float:
+    """Inputs a second over every head's timed pass."""
+    seconds = sum(h[field] for h in heads.values())
+    return sum(h["examples"] for h in heads.values()) / seconds if seconds > 0 else 0.0
+
+
 def verdict(directory: Path, mode: Mode, heads: dict[str, dict]) -> dict:
-    tolerance = TOLERANCE[mode.precision]
-    return {"passed": all(abs(h["change_points"]) <= tolerance for h in heads.values()),
-            "tolerance_points": tolerance, "heads": heads, "device": str(mode.device),
+    why = problems(mode.precision, heads)
+    return {"passed": not why, "why": "; ".join(why), "inputs_per_s": rate(heads),
+            "fp32_inputs_per_s": rate(heads, "fp32_seconds"), "tolerance_points": TOLERANCE[mode.precision],
+            "min_agreement": AGREEMENT[mode.precision], "heads": heads, "device": str(mode.device),
             "export_sha256": None if mode.runtime == "torch" else export_digest(directory),
-            "machine": machine().line()}
+            "machine": here()}
 
 
 def summary(record: dict) -> str:
@@ -140,6 +229,97 @@ def summary(record: dict) -> str:
     parts = [f"{name}: {h['metric']} {h['change_points']:+.2f} points, {h['label_agreement']:.1%} same predictions "
              f"on {h['examples']} inputs" for name, h in record["heads"].items()]
     return "; ".join(parts)
+
+
+class Gate:
+    """The gate for one model on one device: fp32 loaded, read and timed once for every mode
+    checked; each verdict kept (`store`) as it is made."""
+
+    def __init__(self, directory: str | Path, device: torch.device, verify: bool = True, given: str | None = None,
+                 say: Callable[[str], None] | None = None, into_model: bool = False):
+        self.directory, self.device, self.verify, self.given = Path(directory), device, verify, given
+        self.say, self.into_model = say or log.info, into_model
+        self.records = read_records(self.directory)
+        self.reference = None
+        self.runs: dict = {}
+        self._data: dict[str, str] | None = None
+
+    def data(self) -> dict[str, str]:
+        """Each head's labelled file; NoEvidence when a head has none."""
+        if self._data is None:
+            heads = bundle.read_manifest(self.directory)["heads"]
+            found = gate_data(self.directory, heads, self.given)
+            if found is None:
+                raise NoEvidence("no dev data recorded with the model (--gate-data FILE gives some)")
+            self._data = found
+        return self._data
+
+    def record(self, mode: Mode) -> dict:
+        """`mode`'s verdict: the one kept for this machine (on the same data, when --gate-data is
+        given), else measured now and kept. NoEvidence when there is nothing to judge it on."""
+        kept = self.records.get(mode.key)
+        if kept is not None and (self.given is None or all(h.get("data") == self.given
+                                                           for h in kept["heads"].values())):
+            return kept
+        data = self.data()
+        if self.reference is None:
+            self.reference = bundle.load(self.directory, self.device, self.verify)
+        self.say(f"checking {mode.runtime} {mode.precision} against fp32 on {', '.join(sorted(set(data.values())))} ...")
+        candidate = open_runner(self.directory, mode, self.verify)
+        record = verdict(self.directory, mode, compare(self.reference, candidate, data, runs=self.runs))
+        store(self.directory, mode.key, record, self.say, self.into_model)
+        self.records[mode.key] = record
+        return record
+
+    def fp32_rate(self) -> float | None:
+        """torch fp32's inputs a second as the kept verdicts measured it (their median)."""
+        rates = sorted(r["fp32_inputs_per_s"] for r in self.records.values() if r.get("fp32_inputs_per_s"))
+        return rates[len(rates) // 2] if rates else None
+
+
+def lower_modes(directory: Path, device: torch.device, exported: bool = True) -> list[Mode]:
+    """The lower-precision modes this machine runs on `device` for the model (and, with
+    `exported`, its export's graphs)."""
+    pairs = [("torch", "bf16"), ("torch", "fp16")] + (list(GRAPH_OF) if exported else [])
+    out = []
+    for runtime, precision in pairs:
+        if precision not in TOLERANCE or (runtime != "torch" and not has_graph(directory, GRAPH_OF[(runtime,
+                                                                                                  precision)])):
+            continue
+        try:
+            check_mode(runtime, precision, device)
+        except UserError:
+            continue  # not on this machine (bf16 without AMX/AVX512_BF16, fp16 off a GPU, no openvino)
+        out.append(Mode(runtime, precision, device))
+    return out
+
+
+def gate_model(directory: str | Path, given: str | None = None, say: Callable[[str], None] | None = None,
+               device: str | torch.device | None = "cpu", exported: bool = True,
+               verify: bool = True) -> dict | None:
+    """Every lower precision this machine runs the model in, checked against fp32 and written
+    into DIR/gate.json (`bertheads gate`, the end of `train`, `export --to onnx`); None when the
+    machine runs none."""
+    directory, say = Path(directory), say or log.info
+    where = resolve_device(device)
+    modes = lower_modes(directory, where, exported)
+    if not modes:
+        log.debug(f"gate: no lower precision of {directory} to check on {where} here ({machine().flag_text()})")
+        return None
+    checked = Gate(directory, where, verify, given, say, into_model=True)
+    checked.records = {}  # measured afresh: these commands are where verdicts are made
+    out = {}
+    for mode in modes:
+        try:
+            record = checked.record(mode)
+        except NoEvidence as exc:
+            say(f"gate: no lower precision checked: {exc}")
+            break
+        out[mode.key] = record
+        say(f"gate {mode.runtime} {mode.precision}: "
+            + (f"passed, {record['inputs_per_s']:.0f} inputs/s against fp32's {record['fp32_inputs_per_s']:.0f} "
+               f"({summary(record)})" if record["passed"] else f"REFUSED ({record['why']})"))
+    return out
 
 
 def export_checked(directory: str | Path, out: str | Path | None = None, quantize_to: str | None = None,
@@ -154,18 +334,5 @@ def export_checked(directory: str | Path, out: str | Path | None = None, quantiz
     meta = export_onnx(directory, out, quantize_to, say, calibration=data)
     if data is None or (out is not None and Path(out).resolve() != (directory / ONNX_DIR).resolve()):
         return meta
-    cpu = torch.device("cpu")
-    reference = None
-    for (runtime, precision), graph in GRAPH_OF.items():
-        if precision not in TOLERANCE or graph not in meta["graphs"]:
-            continue
-        try:
-            check_mode(runtime, precision, cpu)
-        except UserError:
-            continue  # not on this machine (bf16 without AMX/AVX512_BF16, no openvino)
-        mode = Mode(runtime, precision, cpu)
-        reference = reference or bundle.load(directory, cpu)
-        record = verdict(directory, mode, compare(reference, open_runner(directory, mode, True), data))
-        store(directory, mode.key, record, say)
-        say(f"gate {runtime} {precision}: {'passed' if record['passed'] else 'REFUSED'} ({summary(record)})")
+    gate_model(directory, gate_file, say)
     return meta

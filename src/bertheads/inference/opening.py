@@ -1,6 +1,7 @@
 """Opening a saved model in a mode: the device, the runtime and the precision `--device`,
-`--runtime` and `--precision` name, or, for `auto`, the fastest this machine runs whose lower
-precision passed the gate (`export/gate.py`), tried in the order `export.modes.candidates` gives.
+`--runtime` and `--precision` name, or, for `auto`, the fastest mode on this machine whose lower
+precision passed the gate (`export/gate.py`). The order `export.modes.candidates` gives is only
+the order in which modes are tried; the gate times each on its inputs, and the fastest wins.
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ from pathlib import Path
 import torch
 
 from bertheads.base.errors import UserError
-from bertheads.base.machine import DTYPES, resolve_device
+from bertheads.base.machine import resolve_device
 from bertheads.export import gate
 from bertheads.export.modes import GRAPH_OF, TOLERANCE, Mode, candidates
 from bertheads.export.runtimes import has_graph, open_runner
-from bertheads.saved import bundle
 
 log = logging.getLogger("bertheads")
 
@@ -30,50 +30,62 @@ def open_model(directory: str | Path, device: str | torch.device | None = "auto"
     where = resolve_device(device)
     ladder = candidates(runtime or "auto", precision or "auto", where)
     asked = runtime not in (None, "auto") and precision not in (None, "auto")
-    records = gate.read_records(directory)
-    reference = None
+    checks = gate.Gate(directory, where, verify, gate_data, say)  # verdicts made here go to the user's cache
+    usable: list[tuple[Mode, float | None]] = []  # each mode that may run, and its measured inputs/s
     passed_over = []
     for r, p, why in ladder:
         mode = Mode(r, p, where, why)
-        unchecked = None
-        if r != "torch" and runtime in (None, "auto") and not has_graph(directory, GRAPH_OF[(r, p)]):
+        last = (r, p) == ladder[-1][:2]  # a missing export of the last is said by the runtime itself
+        if r != "torch" and not asked and not last and not has_graph(directory, GRAPH_OF[(r, p)]):
             passed_over.append(f"{r} {p}: no export (bertheads export {directory} --to onnx"
                                f"{' --quantize int8' if p == 'int8' else ''})")
             continue
-        if p in TOLERANCE:
-            record = records.get(mode.key)
-            if record is None:
-                data = gate.gate_data(directory, bundle.read_manifest(directory)["heads"], gate_data)
-                if data is None:
-                    if asked or (r, p) == ladder[-1][:2]:
-                        unchecked = (f"--precision {p}: not checked against fp32 (no dev data recorded with the "
-                                     f"model; --gate-data FILE checks it)")
-                    else:
-                        passed_over.append(f"{r} {p}: not checked against fp32 (no dev data; --gate-data FILE)")
-                        continue
-                else:
-                    if reference is None:
-                        reference = bundle.load(directory, where, verify)
-                    say(f"checking {r} {p} against fp32 on {', '.join(sorted(set(data.values())))} ...")
-                    candidate = open_runner(directory, mode, verify) if r != "torch" else None
-                    if candidate is None:  # torch: the same weights, cast to the lower precision
-                        candidate = bundle.load(directory, where, verify)
-                        candidate.set_inference_dtype(DTYPES.get(p))
-                    record = gate.verdict(directory, mode, gate.compare(reference, candidate, data))
-                    gate.store(directory, mode.key, record, say)
-            if record is not None and not record["passed"]:
-                line = f"{r} {p} changes the dev metric by more than {TOLERANCE[p]} points ({gate.summary(record)})"
-                if asked:
-                    raise UserError(f"--runtime {r} --precision {p}: refused: {line}; see {directory / gate.GATE}")
-                passed_over.append(line)
-                continue
-            if record is not None:
-                mode = Mode(r, p, where, f"{why}; passed the gate: {gate.summary(record)}")
-        net = open_runner(directory, mode, verify, reference if r == "torch" else None)
-        if unchecked:
-            say(unchecked)
-        if not asked and (len(ladder) > 1 or passed_over):
-            say(f"auto: {r} {p} on {where} ({mode.why})"
-                + (f"; passed over: {'; '.join(passed_over)}" if passed_over else ""))
-        return net, mode
-    raise UserError(f"no mode to run {directory} in: {'; '.join(passed_over)}")
+        if p not in TOLERANCE:  # fp32: nothing to check; torch's speed is the gate's reference
+            usable.append((mode, checks.fp32_rate() if r == "torch" else None))
+            continue
+        try:
+            record = checks.record(mode)
+        except gate.NoEvidence as exc:
+            if asked or (not usable and last):
+                usable.append((Mode(r, p, where, f"{why}; not checked against fp32: {exc}"), None))
+                break
+            say(f"auto: {r} {p} not used: {exc}")
+            passed_over.append(f"{r} {p}: not checked against fp32: {exc}")
+            continue
+        if not record["passed"]:
+            if asked:
+                raise UserError(f"--runtime {r} --precision {p}: refused by the gate: {record['why']}; see "
+                                f"{directory / gate.GATE} or the user's cache")
+            passed_over.append(f"{r} {p}: refused by the gate ({record['why']})")
+            continue
+        usable.append((Mode(r, p, where, f"{why}; passed the gate: {gate.summary(record)}"),
+                       record.get("inputs_per_s")))
+    if not usable:
+        raise UserError(f"no mode to run {directory} in: {'; '.join(passed_over)}")
+    mode, rate = fastest(usable)
+    net = open_runner(directory, mode, verify, checks.reference if mode.runtime == "torch" else None)
+    if "not checked against fp32" in mode.why:
+        say(f"--precision {mode.precision}: {mode.why.partition('; ')[2]}")
+    if not asked and (len(ladder) > 1 or passed_over):
+        say(choice_line(mode, rate, usable))
+        for line in passed_over:
+            log.debug(f"auto: passed over {line}")
+        log.debug(f"auto: {mode.runtime} {mode.precision}: {mode.why}")
+    return net, mode
+
+
+def fastest(usable: list[tuple[Mode, float | None]]) -> tuple[Mode, float | None]:
+    """The fastest mode measured on this machine; the first tried when none was measured."""
+    measured = [u for u in usable if u[1]]
+    return max(measured, key=lambda u: u[1]) if measured else usable[0]
+
+
+def choice_line(mode: Mode, rate: float | None, usable: list[tuple[Mode, float | None]]) -> str:
+    """`auto`'s one line: the mode it runs, its measured rate and the runners-up."""
+    checked = ", checked against fp32" if mode.precision in TOLERANCE and rate else ""
+    line = f"auto: {mode.runtime} {mode.precision} on {mode.device}"
+    if rate:
+        others = sorted((u for u in usable if u[1] and u[0] != mode), key=lambda u: -u[1])
+        runners_up = ", ".join(f"{m.runtime} {m.precision} {r:.0f}/s" for m, r in others)
+        line += f", {rate:.0f} inputs/s here{checked}" + (f" (then {runners_up})" if runners_up else "")
+    return line

@@ -22,6 +22,7 @@ from bertheads.base.errors import UserError
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.model import head_outputs
 from bertheads.saved import bundle
+from bertheads.saved.card import read_metrics
 from bertheads.store.atomic import atomic_directory
 from bertheads.tasks.calibration import confidence_pairs, ece
 from bertheads.tasks.figures import Figure, Section, html_table, pyplot, reliability, risk_coverage, to_png
@@ -236,9 +237,13 @@ def report(model_dir: str | Path, data: str | None = None, out: str | Path | Non
             raise UserError(f"{data}: fits none of the heads ({'; '.join(f'{n}: {m}' for n, m in skipped.items())})")
     sections = []
     tuned = tune_section(directory)
+    trained_nothing = (read_metrics(directory) or {}).get("learned_nothing") or {}
     for name in names:
         task = net.tasks[name]
         section = Section(f"Head {name} ({task.kind})" if len(net.tasks) > 1 else f"{task.kind} head")
+        if name in trained_nothing:
+            section.notes.append(f"WARNING: this head learned nothing: {trained_nothing[name]} on the dev set at "
+                                 f"the end of training; its outputs are no better than a guess")
         if curves.get(name) is not None:
             section.figures.append(curves[name])
         else:
@@ -248,6 +253,9 @@ def report(model_dir: str | Path, data: str | None = None, out: str | Path | Non
             outputs = head_outputs(net, name, examples, batch_size)
             metrics = task.metrics(outputs, examples, data)
             section.notes.append(f"{data}: {len(examples)} examples")
+            why = task.learned_nothing(metrics)
+            if why:
+                section.notes.append(f"WARNING: on this data the head learned nothing: {why}")
             section.tables.append(metrics_table(metrics))
             task.report_section(outputs, examples, metrics, section)
             calibration_figures(task, outputs, examples, data, section)

@@ -32,6 +32,7 @@ from bertheads.model import BertHeads, head_outputs
 from bertheads.store.atomic import atomic_writer
 from bertheads.tasks.calibration import head_summary
 from bertheads.tasks.forms import Extra
+from bertheads.tasks.parts import learned_nothing_line
 from bertheads.text.readers import (
     carried_fields,
     count_lines,
@@ -367,4 +368,8 @@ def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | 
         metrics["loss"] = total / count
     if report.skipped:
         metrics["skipped"] = report.skipped
+    why = task.learned_nothing(metrics)
+    if why:
+        metrics["learned_nothing"] = why
+        log.warning(learned_nothing_line(name, why))
     return metrics

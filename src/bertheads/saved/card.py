@@ -283,6 +283,9 @@ def evaluation_section(metrics: dict | None, dev: dict, data: dict, names: list[
         where = file_name(data.get(name, {}).get("dev", "-"))
         for key, value in scalar_metrics(dev.get(name, {})).items():
             lines.append(f"| `{name}` | {where} | {key} | {number(value)} |")
+    nothing = (metrics or {}).get("learned_nothing") or {}
+    lines += [""] + [f"**Warning: `{name}` learned nothing**: {why} on the dev set; its outputs are no better "
+                     f"than a guess. Do not use it as it is." for name, why in nothing.items() if name in names]
     return lines + [""] + calibration_section(dev, names, (metrics or {}).get("calibration") or {})
 
 

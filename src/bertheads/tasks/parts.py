@@ -117,6 +117,12 @@ class Modeling:
         return ""
 
 
+def learned_nothing_line(head: str, why: str) -> str:
+    """The one-line warning of a head that learned nothing: what it means and what to try."""
+    return (f"head {head!r} learned nothing: {why}; its outputs are no better than a guess. With a few hundred "
+            f"examples or fewer, try --mode features, --batch-size 8 or more --epochs (docs/little-data.md)")
+
+
 class Judging:
     """Its decoding and metric: the outputs of one example's features merged (`collect`),
     predictions (`decode`), their text (`render`), and the metrics, a chunk at a time."""
@@ -144,6 +150,12 @@ class Judging:
         """`metrics` over all the chunks' parts (see `metric_part`)."""
         return self.metrics([o for p in parts for o in p[0]], [e for p in parts for e in p[1]], path, **options)
 
+    def learned_nothing(self, metrics: dict) -> str | None:
+        """What in `metrics` (of labelled data) says the head learned nothing: one class for every
+        input, chance-level agreement, an entity type never found, no answer ever right; None
+        when nothing does (or there is too little to tell)."""
+        return None
+
     def render(self, predictions: list[dict], examples: list, fmt: str | None = None) -> str:
         """The text `predict` writes: JSON lines unless the kind has a format of its own."""
         return "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
@@ -155,8 +167,7 @@ class Judging:
         None: the head has no scores to calibrate (the default)."""
         return None
 
-    def no_calibration(self) -> str:
-        """Why the head has no temperature when `calibration_rows` gives none."""
+    def no_calibration(self) -> str:  # why the head has no temperature when it has no rows
         return "this head gives no scores to calibrate"
 
     def temperature(self) -> float:

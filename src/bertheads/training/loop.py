@@ -37,6 +37,7 @@ from bertheads.saved import bundle
 from bertheads.store import lock
 from bertheads.store.atomic import atomic_write_text
 from bertheads.store.crash import crash_point
+from bertheads.tasks.parts import learned_nothing_line
 from bertheads.text.encoding import collate
 from bertheads.training import checkpoint
 from bertheads.training.features import evaluate_cached
@@ -464,6 +465,9 @@ class Loop:
         if self.run.accelerator.device.type != "cpu":
             self.model.to("cpu")
         result = metrics_file(self.data, self.kept, self.history)
+        if self.main:
+            for name, why in result.get("learned_nothing", {}).items():
+                log.warning(learned_nothing_line(name, why))
         if self.log is not None:
             self.log.close("FINISHED", result, self.out)
         return result
@@ -584,4 +588,8 @@ def metrics_file(data: list[TaskData], kept: Choice, history: list) -> dict:
     and every epoch's record."""
     metrics = kept.metrics
     dev = metrics[data[0].name] if len(data) == 1 and metrics else metrics
-    return {"dev": dev, "best_epoch": kept.epoch, "kept": {"epoch": kept.epoch, "by": kept.by}, "history": history}
+    result = {"dev": dev, "best_epoch": kept.epoch, "kept": {"epoch": kept.epoch, "by": kept.by}, "history": history}
+    nothing = {d.name: why for d in data if (why := d.task.learned_nothing((metrics or {}).get(d.name) or {}))}
+    if nothing:  # the heads whose kept dev metrics say they learned nothing, and how they show it
+        result["learned_nothing"] = nothing
+    return result

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from bertheads.tasks.classify.confidence import decision_rows, top_confidence
 from bertheads.tasks.classify.formats import ClassifyExample
 from bertheads.tasks.classify.metrics import (
     label_metrics,
@@ -51,10 +52,10 @@ class ClassifyJudging(Judging):
         after the example's carried fields (`id`, --keep-fields) when it has any. Single-label:
         `min_score` gives `"label": null` when the best score is below it. The scores are
         calibrated (the logits divided by the head's temperature); `min_confidence` adds
-        `"abstained"` (see `confidence`)."""
+        `"abstained"` (`confidence.py` `top_confidence`)."""
         preds = self.decode_scores(logits, threshold, min_score)
         if min_confidence is not None:
-            preds = [self.abstain(p, self.confidence(p), min_confidence) for p in preds]
+            preds = [self.abstain(p, top_confidence(p, self.spec.problem), min_confidence) for p in preds]
         if examples is None:
             return preds
         return [{**e.extra, **p} if getattr(e, "extra", None) else p for p, e in zip(preds, examples)]
@@ -109,30 +110,40 @@ class ClassifyJudging(Judging):
             return result
         return label_metrics(arr.argmax(-1), np.asarray(gold), len(self.spec.labels), names)
 
-    def confidence(self, prediction: dict) -> float | None:
-        """Single-label: the top score; multi-label: the least sure label's (max(p, 1 - p));
-        regression: none."""
-        scores = prediction.get("scores")
-        if not scores:
-            return None
-        if self.spec.problem == "multi_label":
-            return min(max(p, 1.0 - p) for p in scores.values())
-        return max(scores.values())
-
     def calibration_rows(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None):
-        """Single-label: the logits and the gold label; multi-label: one row per example and
-        label, [0, logit] (the sigmoid as a softmax) and whether the label applies; regression: none."""
-        if self.spec.problem == "regression" or not logits:
-            return None
-        arr = np.stack(logits).astype(np.float64)
-        gold = [self.label_target(e, path) for e in examples]
-        if self.spec.problem == "multi_label":
-            flat = arr.reshape(-1)
-            return np.stack([np.zeros_like(flat), flat], axis=1), (np.asarray(gold).reshape(-1) >= 0.5).astype(int)
-        return arr, np.asarray(gold, dtype=int)
+        """Its decisions (`confidence.py`): per input, or per input and label (multi-label)."""
+        arr = np.stack(logits).astype(np.float64) if logits else np.zeros((0, 1))
+        return decision_rows(arr, [self.label_target(e, path) for e in examples], self.spec.problem)
 
     def no_calibration(self) -> str:
         return "regression heads give values, not scores: nothing to calibrate"
+
+    def learned_nothing(self, metrics: dict) -> str | None:
+        if self.spec.problem == "regression":
+            r = metrics.get("pearson")
+            if r is not None and (not np.isfinite(r) or abs(r) < CHANCE):
+                return f"its predictions do not follow the targets (Pearson r {r:.2f})"
+            return None
+        if self.spec.problem == "multi_label":
+            f1 = metrics.get("micro_f1")
+            return f"it gets none of the labels right (micro F1 {f1:.2f})" if f1 is not None and f1 < CHANCE else None
+        confusion = metrics.get("confusion")
+        if not confusion or metrics.get("examples", 0) < MIN_EXAMPLES:
+            return None
+        matrix = np.asarray(confusion["matrix"])
+        if (matrix.sum(1) > 0).sum() < 2:
+            return None  # one gold class: nothing to tell apart
+        predicted = matrix.sum(0)
+        if (predicted > 0).sum() == 1:
+            label = confusion["labels"][int(predicted.argmax())]
+            return f"it predicts {label!r} for every input (MCC {metrics['mcc']:.2f})"
+        if abs(metrics["mcc"]) < CHANCE:
+            return f"its predictions are no better than chance (MCC {metrics['mcc']:.2f})"
+        return None
+
+
+CHANCE = 0.05  # |MCC|, |Pearson r| or micro F1 below this: chance level
+MIN_EXAMPLES = 10  # fewer labelled inputs tell nothing either way
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

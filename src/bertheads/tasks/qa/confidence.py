@@ -29,6 +29,16 @@ def answer_probability(o: QAOutput, n_best: int, threshold: float | None, with_n
     return float(row[-1] if nothing and (with_null or not len(o.scores)) else row[0])
 
 
+def shown_score(o: QAOutput, nothing: bool, n_best: int, threshold: float | None, with_null: bool,
+                temperature: float | None) -> float | None:
+    """The score a prediction shows: with a `temperature`, the calibrated probability that the
+    answer is right (`answer_probability`); without, P(start) * P(end) in its window (the
+    null answer's when it answers nothing), as the transformers pipeline reports it."""
+    if temperature is None:
+        return o.null_probability if nothing else None if o.probabilities is None else float(o.probabilities[0])
+    return answer_probability(o, n_best, threshold, with_null, temperature, nothing)
+
+
 def calibration_rows(outputs: list[QAOutput], examples: list[QAExample], n_best: int, threshold: float | None,
                      with_null: bool) -> tuple[np.ndarray, np.ndarray]:
     """One row per question: its candidates (`-inf` pads) and the first that is right (a span

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from bertheads.tasks.parts import Judging
-from bertheads.tasks.qa.confidence import answer_probability, calibration_rows
+from bertheads.tasks.qa.confidence import calibration_rows, shown_score
 from bertheads.tasks.qa.formats import QAExample
 from bertheads.tasks.qa.metrics import (
     best_threshold,
@@ -36,6 +36,12 @@ class QAJudging(Judging):
 
     main_metric = "f1"
     metric_scale = 100.0  # SQuAD's EM and F1 are percentages
+
+    def learned_nothing(self, metrics: dict) -> str | None:
+        """No answer right on the questions that have one: it always abstains, or its spans miss."""
+        answerable, f1 = metrics.get("HasAns_total", metrics.get("examples", 0)), metrics.get("HasAns_f1", metrics.get("f1"))
+        return None if f1 is None or answerable < 10 or f1 >= 1.0 else (
+            f"it gets none of the {answerable} questions that have an answer right (F1 {f1:.1f}: it abstains or its spans miss)")
 
     def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples: list[QAExample],
                 features: list[dict]) -> list[QAOutput]:
@@ -78,18 +84,15 @@ class QAJudging(Judging):
     def decode(self, outputs: list[QAOutput], examples: list[QAExample], null_threshold: float | None = None,
                min_confidence: float | None = None, **_) -> list[dict]:
         """`{"answer", "start", "end", "score", "raw_score"}`, `context[start:end] == answer` ("" at 0
-        when it answers nothing): `score` is the probability the answer is right (calibrated,
-        `confidence.py`; else P(start) * P(end) in its window, as the pipeline's), `raw_score` what
-        spans are ranked and thresholded by (start + end logits, relative to the window's null
-        score with `window_choice` relative). `min_confidence` adds `"abstained"`."""
+        when it answers nothing): `score` as `confidence.shown_score` says, `raw_score` what spans
+        are ranked and thresholded by (start + end logits, relative to the window's null score
+        with `window_choice` relative). `min_confidence` adds `"abstained"`."""
         threshold = self.threshold(null_threshold)
-        calibrated, with_null = bool(self.spec.temperature) and self.spec.calibrate, self.has_null(threshold)
-        out = []
+        temperature = self.temperature() if self.spec.temperature and self.spec.calibrate else None
+        with_null, out = bool(self.spec.unanswerable) or threshold is not None, []
         for o, e in zip(outputs, examples):
             nothing = answers_nothing(o, threshold)
-            raw = o.null_probability if nothing else None if o.probabilities is None else o.probabilities[0]
-            score = probability(answer_probability(o, self.spec.n_best, threshold, with_null, self.temperature(),
-                                                   nothing) if calibrated else raw)
+            score = probability(shown_score(o, nothing, self.spec.n_best, threshold, with_null, temperature))
             s, t = (0, 0) if nothing else (int(x) for x in o.spans[0])
             pred = self.abstain({"answer": e.context[s:t], "start": s, "end": t, "score": score,
                                  "raw_score": round(o.null_score if nothing else float(o.scores[0]), 4)},
@@ -97,12 +100,9 @@ class QAJudging(Judging):
             out.append({**({"id": e.id} if e.has_id else {}), **e.extra, **pred})
         return out
 
-    def has_null(self, threshold: float | None) -> bool:  # the null answer is a candidate
-        return bool(self.spec.unanswerable) or threshold is not None
-
-    def calibration_rows(self, outputs: list[QAOutput], examples: list[QAExample], path=None):
-        """One row per question: its candidate spans and null answer (`confidence.py`)."""
-        return calibration_rows(outputs, examples, self.spec.n_best, self.threshold(None), self.has_null(self.threshold(None)))
+    def calibration_rows(self, outputs: list[QAOutput], examples: list[QAExample], path=None):  # `confidence.py`
+        t = self.threshold(None)
+        return calibration_rows(outputs, examples, self.spec.n_best, t, bool(self.spec.unanswerable) or t is not None)
 
     def metrics(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
                 null_threshold: float | None = None, predictions_out: str | None = None,

@@ -23,11 +23,27 @@ class WordScores:
     spans: np.ndarray | None = None  # (words, 2) start, end offsets in the text
 
 
+MIN_ENTITIES = 5  # entities of a type below which missing them all tells nothing
+
+
 class TagJudging(Judging):
     """A tag head's decoding and metrics: one tag per word from the window where its first piece
     has the most context, entities by the scheme's rules, seqeval's entity scores."""
 
     main_metric = "f1"
+
+    def learned_nothing(self, metrics: dict) -> str | None:
+        """No entity found at all, or none of a type the data has at least `MIN_ENTITIES` of."""
+        kinds = {t: m for t, m in (metrics.get("per_type") or {}).items() if m.get("support", 0) >= MIN_ENTITIES}
+        if not kinds:
+            return None
+        missed = sorted(t for t, m in kinds.items() if m.get("recall", 0) == 0)
+        if len(missed) == len(kinds):
+            return f"it finds none of the entities (F1 {metrics.get('f1', 0):.2f})"
+        if missed:
+            counts = ", ".join(f"{kinds[t]['support']} {t}" for t in missed)
+            return f"it never finds {' or '.join(missed)} entities (recall 0 on {counts})"
+        return None
 
     def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples, features) -> list[WordScores]:
         """One row of tag scores per word: from the example's only window, or from the window
