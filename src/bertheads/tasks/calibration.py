@@ -147,16 +147,21 @@ def cross_fitted(logits: np.ndarray, gold: np.ndarray, seed: int = 0) -> dict:
     return out
 
 
-def fold_into_last_linear(model: torch.nn.Module, temperature: float | None) -> str | None:
-    """Divide the weight and bias of `model`'s last linear layer (its output layer) by the
-    temperature, so that its logits are divided by it; what was done, in a sentence."""
+def fold_into_output_layer(model: torch.nn.Module, out: torch.nn.Linear, temperature: float | None) -> str | None:
+    """Divide the weight and bias of `model`'s output layer (the linear layer holding the same
+    weights as the head's `out`, copied there by the export) by the temperature, so that its
+    logits are divided by it; what was done, in a sentence."""
     if not temperature or temperature == 1.0:
         return None
-    name, last = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)][-1]
+    found = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)
+             and m.weight.shape == out.weight.shape and torch.equal(m.weight.detach().cpu(), out.weight.detach().cpu())]
+    if len(found) != 1:
+        return f"temperature {temperature:g} not folded: the export's output layer was not found"
+    name, layer = found[0]
     with torch.no_grad():
-        last.weight.div_(temperature)
-        if last.bias is not None:
-            last.bias.div_(temperature)
+        layer.weight.div_(temperature)
+        if layer.bias is not None:
+            layer.bias.div_(temperature)
     return f"temperature {temperature:g} folded into {name} (its weight and bias divided by it)"
 
 

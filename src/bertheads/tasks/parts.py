@@ -286,7 +286,7 @@ class Publishing:
 
     def hf_fold_temperature(self, model: nn.Module) -> str | None:
         """Fold the head's temperature into the transformers model where that gives the
-        pipeline the calibrated scores (classify, tag: `calibration.fold_into_last_linear`);
+        pipeline the calibrated scores (classify, tag: `calibration.fold_into_output_layer`);
         what was done, in a sentence (None: no temperature in use). By default: not folded."""
         t = self.temperature() if getattr(self.spec, "temperature", None) else None
         return None if t in (None, 1.0) else f"temperature {t:g} not folded: the pipeline's scores are not bertheads'"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from bertheads.base.errors import UserError
-from bertheads.tasks.calibration import fold_into_last_linear
+from bertheads.tasks.calibration import fold_into_output_layer
 from bertheads.tasks.classify.report import classify_section
 from bertheads.tasks.families import FAMILIES, copy_into
 from bertheads.tasks.parts import CardText, Publishing
@@ -91,7 +91,7 @@ class ClassifyPublishing(Publishing):
 
     def hf_fold_temperature(self, model: nn.Module) -> str | None:
         """Exact: the pipeline's scores are a softmax (sigmoid for multi-label) of the logits."""
-        return fold_into_last_linear(model, self.temperature() if self.spec.temperature else None)
+        return fold_into_output_layer(model, self.head.out, self.temperature() if self.spec.temperature else None)
 
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
         family = FAMILIES[self.spec.head_family or "bert"]

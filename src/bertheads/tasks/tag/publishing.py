@@ -6,7 +6,7 @@ from torch import nn
 
 from bertheads.base.errors import UserError
 from bertheads.tasks.base import CardText
-from bertheads.tasks.calibration import fold_into_last_linear
+from bertheads.tasks.calibration import fold_into_output_layer
 from bertheads.tasks.families import FAMILIES, copy_into
 from bertheads.tasks.parts import Publishing
 from bertheads.tasks.tag.report import tag_section
@@ -57,7 +57,7 @@ class TagPublishing(Publishing):
 
     def hf_fold_temperature(self, model: nn.Module) -> str | None:
         """Exact: the pipeline's scores are each token's softmax of the logits."""
-        return fold_into_last_linear(model, self.temperature() if self.spec.temperature else None)
+        return fold_into_output_layer(model, self.head.out, self.temperature() if self.spec.temperature else None)
 
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
         copy_into(model, self.head, FAMILIES[self.spec.head_family or "bert"].token_keys, f"head {name!r}")
