@@ -70,6 +70,20 @@ def test_onnx_fp32_matches_torch(models, head, inputs):
     assert models["fp32"].predict(inputs, head=head) == models["torch"].predict(inputs, head=head)
 
 
+@pytest.mark.parametrize("head,inputs", CASES)
+def test_onnx_gives_the_calibrated_scores_of_torch(models, head, inputs):
+    """The temperature is applied to any runtime's outputs: ONNX Runtime's scores are torch's."""
+    for model in (models["torch"], models["fp32"]):
+        model.task(head).spec.temperature = 1.7
+    try:
+        calibrated = models["torch"].predict(inputs, head=head)
+        assert models["fp32"].predict(inputs, head=head) == calibrated
+        assert models["torch"].predict(inputs, head=head, calibrate=False) != calibrated
+    finally:
+        for model in (models["torch"], models["fp32"]):
+            model.task(head).spec.temperature = None
+
+
 def test_onnx_analyze_and_windows(models):
     """Long inputs cut into windows and the one-pass analyze give torch's answers."""
     assert models["fp32"].analyze(TEXTS) == models["torch"].analyze(TEXTS)

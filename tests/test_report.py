@@ -56,13 +56,14 @@ def test_classify_page_from_history_shows_every_figure(classify_model, capsys, t
     assert main(["report", str(model), "--data", str(d / "data.tsv"), "--out", str(d / "page")]) == 0
     page = d / "page" / "index.html"
     text = page.read_text()
-    for part in ("training curves by epoch", "confusion matrix", "per class", "reliability",
-                 "The 10 worst-scored examples", "a long film"):
+    for part in ("training curves by epoch", "confusion matrix", "per class", "reliability", "risk-coverage",
+                 "The 10 worst-scored examples", "a long film", "at the temperature in use"):
         assert part in text
     widths = images_shown(page)
-    assert len(widths) == 4 and all(w > 0 for w in widths)  # curves, confusion, per class, reliability
+    assert len(widths) == 5 and all(w > 0 for w in widths)  # curves, confusion, per class, reliability, coverage
     assert sorted(p.name for p in (d / "page").glob("*.png")) == sorted(
-        ["curves-classify.png", "classify-confusion.png", "classify-per-class.png", "classify-reliability.png"])
+        ["curves-classify.png", "classify-confusion.png", "classify-per-class.png", "classify-reliability.png",
+         "classify-risk-coverage.png"])
 
 
 @needs_chromium
@@ -101,13 +102,15 @@ def test_multi_head_tag_and_qa_v2_page(tiny_bert, tmp_path, write):
     page = report(tmp_path / "ner", conll, tmp_path / "ner-page")
     text = page.read_text()
     assert "per entity type" in text and "entity type confusion" in text and "spurious" in text
+    assert "tag-reliability.png" in text and "tag-risk-coverage.png" in text  # over the words' tags
     assert all(w > 0 for w in images_shown(page))
     page = report(tmp_path / "qa", qa, tmp_path / "qa-page")
     text = page.read_text()
     for part in ("by answer length", "by question word", "no-answer trade-off", "Where did the cat sit?"):
         assert part in text
     widths = images_shown(page)
-    assert len(widths) == 4 and all(w > 0 for w in widths)
+    assert len(widths) == 6 and all(w > 0 for w in widths)  # 4 of qa's own, reliability, risk-coverage
+    assert "qa-reliability.png" in text
     page = report(tmp_path / "both", qa, tmp_path / "both-page")
     text = page.read_text()
     assert "Head tag (tag)" in text and "Head qa (qa)" in text and "the data does not fit this head" in text

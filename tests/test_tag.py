@@ -132,7 +132,8 @@ def test_trains_and_metrics_equal_seqeval_on_predictions(tagger, tag_data):
 
     model = bertheads.load(tagger)
     saved = json.loads((tag_data / "model" / "metrics.json").read_text())["dev"]
-    assert set(saved) == {"f1", "precision", "recall", "per_type", "accuracy", "loss", "errors", "type_confusion"}
+    assert set(saved) == {"f1", "precision", "recall", "per_type", "accuracy", "loss", "errors", "type_confusion",
+                          "calibration"}
     task = model.task()
     examples = task.read(str(tag_data / "dev.txt"))
     outputs = head_outputs(model.net, "tag", examples)
@@ -141,6 +142,8 @@ def test_trains_and_metrics_equal_seqeval_on_predictions(tagger, tag_data):
     assert metrics["f1"] == f1_score([e.tags for e in examples], pred)
     assert metrics["f1"] > 0.5  # the templates are learnable
     assert metrics.pop("mode") == "torch fp32 on cpu"  # evaluate says what it ran in
+    # training records the temperature's fit, evaluate what the scores mean with it
+    assert metrics.pop("calibration")["temperature"] == saved.pop("calibration")["temperature"]
     assert metrics == saved  # the saved model is the one evaluated after its best epoch
 
 
@@ -165,6 +168,7 @@ def test_long_sentence_every_word_gets_one_tag_from_its_best_window(tagger):
     model = bertheads.load(tagger)
     task = model.task()
     task.spec.max_length, task.spec.stride = 12, 3  # 10 content tokens a window
+    task.spec.calibrate = False  # the raw scores (a sharpening temperature would round them all to 1)
     words = ["the", "office", "in", "paris", "closed", "on", "monday", "and", "john", "visited"] * 3
     assert all(len(model.net.encoder.tokenizer.tokenize(w)) == 1 for w in words)
     ex = task.from_inputs([words])
@@ -247,6 +251,8 @@ def test_bilstm_head_on_frozen_features_round_trips(tiny_bert, tag_data, tmp_pat
     # same weights after loading; training evaluated from the cached (float16) dev states
     live.pop("learned_nothing", None)  # (evaluate's warning of a tiny model; not a metric training records)
     assert live.pop("mode") == "torch fp32 on cpu"  # what it ran in
+    # training records the temperature's fit, evaluate what the scores mean with it
+    assert live.pop("calibration")["temperature"] == saved.pop("calibration")["temperature"]
     assert live.pop("loss") == pytest.approx(saved.pop("loss"), abs=1e-4) and live == saved
     assert len(model.predict(["Angela Merkel visited Paris."])) == 1
 

@@ -164,11 +164,12 @@ def test_multilabel_uses_sigmoid_and_micro_f1(tiny_bert, write, tmp_path):
                         settings=bertheads.TrainSettings(epochs=2, batch_size=8, lr=1e-2, progress=False))
     assert m.task().spec.problem == "multi_label" and m.task().spec.labels == ["blue", "red"]
     preds = m.predict(["red and blue", "only red", "plain"] * 8)
+    raw = m.predict(["red and blue", "only red", "plain"] * 8, calibrate=False)  # the thresholds' scores
     cut = dict(zip(["blue", "red"], m.task().spec.thresholds))  # tuned on dev, saved in the spec
-    for p in preds:  # independent sigmoids, not a softmax
-        assert set(p["scores"]) == {"blue", "red"}
-        assert sorted(p["labels"]) == sorted(k for k, v in p["scores"].items() if v >= cut[k])
-    fixed = m.predict(["red and blue", "only red", "plain"], threshold=0.5)
+    for p, r in zip(preds, raw):  # independent sigmoids, not a softmax
+        assert set(p["scores"]) == {"blue", "red"} and p["labels"] == r["labels"]  # calibration keeps the labels
+        assert sorted(p["labels"]) == sorted(k for k, v in r["scores"].items() if v >= cut[k])
+    fixed = m.predict(["red and blue", "only red", "plain"], threshold=0.5, calibrate=False)
     for p in fixed:
         assert sorted(p["labels"]) == sorted(k for k, v in p["scores"].items() if v >= 0.5)
     gold = [[1, 1], [0, 1], [0, 0]] * 8

@@ -14,6 +14,7 @@ from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.export.gate import gate_model
 from bertheads.export.modes import RuntimeSettings
 from bertheads.inference.analyze import analyze, split_extras
+from bertheads.inference.calibrate import recalibrate
 from bertheads.inference.opening import open_model
 from bertheads.inference.outputs import claimed_output
 from bertheads.inference.report import report
@@ -160,6 +161,16 @@ class Model:
             metrics["mode"] = f"{self.mode.runtime} {self.mode.precision} on {self.mode.device}"
         return metrics
 
+    def calibrate(self, data: str, out: str | Path, head: str | None = None,
+                  batch_size: int = INFERENCE_BATCH) -> Model:
+        """What `bertheads calibrate` does: this saved model with each head's temperature (or
+        `head`'s) refitted on the labelled file `data`, written to the new folder `out` (the
+        model's own folder is left as it is); the new model, loaded."""
+        if self.directory is None:
+            raise UserError("calibrate: the model is not saved; train it with an output directory")
+        recalibrate(self.directory, data, out, head, batch_size)
+        return load(out, runtime="torch", precision="fp32")
+
     def report(self, data: str | None = None, out: str | Path | None = None, head: str | None = None) -> Path:
         """Write the HTML report page of this saved model (see `bertheads.inference.report`); its path."""
         if self.directory is None:
@@ -176,11 +187,13 @@ class Model:
         return analyze(self.net, texts, extras, batch_size, **options)
 
     def analyze_stream(self, path, output: str | Path | None = None, settings: StreamSettings | None = None,
-                       write=None) -> StreamReport:
+                       write=None, **options) -> StreamReport:
         """What `bertheads analyze` does: every head on each record of a file (or stream) of any
-        size, a chunk at a time in input order, one JSON line each (see `inference.stream.analyze_stream`)."""
+        size, a chunk at a time in input order, one JSON line each (see `inference.stream.analyze_stream`);
+        `options`: inference options (`min_confidence`, ...), each given to the heads that take it."""
         with claimed_output(output, [path], self.folders(), "analyze"):
-            return analyze_stream(self.net, path, None if output is None else str(output), settings, write)
+            return analyze_stream(self.net, path, None if output is None else str(output), settings, write,
+                                  **options)
 
     def folders(self) -> list[Path]:
         """The model folder this model was loaded from (an output never goes there)."""

@@ -15,6 +15,7 @@ from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import EncoderInputs, Runner, eval_mode, run_heads
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.encoder.pretrained import Encoder
+from bertheads.tasks.calibration import head_summary
 from bertheads.text.encoding import Feature, collate
 
 
@@ -89,13 +90,20 @@ def head_outputs(model: Runner, name: str, examples: list, batch_size: int = INF
 
 def evaluate_head(model: Runner, name: str, examples: list, path: str | None = None,
                   batch_size: int = INFERENCE_BATCH, progress: str | None = None, **options) -> dict:
-    """One head's metrics on labelled examples, with its mean `loss` (from the same pass);
-    `progress` names a bar (drawn where bars are)."""
+    """One head's metrics on labelled examples, with its mean `loss` (from the same pass) and what
+    its scores mean (`calibration`); after an epoch (`during_training`) the head's temperature
+    is fitted on them. `progress` names a bar (drawn where bars are)."""
     task = model.tasks[name]
     features, owner = task.encode_for_inference(examples, model.tokenizer, with_labels=True)
     losses: dict[str, list[float]] = {}
     outputs = run_heads(model, features, [name], batch_size, progress=progress, losses=losses)[name]
-    metrics = task.metrics(task.collect(outputs, owner, examples, features), examples, path, **options)
+    collected = task.collect(outputs, owner, examples, features)
+    metrics = task.metrics(collected, examples, path, **options)
+    if options.get("during_training"):
+        metrics["calibration"] = task.calibrate_on(collected, examples, path)
+    else:  # what the scores mean: as `evaluate` reports it
+        metrics["calibration"] = head_summary(task, [task.confidence_part(collected, examples, path)],
+                                              options.get("target_accuracy"))
     total, count = losses[name]
     if count:  # a runtime that gives outputs only (ONNX): no loss then
         metrics["loss"] = total / count

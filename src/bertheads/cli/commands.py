@@ -16,6 +16,7 @@ from bertheads.engines.ray_job import EngineSettings, ray_predict
 from bertheads.export.gate import export_checked, gate_model
 from bertheads.export.hf import export_hf
 from bertheads.export.modes import RuntimeSettings, candidates
+from bertheads.inference.calibrate import recalibrate
 from bertheads.inference.extract import ExtractSettings, extract
 from bertheads.inference.outputs import claimed_output
 from bertheads.inference.stream import StreamSettings
@@ -93,13 +94,38 @@ def cmd_evaluate(args) -> int:
         print(json.dumps(metrics))
     else:
         for key, value in metrics.items():
-            if isinstance(value, float):
+            if key == "calibration" and isinstance(value, dict):
+                print(calibration_text(value))
+            elif isinstance(value, float):
                 print(f"{key:>16}  {value:.4f}")
             elif not isinstance(value, dict):
                 print(f"{key:>16}  {value}")
             else:
                 print(f"{key:>16}  {json.dumps(value)}")
     return 0
+
+
+def calibration_text(c: dict) -> str:
+    """evaluate's lines on the scores: ECE, the risk-coverage table, the target's threshold."""
+    if c.get("none"):
+        return f"{'calibration':>16}  none: {c['none']}"
+    t = c.get("temperature")
+    lines = [f"{'calibration':>16}  temperature {'none (raw scores)' if t is None else f'{t:.4f}'}, "
+             f"ECE {c.get('ece', float('nan')):.4f} over {c.get('rows', 0)} decisions, accuracy "
+             f"{c.get('accuracy', float('nan')):.4f}, mean confidence {c.get('mean_confidence', float('nan')):.4f}"]
+    for row in c.get("risk_coverage", []):
+        lines.append(f"{'':>16}  answering the {row['coverage']:.0%} most confident: accuracy {row['accuracy']:.4f} "
+                     f"(confidence >= {row['threshold']:.4f})")
+    target = c.get("target")
+    if target:
+        if target.get("threshold") is None:
+            lines.append(f"{'target':>16}  accuracy {target['target_accuracy']:.4f}: no threshold reaches it")
+        else:
+            low, high = target["coverage_interval"]
+            lines.append(f"{'target':>16}  accuracy {target['target_accuracy']:.4f}: --min-confidence "
+                         f"{target['threshold']:.4f} answers {target['coverage']:.1%} of the inputs (95% interval "
+                         f"{low:.1%} to {high:.1%}) at accuracy {target['accuracy']:.4f}")
+    return "\n".join(lines)
 
 
 def cmd_predict(args) -> int:
@@ -125,7 +151,15 @@ def cmd_predict(args) -> int:
                                       **options)
     if report.skipped and os.environ.get("RANK", "0") == "0":
         log.warning(f"skipped {report.skipped} bad record(s) of {args.input or '<stdin>'}")
+    say_abstained(report, options)
     return 0
+
+
+def say_abstained(report, options: dict) -> None:
+    """The count of abstentions on stderr, when --min-confidence was given."""
+    if options.get("min_confidence") is not None:
+        log.info(f"abstained on {report.abstained} of {report.examples} input(s) (top score below "
+                 f"--min-confidence {options['min_confidence']})")
 
 
 def cmd_analyze(args) -> int:
@@ -133,9 +167,11 @@ def cmd_analyze(args) -> int:
         check_input_file(getattr(args, "input", None))
         model = load(args.model_dir, **vars_for(RuntimeSettings, args))
         settings = StreamSettings(**vars_for(StreamSettings, args), progress=False)
-        report = model.analyze_stream(args.input, args.output, settings=settings)
+        options = given_options(args, "analyze")
+        report = model.analyze_stream(args.input, args.output, settings=settings, **options)
     if report.skipped:
         log.warning(f"skipped {report.skipped} bad record(s) of {args.input or '<stdin>'}")
+    say_abstained(report, options)
     return 0
 
 
@@ -148,12 +184,28 @@ def cmd_export(args) -> int:
         info = export_hf(args.model_dir, args.out, args.head)
         log.info(f"saved {args.out} ({info['class']} for head {info['head']}; "
                  f"pipeline({info['pipeline']!r}, model={args.out!r}))")
+        if info.get("calibration"):
+            log.info(info["calibration"])
         return 0
     if args.head:
         raise UserError("--head: only with --to hf (the ONNX graph holds every head)")
     meta = export_checked(args.model_dir, args.out, args.quantize, args.gate_data, say=log.info)
     graphs = ", ".join(f"{g['file']} ({g['bytes'] / 1e6:.1f} MB)" for g in meta["graphs"].values())
     log.info(f"saved {args.out or os.path.join(args.model_dir, 'onnx')}: {graphs}")
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    results = recalibrate(args.model_dir, args.data, args.out, args.head, args.batch_size)
+    for name, c in results.items():
+        if c.get("none"):
+            log.info(f"{name}: no temperature ({c['none']})")
+        elif "ece_before" in c:
+            log.info(f"{name}: temperature {c['temperature']:.4f}; ECE {c['ece_before']:.4f} -> {c['ece_after']:.4f}, "
+                     f"Brier {c['brier_before']:.4f} -> {c['brier_after']:.4f} (cross-fitted halves of {args.data})")
+        else:
+            log.info(f"{name}: temperature {c['temperature']}")
+    log.info(f"saved {args.out}")
     return 0
 
 

@@ -15,6 +15,7 @@ from bertheads.base.schema import add_flags, add_override_flags
 from bertheads.cli import settings as cli
 from bertheads.cli.commands import (
     cmd_analyze,
+    cmd_calibrate,
     cmd_combine,
     cmd_env,
     cmd_evaluate,
@@ -123,9 +124,12 @@ COMMANDS = (
              Group(StreamSettings, (*STREAM, "keep_fields", "progress")), RUNTIME, Group(EngineSettings)),
             options="predict"),
     Command("analyze", "every head on each input, one encoder pass, as JSON lines", cmd_analyze,
-            (*READ, Group(cli.AnalyzeFiles), Group(StreamSettings, (*STREAM, "keep_fields")), RUNTIME)),
+            (*READ, Group(cli.AnalyzeFiles), Group(StreamSettings, (*STREAM, "keep_fields")), RUNTIME),
+            options="analyze"),
     Command("export", "a transformers directory for one head, or an ONNX graph of the model", cmd_export,
             (*READ, Group(cli.ExportFiles), Group(cli.Head), Group(RuntimeSettings, ("gate_data",)))),
+    Command("calibrate", "a copy of a model with each head's temperature refitted on other labelled data",
+            cmd_calibrate, (*READ, Group(cli.CalibrateFiles), Group(cli.Head), Group(StreamSettings, ("batch_size",)))),
     Command("gate", "each lower precision this machine runs a model in, checked against fp32 and timed "
                     "(MODEL_DIR/gate.json)", cmd_gate,
             (*READ, Group(RuntimeSettings, ("device", "gate_data", "verify")), Group(cli.AsJson))),

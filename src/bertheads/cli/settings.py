@@ -109,6 +109,14 @@ class ExportFiles:
 
 
 @dataclass
+class CalibrateFiles:
+    data: str = setting(None, "labelled file (a format of the head's kind) the temperature is fitted on",
+                        required=True)
+    out: str = setting(None, "the new model directory to write, with the refitted temperature (never the model "
+                             "read)", required=True)
+
+
+@dataclass
 class ReportFiles:
     data: str | None = setting(None, "labelled file: confusion matrices, per-class scores, worst examples")
     out: str | None = setting(None, "page directory; default: MODEL_DIR/report")

@@ -4,7 +4,9 @@ Each kind says how (its `Task.hf_*` members): the `AutoModelFor...` class, the p
 the config's labels (`id2label`/`label2id`, ...), how its head's weights go into the class's
 head and how the class's outputs compare with the head's; the tokenizer goes beside it. `from_pretrained(OUT)` and
 `pipeline(task, model=OUT)` load it. Before it is written, the transformers model's outputs
-are compared with the head's on a check batch; a head with no transformers equivalent
+are compared with the head's on a check batch, then the head's temperature is folded into the
+class's last linear layer where the pipeline's scores are a softmax of its logits (classify,
+tag; `Publishing.hf_fold_temperature` says where it is not exact); a head with no transformers equivalent
 (several layers or a layer mix, a BiLSTM, a classifier layout the architecture does not have)
 is refused. The labels are the ones predictions show (a classify head's `--label-names`), so the
 pipeline answers with the same names. OUT also gets a model card (`README.md`) describing the
@@ -98,13 +100,16 @@ def export_hf(directory: str | Path, out: str | Path, head: str | None = None) -
     name = pick_head(net, head)
     task = net.tasks[name]
     check_equivalent(name, task, net.encoder.info.num_layers)
-    model = to_transformers(net, name, directory / "encoder")
+    model = to_transformers(net, name, Path(bundle.encoder_location(directory)))
     diff = max_difference(net, name, model)
     if not diff <= CHECK_TOLERANCE:
         raise UserError(f"head {name!r}: {type(model).__name__} does not compute this head (outputs differ by "
                         f"{diff:.2e}), so it has no transformers equivalent")
+    folded = task.hf_fold_temperature(model)  # after the check, which compares the raw logits
     info = {"source": str(directory), "head": name, "kind": task.kind, "class": type(model).__name__,
             "pipeline": task.hf_pipeline, "max_abs_diff": diff}
+    if folded:
+        info["calibration"] = folded
     if task.hf_pipeline_options():
         info["pipeline_options"] = task.hf_pipeline_options()
     with atomic_directory(out) as tmp:

@@ -3,8 +3,9 @@
 The page (`PAGE_DIR/index.html`, its PNG figures embedded, and written beside it too) shows
 the training curves from the model's training log (`log.jsonl`, else the per-epoch history in
 `metrics.json`), the trials of a `bertheads tune` search, and, for a labelled data file, per
-head: its metrics and its kind's own figures and tables (`Task.report_section`: classify, the
-confusion matrix, per-class scores and a reliability diagram; tag, per-type scores and span
+head: its metrics, its reliability diagram and risk-coverage curve (the scores in use against
+the raw softmax), and its kind's own figures and tables (`Task.report_section`: classify, the
+confusion matrix and per-class scores; tag, per-type scores and span
 errors; qa, EM and F1 by answer length and question word, ...), with its worst-scored examples.
 """
 
@@ -23,7 +24,8 @@ from bertheads.model import head_outputs
 from bertheads.saved import bundle
 from bertheads.saved.card import read_metrics
 from bertheads.store.atomic import atomic_directory
-from bertheads.tasks.figures import Figure, Section, html_table, pyplot, to_png
+from bertheads.tasks.calibration import confidence_pairs, ece
+from bertheads.tasks.figures import Figure, Section, html_table, pyplot, reliability, risk_coverage, to_png
 
 
 # -- training curves ---------------------------------------------------------------------------
@@ -160,6 +162,21 @@ def tune_section(directory: Path) -> Section | None:
     return section
 
 
+def calibration_figures(task, outputs: list, examples: list, data: str, section: Section) -> None:
+    """Every head's reliability diagram and risk-coverage curve, the scores in use against the
+    raw softmax (the kind says what its decisions are: `Judging.calibration_rows`)."""
+    rows = task.calibration_rows(outputs, examples, data)
+    if rows is None or not len(rows[1]):
+        section.notes.append(f"no reliability diagram: {task.no_calibration()}")
+        return
+    t = task.temperature()
+    raw, used = confidence_pairs(*rows), confidence_pairs(*rows, t)
+    section.figures.append(Figure("reliability", "reliability diagram", reliability(raw, used, t)))
+    section.figures.append(Figure("risk-coverage", "risk-coverage curve", risk_coverage(raw, used)))
+    section.notes.append(f"expected calibration error over {len(rows[1])} decisions: {ece(*used):.4f} at the "
+                         f"temperature in use ({t:.4g}), {ece(*raw):.4f} raw")
+
+
 # -- the page ----------------------------------------------------------------------------------
 def metrics_table(metrics: dict) -> str:
     rows = [[k, v] for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
@@ -241,6 +258,7 @@ def report(model_dir: str | Path, data: str | None = None, out: str | Path | Non
                 section.notes.append(f"WARNING: on this data the head learned nothing: {why}")
             section.tables.append(metrics_table(metrics))
             task.report_section(outputs, examples, metrics, section)
+            calibration_figures(task, outputs, examples, data, section)
             for f in section.figures:  # file names unique across heads
                 if not f.name.startswith("curves-"):
                     f.name = f"{name}-{f.name}"

@@ -30,6 +30,7 @@ from bertheads.inference.blanks import BlankLines
 from bertheads.inference.tables import head_types, head_values, is_parquet_output, parquet_sink
 from bertheads.model import BertHeads, head_outputs
 from bertheads.store.atomic import atomic_writer
+from bertheads.tasks.calibration import head_summary
 from bertheads.tasks.forms import Extra
 from bertheads.tasks.parts import learned_nothing_line
 from bertheads.text.parquet import is_parquet, parquet_rows
@@ -72,6 +73,7 @@ class StreamReport:
     chunks: int = 0  # read (all of them, whichever process predicted them)
     skipped: int = 0  # bad records skipped (--skip-bad-lines)
     skipped_lines: list[str] = field(default_factory=list)  # the first few skipped records' messages
+    abstained: int = 0  # predictions below --min-confidence ("abstained": true)
 
 
 class BadLines:
@@ -172,6 +174,7 @@ def predict_stream(net: BertHeads, name: str, path, output: str | None = None, s
             outputs = run_heads(net, features, [name], settings.batch_size)[name]
             predictions = task.decode(task.collect(outputs, owner, chunk, features), chunk, **options)
             report.examples += len(chunk)
+            report.abstained += sum(1 for p in predictions if p.get("abstained") is True)
             put(blanks.render(task, predictions, chunk, fmt))
             last = getattr(chunk[-1], "line", None)
         if isinstance(last, int) and blanks.pending:
@@ -261,6 +264,8 @@ def analyze_stream(net: BertHeads, path, output: str | None = None, settings: St
             results = analyze_chunk(net, records, extras, settings, **options)
             report.chunks += 1
             report.examples += len(records)
+            report.abstained += sum(1 for r in results for p in r.values() if isinstance(p, dict)
+                                    and p.get("abstained") is True)
             last[0] = chunk[-1][0]
             yield blanks.lines([(line, json.dumps({**carried_fields(r, settings.keep_fields), **result},
                                                   ensure_ascii=False) + "\n")
@@ -386,18 +391,21 @@ def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | 
     task = net.tasks[name]
     report = StreamReport()
     path = as_source(path)
-    parts = []
+    parts, scores = [], []
     total = count = 0.0
     for chunk in read_chunks(task, path, settings, report, True, None, desc="evaluate"):
         features, owner = task.encode_for_inference(chunk, net.encoder.tokenizer, with_labels=True)
         losses: dict[str, list[float]] = {}
         outputs = run_heads(net, features, [name], settings.batch_size, losses=losses)[name]
-        parts.append(task.metric_part(task.collect(outputs, owner, chunk, features), chunk, path, **options))
+        collected = task.collect(outputs, owner, chunk, features)
+        parts.append(task.metric_part(collected, chunk, path, **options))
+        scores.append(task.confidence_part(collected, chunk, path))
         total += losses[name][0]
         count += losses[name][1]
     if not parts:
         raise UserError(f"{path}: no examples")
     metrics = task.metrics_from_parts(parts, path, **options)
+    metrics["calibration"] = head_summary(task, scores, options.get("target_accuracy"))
     if count:  # the ONNX runtime gives outputs only: no loss then
         metrics["loss"] = total / count
     if report.skipped:

@@ -292,6 +292,32 @@ def evaluation_section(metrics: dict | None, dev: dict, data: dict, names: list[
     nothing = (metrics or {}).get("learned_nothing") or {}
     lines += [""] + [f"**Warning: `{name}` learned nothing**: {why} on the dev set; its outputs are no better "
                      f"than a guess. Do not use it as it is." for name, why in nothing.items() if name in names]
+    return lines + [""] + calibration_section(dev, names, (metrics or {}).get("calibration") or {})
+
+
+def calibration_section(dev: dict, names: list[str], refitted: dict) -> list[str]:
+    """What the scores mean: each head's temperature, and its ECE and Brier score before and
+    after it, measured on the half of the data it was not fitted on (dev, or the file
+    `bertheads calibrate` fitted it on: `refitted`)."""
+    found = {n: refitted.get(n) or dev.get(n, {}).get("calibration") for n in names}
+    found = {n: c for n, c in found.items() if isinstance(c, dict)}
+    if not found:
+        return []
+    files = sorted({file_name(c["fitted_on"]) for c in found.values() if c.get("fitted_on")})
+    on = f"the file it was refitted on ({', '.join(files)})" if files else "dev"
+    lines = ["### Calibration", "",
+             f"Each head's scores are a softmax of its logits divided by a temperature fitted on {on}; ECE (15 "
+             f"bins) and Brier score are measured on cross-fitted halves of {on} (the temperature fitted on one "
+             "half, measured on the other, both ways). `--no-calibrate` gives the raw scores.", "",
+             "| head | temperature | ECE before | ECE after | Brier before | Brier after | accuracy |",
+             "|---|---|---|---|---|---|---|"]
+    for name, c in found.items():
+        if c.get("none"):
+            lines.append(f"| `{name}` | none: {c['none']} | | | | | |")
+            continue
+        cells = [c.get(k) for k in ("temperature", "ece_before", "ece_after", "brier_before", "brier_after",
+                                    "accuracy")]
+        lines.append(f"| `{name}` | " + " | ".join("-" if v is None else number(float(v)) for v in cells) + " |")
     return lines + [""]
 
 

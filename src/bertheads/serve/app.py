@@ -325,6 +325,9 @@ def add_model_routes(app: FastAPI, model, heads: list[dict], settings: ServeSett
 
         results = await queued(request, batcher, settings, metrics, ("analyze", tuple(sorted(given))), payload,
                                len(body.texts), cost)
+        if not isinstance(results, Response):
+            for name in tasks:
+                metrics.count_abstained(name, [r.get(name) for r in results])
         return results if isinstance(results, Response) else {"results": results}
 
     async def predict(head: str, body, request: Request) -> Any:
@@ -341,6 +344,8 @@ def add_model_routes(app: FastAPI, model, heads: list[dict], settings: ServeSett
 
         results = await queued(request, batcher, settings, metrics, ("predict", head), {"inputs": inputs,
                                "size": len(inputs)}, len(inputs), cost)
+        if not isinstance(results, Response):
+            metrics.count_abstained(head, results)
         return results if isinstance(results, Response) else {"results": results}
 
     # the bodies are built for this model's forms: their types are set here, not written in the signatures

@@ -90,8 +90,16 @@ class Metrics:
                                       buckets=(32, 128, 512, 1024, 2048, 4096, 8192, 16384, 65536, 262144))
         self.batch_seconds = Histogram("bertheads_batch_duration_seconds", "time of one model call",
                                        buckets=LATENCY_BUCKETS, registry=registry)
+        self.abstained = Counter("bertheads_abstained_predictions", "predictions below --min-confidence (answered "
+                                 "with \"abstained\": true), by head", ["head"], registry=registry)
         self.refused = Counter("bertheads_refused_requests", "requests refused or dropped before the model ran, "
                                "by reason", ["reason"], registry=registry)
+
+    def count_abstained(self, head: str, predictions: list) -> None:
+        """Count the predictions of `head` that abstained."""
+        n = sum(1 for p in predictions if isinstance(p, dict) and p.get("abstained") is True)
+        if n:
+            self.abstained.labels(head).inc(n)
 
     def observe_batch(self, texts: int, tokens: int, seconds: float) -> None:
         self.batch_texts.observe(texts)

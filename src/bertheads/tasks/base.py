@@ -29,6 +29,8 @@ from bertheads.tasks.parts import CardText, Judging, Modeling, Publishing, Readi
 from bertheads.tasks.registry import COMMANDS, TASKS
 from bertheads.text.encoding import MAX_LENGTH
 
+CALIBRATING = ("predict", "evaluate", "analyze", "serve")  # the commands that may turn calibration off
+
 __all__ = ["COMMANDS", "TASKS", "CardText", "HeadSettings", "NoOptions", "Task", "TextInput", "copy_linear",
            "init_linear", "option", "softmax"]
 
@@ -44,6 +46,13 @@ class HeadSettings:
     combine: str = schema.settled("concat", tags=("shape",))
     dropout: float = 0.1
     head_family: str | None = None  # whose head layout (`tasks/families.py`); None: the encoder's, settled at build
+    calibrate: bool = schema.setting(True, "fit a temperature on --dev after each evaluation so that a score of 0.9 "
+                                           "is right about nine times in ten (--no-calibrate: keep the raw softmax); "
+                                           "at predict, evaluate, analyze and serve: use the head's temperature or "
+                                           "not", toggle=True, group="calibration", at=CALIBRATING)
+    # fitted on dev at the end of training (`Judging.calibrate_on`): the scores are a softmax of
+    # the logits divided by it; None: not fitted (no --dev, --no-calibrate, or a head without scores)
+    temperature: float | None = schema.settled(None)
 
 
 class Task(Options, Reading, Modeling, Judging, Publishing):

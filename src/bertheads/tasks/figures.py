@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bertheads.tasks.calibration import ECE_BINS, ece
+from bertheads.tasks.calibration import curve as coverage_curve
+from bertheads.tasks.calibration import reliability as bin_cells
+
 WORST = 10  # worst-scored examples listed per head
 
 
@@ -80,29 +84,46 @@ def prf_bars(per: dict, title: str) -> bytes:
     return to_png(fig)
 
 
-def reliability(confidence: np.ndarray, correct: np.ndarray, bins: int = 10) -> tuple[bytes, float]:
-    """Accuracy against confidence in equal-width bins, and the expected calibration error."""
+def reliability(raw: tuple[np.ndarray, np.ndarray], calibrated: tuple[np.ndarray, np.ndarray], temperature: float,
+                bins: int = ECE_BINS) -> bytes:
+    """Accuracy against confidence in equal-width bins for the scores in use (bars) and the raw
+    softmax (dots), each with its expected calibration error; the rows per bin below."""
     plt = pyplot()
-    edges = np.linspace(0, 1, bins + 1)
-    which = np.clip(np.digitize(confidence, edges[1:-1]), 0, bins - 1)
-    acc, conf, count = np.zeros(bins), np.zeros(bins), np.zeros(bins)
-    for b in range(bins):
-        mask = which == b
-        count[b] = mask.sum()
-        if count[b]:
-            acc[b], conf[b] = correct[mask].mean(), confidence[mask].mean()
-    ece = float(np.sum(count / max(len(confidence), 1) * np.abs(acc - conf)))
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(4.5, 5), height_ratios=[3, 1], sharex=True)
-    centers = (edges[:-1] + edges[1:]) / 2
-    ax.bar(centers, acc, width=1 / bins, edgecolor="black", color="#4c72b0", label="accuracy")
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(4.8, 5.2), height_ratios=[3, 1], sharex=True)
+    width = 1 / bins
+    for (conf, right), label, raw_side in ((calibrated, f"T = {temperature:.3g}", False), (raw, "raw (T = 1)", True)):
+        cells = bin_cells(conf, right, bins)
+        centres = [(c["low"] + c["high"]) / 2 for c in cells]
+        text = f"{label}: ECE {ece(conf, right, bins):.3f}"
+        if raw_side:
+            ax.plot(centres, [c["accuracy"] for c in cells], "o", color="#dd8452", label=text)
+        else:
+            ax.bar(centres, [c["accuracy"] for c in cells], width=width, edgecolor="black", color="#4c72b0",
+                   label=text)
+            ax2.bar(centres, [c["count"] for c in cells], width=width, color="#999999")
     ax.plot([0, 1], [0, 1], "--", color="gray", label="perfect calibration")
     ax.set_ylabel("accuracy")
-    ax.set_title(f"reliability (ECE {ece:.3f})")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("reliability")
     ax.legend(fontsize=8, loc="upper left")
-    ax2.bar(centers, count, width=1 / bins, color="#999999")
     ax2.set_xlabel("confidence (top score)")
-    ax2.set_ylabel("examples")
-    return to_png(fig), ece
+    ax2.set_ylabel("decisions")
+    return to_png(fig)
+
+
+def risk_coverage(raw: tuple[np.ndarray, np.ndarray], calibrated: tuple[np.ndarray, np.ndarray]) -> bytes:
+    """Accuracy of the answered decisions against the share answered (the most confident first)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(4.8, 3.6))
+    for (conf, right), label, style in ((calibrated, "calibrated scores", "-"), (raw, "raw scores", ":")):
+        x, y = coverage_curve(conf, right)
+        ax.plot(x, y, style, label=label)
+    ax.set_xlabel("coverage (share answered, most confident first)")
+    ax.set_ylabel("accuracy of the answered")
+    ax.set_xlim(0, 1.0)
+    ax.set_title("risk-coverage")
+    ax.legend(fontsize=8, loc="lower left")
+    return to_png(fig)
 
 
 def grouped_scores(groups: dict[str, tuple[float, float, int]], title: str, xlabel: str) -> bytes:

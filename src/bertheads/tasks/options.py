@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from bertheads.base import schema
 from bertheads.base.errors import UserError
+from bertheads.base.values import fraction
 from bertheads.tasks.registry import COMMANDS, TASKS
 
 
@@ -27,6 +28,19 @@ class NoOptions:
     """The call options of a kind that has none."""
 
 
+@dataclass
+class ScoreOptions:
+    """The call options every kind takes, about what its scores mean (`Judging`)."""
+
+    min_confidence: float | None = option(None, "abstain below this confidence: a prediction whose top score "
+                                                "(after calibration) is below P says \"abstained\": true beside "
+                                                "its label and scores", type=fraction, metavar="P",
+                                          at=("predict", "analyze", "serve"))
+    target_accuracy: float | None = option(None, "also print the confidence threshold at which the head reaches "
+                                                 "accuracy A on the data, and the share of inputs it then answers",
+                                           type=fraction, metavar="A", at=("evaluate",))
+
+
 class Options:
     """A head's inference options: checked like their flags, applied for good or for one call."""
 
@@ -40,7 +54,7 @@ class Options:
         """name -> field of what predict, evaluate and serve may give this kind's heads: the spec's
         settings that such a command may override (`at`), then the call options (`options_type`)."""
         overrides = {n: f for n, f in schema.settings_of(cls.spec_type).items() if f.metadata.get("at")}
-        return {**overrides, **schema.settings_of(cls.options_type)}
+        return {**overrides, **schema.settings_of(ScoreOptions), **schema.settings_of(cls.options_type)}
 
     @classmethod
     def overrides(cls, name: str) -> bool:

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from bertheads.base.errors import UserError
+from bertheads.tasks.calibration import confidence_pairs, cross_fitted
 from bertheads.tasks.forms import InputForm
 
 
@@ -159,6 +160,50 @@ class Judging:
         """The text `predict` writes: JSON lines unless the kind has a format of its own."""
         return "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
 
+    # -- what the scores mean (the math: `tasks/calibration.py`) --------------------------------
+    def calibration_rows(self, outputs: list, examples: list, path=None) -> tuple[np.ndarray, np.ndarray] | None:
+        """The decisions a temperature is fitted and measured on, from labelled outputs: each
+        row's candidates' raw logits (`-inf` pads) and the right one's index (-1: none is right).
+        None: the head has no scores to calibrate (the default)."""
+        return None
+
+    def no_calibration(self) -> str:  # why the head has no temperature when it has no rows
+        return "this head gives no scores to calibrate"
+
+    def temperature(self) -> float:
+        """What the scores' logits are divided by now: the fitted temperature, unless there is
+        none or calibration is off (`spec.calibrate`)."""
+        t = getattr(self.spec, "temperature", None)
+        return float(t) if t and getattr(self.spec, "calibrate", True) else 1.0
+
+    def calibrate_on(self, outputs: list, examples: list, path=None) -> dict:
+        """Fit the head's temperature on labelled outputs (dev, after an evaluation) and keep it
+        in the spec; what metrics.json records: ECE and Brier before and after, each measured
+        on the half of the rows the temperature was not fitted on (`calibration.cross_fitted`)."""
+        if not getattr(self.spec, "calibrate", True):
+            self.spec.temperature = None
+            return {"temperature": None, "none": "calibration off (--no-calibrate)"}
+        rows = self.calibration_rows(outputs, examples, path)
+        if rows is None:
+            self.spec.temperature = None
+            return {"temperature": None, "none": self.no_calibration()}
+        result = cross_fitted(*rows)
+        self.spec.temperature = result["temperature"]
+        return result
+
+    def confidence_part(self, outputs: list, examples: list, path=None) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each row's top score at the temperature in use and whether it is right (for the
+        risk-coverage table and `--target-accuracy`); None without rows."""
+        rows = self.calibration_rows(outputs, examples, path)
+        return None if rows is None else confidence_pairs(*rows, self.temperature())
+
+    def abstain(self, prediction: dict, confidence: float | None, min_confidence: float | None) -> dict:
+        """`prediction` with `"abstained"` (whether its `confidence` is below `min_confidence`)
+        when a minimum is given."""
+        if min_confidence is None:
+            return prediction
+        return {**prediction, "abstained": confidence is not None and confidence < float(min_confidence)}
+
 
 @dataclass(frozen=True)
 class ListOf:
@@ -197,7 +242,7 @@ class Publishing:
     model card, and how `export --to hf` (and the ONNX graph) hold it."""
 
     kind: ClassVar[str]
-    help: ClassVar[str] = ""
+    help: ClassVar[str]  # (Task's)
     shows: ClassVar[str] = "json"  # the web page's drawing: "scores", "entities", "answer" or "json"
     hf_auto_class: ClassVar[str | None] = None  # transformers AutoModelFor... class (None: no export)
     hf_pipeline: ClassVar[str | None] = None  # transformers pipeline task name
@@ -252,6 +297,13 @@ class Publishing:
     def hf_pipeline_options(self) -> dict:
         """Keywords the transformers pipeline should be given for this head."""
         return {}
+
+    def hf_fold_temperature(self, model: nn.Module) -> str | None:
+        """Fold the head's temperature into the transformers model where that gives the
+        pipeline the calibrated scores (classify, tag: `calibration.fold_into_output_layer`);
+        what was done, in a sentence (None: no temperature in use). By default: not folded."""
+        t = self.temperature() if getattr(self.spec, "temperature", None) else None
+        return None if t in (None, 1.0) else f"temperature {t:g} not folded: the pipeline's scores are not bertheads'"
 
     # -- a prediction as typed columns (engines/batches.py: Ray, Spark, Dask, Parquet) ----------
     def output_columns(self) -> Struct:

@@ -95,12 +95,13 @@ def evaluate_cached(task, head, dev: CachedDev, examples: list, path=None, batch
                     device=None) -> dict:
     """A head's dev metrics and mean `loss` from the dev set's cached states (what evaluating
     with the live frozen encoder gives, up to the cache's precision, in the same batches),
-    without the encoder."""
+    without the encoder; the head's temperature is fitted on them too (`calibration`)."""
     runner = CachedHead(task.kind, task, head, dev, device or next(head.parameters()).device)
     losses: dict[str, list[float]] = {}
     outputs = run_heads(runner, dev.features, [runner.name], batch_size, losses=losses)[runner.name]
     collected = task.collect(outputs, dev.owner, examples, dev.features)
     metrics = task.metrics(collected, examples, path, during_training=True)
+    metrics["calibration"] = task.calibrate_on(collected, examples, path)
     total, count = losses[runner.name]
     metrics["loss"] = total / count if count else float("nan")
     return metrics

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from bertheads.tasks.classify.confidence import decision_rows, top_confidence
 from bertheads.tasks.classify.formats import ClassifyExample
 from bertheads.tasks.classify.metrics import (
     label_metrics,
@@ -46,11 +47,15 @@ class ClassifyJudging(Judging):
         return np.full(n, 0.5)
 
     def decode(self, logits: list[np.ndarray], examples=None, threshold: float | None = None,
-               min_score: float | None = None, **_) -> list[dict]:
+               min_score: float | None = None, min_confidence: float | None = None, **_) -> list[dict]:
         """Head outputs to `{"label", "scores"}` (or `{"value"}`, or `{"labels", "scores"}`),
         after the example's carried fields (`id`, --keep-fields) when it has any. Single-label:
-        `min_score` gives `"label": null` when the best score is below it."""
+        `min_score` gives `"label": null` when the best score is below it. The scores are
+        calibrated (the logits divided by the head's temperature); `min_confidence` adds
+        `"abstained"` (`confidence.py` `top_confidence`)."""
         preds = self.decode_scores(logits, threshold, min_score)
+        if min_confidence is not None:
+            preds = [self.abstain(p, top_confidence(p, self.spec.problem), min_confidence) for p in preds]
         if examples is None:
             return preds
         return [{**e.extra, **p} if getattr(e, "extra", None) else p for p, e in zip(preds, examples)]
@@ -64,12 +69,13 @@ class ClassifyJudging(Judging):
         names = [str(label) for label in shown]
         if self.spec.problem == "regression":
             return [{"value": float(v)} for v in arr[:, 0]]
-        if self.spec.problem == "multi_label":
-            probs = sigmoid(arr)
+        t = self.temperature()
+        if self.spec.problem == "multi_label":  # decided on the raw scores (the thresholds were tuned on them)
             cut = self.label_thresholds(threshold)
-            return [{"labels": [shown[j] for j in np.flatnonzero(p >= cut)],
-                     "scores": {n: round(float(x), 6) for n, x in zip(names, p)}} for p in probs]
-        probs = softmax(arr)
+            return [{"labels": [shown[j] for j in np.flatnonzero(raw >= cut)],
+                     "scores": {n: round(float(x), 6) for n, x in zip(names, p)}}
+                    for raw, p in zip(sigmoid(arr), sigmoid(arr / t))]
+        probs = softmax(arr / t)
         best = probs.argmax(-1)
         return [{"label": None if min_score is not None and p[b] < min_score else shown[b],
                  "scores": {n: round(float(x), 6) for n, x in zip(names, p)}}
@@ -104,6 +110,13 @@ class ClassifyJudging(Judging):
             return result
         return label_metrics(arr.argmax(-1), np.asarray(gold), len(self.spec.labels), names)
 
+    def calibration_rows(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None):
+        """Its decisions (`confidence.py`): per input, or per input and label (multi-label)."""
+        arr = np.stack(logits).astype(np.float64) if logits else np.zeros((0, 1))
+        return decision_rows(arr, [self.label_target(e, path) for e in examples], self.spec.problem)
+
+    def no_calibration(self) -> str:
+        return "regression heads give values, not scores: nothing to calibrate"
 
     def learned_nothing(self, metrics: dict) -> str | None:
         if self.spec.problem == "regression":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from bertheads.base.errors import UserError
+from bertheads.tasks.calibration import fold_into_output_layer
 from bertheads.tasks.classify.report import classify_section
 from bertheads.tasks.families import FAMILIES, copy_into
 from bertheads.tasks.parts import CardText, ListOf, Publishing, Struct, set_labels
@@ -108,6 +109,10 @@ class ClassifyPublishing(Publishing):
         set_labels(config, ["value"] if self.spec.problem == "regression" else
                    [str(label) for label in self.spec.shown_labels()])
         config.problem_type = HF_PROBLEM_TYPES[self.spec.problem]
+
+    def hf_fold_temperature(self, model: nn.Module) -> str | None:
+        """Exact: the pipeline's scores are a softmax (sigmoid for multi-label) of the logits."""
+        return fold_into_output_layer(model, self.head.out, self.temperature() if self.spec.temperature else None)
 
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
         family = FAMILIES[self.spec.head_family or "bert"]

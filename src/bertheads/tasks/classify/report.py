@@ -1,5 +1,5 @@
-"""The report page's classify section: confusion matrix, per-class scores and reliability
-(single-label), per-label scores (multi-label), predicted against gold (regression)."""
+"""The report page's classify section: confusion matrix and per-class scores
+(single-label; the reliability diagram is every head's: `inference/report.py`), per-label scores (multi-label), predicted against gold (regression)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from bertheads.tasks.figures import (
     heatmap,
     prf_bars,
     pyplot,
-    reliability,
     to_png,
     worst_table,
 )
@@ -27,11 +26,8 @@ def classify_section(task, outputs, examples, metrics: dict, section: Section) -
         section.figures.append(Figure("confusion", "confusion matrix", heatmap(
             metrics["confusion"]["matrix"], names, names, "confusion matrix", "predicted", "gold")))
         section.figures.append(Figure("per-class", "per class", prf_bars(metrics["per_class"], "per class")))
-        probs = softmax(arr)
+        probs = softmax(arr / task.temperature())
         gold = np.array([task.label_target(e) for e in examples])
-        png, ece = reliability(probs.max(-1), probs.argmax(-1) == gold)
-        section.figures.append(Figure("reliability", "reliability diagram", png))
-        section.notes.append(f"expected calibration error: {ece:.4f}")
         gold_prob = probs[np.arange(len(gold)), gold]
         order = np.argsort(gold_prob, kind="stable")[:WORST]
         rows = [[example_text(examples[i]), spec.labels[gold[i]], spec.labels[int(probs[i].argmax())],

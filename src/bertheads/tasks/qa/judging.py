@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from bertheads.tasks.parts import Judging
+from bertheads.tasks.qa.confidence import calibration_rows, shown_score
 from bertheads.tasks.qa.formats import QAExample
 from bertheads.tasks.qa.metrics import (
     best_threshold,
@@ -81,26 +82,27 @@ class QAJudging(Judging):
         return self.spec.null_threshold if null_threshold is None else float(null_threshold)
 
     def decode(self, outputs: list[QAOutput], examples: list[QAExample], null_threshold: float | None = None,
-               **_) -> list[dict]:
-        """`{"answer", "start", "end", "score", "raw_score"}` with `context[start:end] == answer`:
-        `score` is the span's probability, P(start) * P(end) in its window as the transformers
-        pipeline reports it, `raw_score` the score spans are ranked and thresholded by (start +
-        end logits; relative to the window's null score with `window_choice` relative). An
-        empty answer (start = end = 0) when the model answers nothing, with [CLS]'s probability
-        and the null score."""
+               min_confidence: float | None = None, **_) -> list[dict]:
+        """`{"answer", "start", "end", "score", "raw_score"}`, `context[start:end] == answer` ("" at 0
+        when it answers nothing): `score` as `confidence.shown_score` says, `raw_score` what spans
+        are ranked and thresholded by (start + end logits, relative to the window's null score
+        with `window_choice` relative). `min_confidence` adds `"abstained"`."""
         threshold = self.threshold(null_threshold)
-        out = []
+        temperature = self.temperature() if self.spec.temperature and self.spec.calibrate else None
+        with_null, out = bool(self.spec.unanswerable) or threshold is not None, []
         for o, e in zip(outputs, examples):
-            if answers_nothing(o, threshold):
-                pred = {"answer": "", "start": 0, "end": 0, "score": probability(o.null_probability),
-                        "raw_score": round(o.null_score, 4)}
-            else:
-                s, t = (int(x) for x in o.spans[0])
-                pred = {"answer": e.context[s:t], "start": s, "end": t,
-                        "score": probability(None if o.probabilities is None else o.probabilities[0]),
-                        "raw_score": round(float(o.scores[0]), 4)}
+            nothing = answers_nothing(o, threshold)
+            score = probability(shown_score(o, nothing, self.spec.n_best, threshold, with_null, temperature))
+            s, t = (0, 0) if nothing else (int(x) for x in o.spans[0])
+            pred = self.abstain({"answer": e.context[s:t], "start": s, "end": t, "score": score,
+                                 "raw_score": round(o.null_score if nothing else float(o.scores[0]), 4)},
+                                score, min_confidence)
             out.append({**({"id": e.id} if e.has_id else {}), **e.extra, **pred})
         return out
+
+    def calibration_rows(self, outputs: list[QAOutput], examples: list[QAExample], path=None):  # `confidence.py`
+        t = self.threshold(None)
+        return calibration_rows(outputs, examples, self.spec.n_best, t, bool(self.spec.unanswerable) or t is not None)
 
     def metrics(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
                 null_threshold: float | None = None, predictions_out: str | None = None,

@@ -68,6 +68,14 @@ class QAPublishing(Publishing):
     def hf_configure(self, config) -> None:
         set_labels(config, ["start", "end"])
 
+    def hf_fold_temperature(self, model: nn.Module) -> str | None:
+        """Not exact for qa: not folded."""
+        if not self.spec.temperature or not self.spec.calibrate:
+            return None
+        return (f"temperature {self.spec.temperature:g} not folded: the pipeline's score is P(start) x P(end) in a "
+                "window, bertheads' calibrated score the probability of the answer among the question's candidate "
+                "spans and its null answer")
+
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
         copy_into(model, self.head, FAMILIES[self.spec.head_family or "bert"].span_keys, f"head {name!r}")
 

@@ -73,7 +73,8 @@ class TagJudging(Judging):
                 raise ValueError(f"example {k}: {len(chosen)} predictions for {n_words} words")
             rows.append(chosen)
             spans.append(head.get("_spans"))
-        probs = softmax(np.concatenate(rows).astype(np.float32)) if rows else np.zeros((0, len(self.spec.tags)))
+        t = self.temperature()  # the calibrated scores (the argmax, so every tag, is the same)
+        probs = softmax(np.concatenate(rows).astype(np.float32) / np.float32(t)) if rows else np.zeros((0, len(self.spec.tags)))
         parts = np.split(probs, np.cumsum([len(r) for r in rows])[:-1])
         return [WordScores(p, s) for p, s in zip(parts, spans)]
 
@@ -81,8 +82,11 @@ class TagJudging(Judging):
         tags = self.spec.tags
         return [[tags[i] for i in o.probs.argmax(-1).tolist()] for o in outputs]
 
-    def decode(self, outputs: list[WordScores], examples: list[TagExample], **_) -> list[dict]:
-        """Entities (with character offsets for raw text, word indices for word input)."""
+    def decode(self, outputs: list[WordScores], examples: list[TagExample], min_confidence: float | None = None,
+               **_) -> list[dict]:
+        """Entities (with character offsets for raw text, word indices for word input); an
+        entity's score is its words' mean top tag score (calibrated). `min_confidence` adds
+        `"abstained"`: whether some word's top score is below it."""
         codes, types = scheme_codes(self.spec.tags)
         results = []
         for out, e in zip(outputs, examples):
@@ -103,8 +107,24 @@ class TagJudging(Judging):
                 result = {"entities": entities}
             else:
                 result = {"tokens": e.words, "tags": [self.spec.tags[i] for i in best], "entities": entities}
+            result = self.abstain(result, float(top.min()) if len(top) else None, min_confidence)
             results.append({**e.extra, **result} if e.extra else result)
         return results
+
+    def calibration_rows(self, outputs: list[WordScores], examples: list[TagExample], path=None):
+        """One row per labelled word: its tag scores' logits (up to a constant, from the scores
+        at the temperature in use) and its gold tag."""
+        index = {t: i for i, t in enumerate(self.spec.tags)}
+        rows, gold = [], []
+        for out, e in zip(outputs, examples):
+            tags = e.tags or []
+            if not tags or len(tags) != len(out.probs):
+                continue
+            rows.append(np.log(np.maximum(out.probs.astype(np.float64), 1e-30)) * self.temperature())
+            gold.extend(index.get(t, -1) for t in tags)
+        if not rows:
+            return np.zeros((0, len(self.spec.tags))), np.zeros(0, dtype=int)
+        return np.concatenate(rows), np.asarray(gold, dtype=int)
 
     def metrics(self, outputs: list[WordScores], examples: list[TagExample], path=None, **_) -> dict:
         """Entity precision, recall and F1 (micro and per type) as seqeval's default mode

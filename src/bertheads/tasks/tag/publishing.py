@@ -6,6 +6,7 @@ from torch import nn
 
 from bertheads.base.errors import UserError
 from bertheads.tasks.base import CardText
+from bertheads.tasks.calibration import fold_into_output_layer
 from bertheads.tasks.families import FAMILIES, copy_into
 from bertheads.tasks.parts import ListOf, Publishing, Struct
 from bertheads.tasks.tag.report import tag_section
@@ -61,6 +62,10 @@ class TagPublishing(Publishing):
 
     def output_labels(self) -> list:
         return list(self.spec.tags)
+
+    def hf_fold_temperature(self, model: nn.Module) -> str | None:
+        """Exact: the pipeline's scores are each token's softmax of the logits."""
+        return fold_into_output_layer(model, self.head.out, self.temperature() if self.spec.temperature else None)
 
     def hf_copy_head(self, model: nn.Module, name: str) -> None:
         copy_into(model, self.head, FAMILIES[self.spec.head_family or "bert"].token_keys, f"head {name!r}")

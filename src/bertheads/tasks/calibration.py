@@ -1,0 +1,246 @@
+"""What a score means, kind-independently: a temperature fitted by LBFGS on the negative log
+likelihood of rows of logits, the expected calibration error and Brier score of such rows,
+cross-fitted halves (the temperature measured on data it was not fitted on), and the
+risk-coverage table and threshold for a target accuracy over (confidence, correct) pairs.
+
+A row is one decision: its candidates' logits (a softmax over them gives the scores; `-inf`
+pads a row shorter than the others) and the index of the right candidate (-1: none of them is
+right, as when a question's answer is not among its spans). Each kind says what its rows are
+(`Judging.calibration_rows`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+ECE_BINS = 15
+COVERAGES = (1.0, 0.9, 0.8, 0.5)
+T_RANGE = (0.05, 20.0)  # the temperatures a fit may reach
+
+
+def probabilities(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """Softmax of `logits / temperature` over the last axis (`-inf` entries get 0)."""
+    z = np.asarray(logits, dtype=np.float64) / float(temperature)
+    if not z.size:
+        return z
+    z = z - z.max(-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(-1, keepdims=True)
+
+
+def fit_temperature(logits: np.ndarray, gold: np.ndarray) -> float | None:
+    """The temperature T (LBFGS on log T) minimising the mean NLL of the right candidate under
+    softmax(logits / T); when some rows have no right candidate (their candidates are not every
+    answer, as a question's spans), the binary cross-entropy of each row's top score against
+    whether its top candidate is right, over every row. None when there is nothing to fit."""
+    logits, gold = np.asarray(logits, dtype=np.float64), np.asarray(gold)
+    if not len(gold) or logits.ndim != 2 or logits.shape[1] < 2 or not (gold >= 0).any():
+        return None
+    z = torch.tensor(np.where(np.isfinite(logits), logits, -1e9))
+    y = torch.tensor(gold, dtype=torch.long)
+    top = z.argmax(-1)
+    right = (top == y).double()
+    incomplete = bool((gold < 0).any())
+    log_t = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([log_t], lr=0.5, max_iter=100, line_search_fn="strong_wolfe")
+    low, high = math.log(T_RANGE[0]), math.log(T_RANGE[1])
+
+    def closure():
+        opt.zero_grad()
+        scaled = z / log_t.clamp(low, high).exp()
+        if incomplete:
+            p_top = torch.softmax(scaled, -1).gather(1, top[:, None])[:, 0].clamp(1e-12, 1 - 1e-12)
+            loss = torch.nn.functional.binary_cross_entropy(p_top, right)
+        else:
+            loss = torch.nn.functional.cross_entropy(scaled, y)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    value = float(log_t.detach().clamp(low, high).exp())
+    return round(value, 6) if math.isfinite(value) else None
+
+
+def confidence_pairs(logits: np.ndarray, gold: np.ndarray, temperature: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's top score and whether its top candidate is the right one."""
+    p = probabilities(logits, temperature)
+    if not len(p):
+        return np.zeros(0), np.zeros(0, dtype=bool)
+    return p.max(-1), p.argmax(-1) == np.asarray(gold)
+
+
+def ece(confidence: np.ndarray, correct: np.ndarray, bins: int = ECE_BINS) -> float:
+    """Expected calibration error: the mean over equal-width confidence bins of |accuracy -
+    mean confidence|, weighed by the bin's share of the rows."""
+    confidence, correct = np.asarray(confidence, dtype=float), np.asarray(correct, dtype=float)
+    if not len(confidence):
+        return float("nan")
+    which = np.minimum((confidence * bins).astype(int), bins - 1)
+    total = 0.0
+    for b in np.unique(which):
+        m = which == b
+        total += m.sum() * abs(correct[m].mean() - confidence[m].mean())
+    return float(total / len(confidence))
+
+
+def brier(logits: np.ndarray, gold: np.ndarray, temperature: float = 1.0) -> float:
+    """Brier score: the mean over rows of the squared distance between the scores and the
+    one-hot right answer (all zeros when no candidate is right)."""
+    p = probabilities(logits, temperature)
+    if not len(p):
+        return float("nan")
+    gold = np.asarray(gold)
+    target = np.zeros_like(p)
+    rows = np.flatnonzero(gold >= 0)
+    target[rows, gold[rows]] = 1.0
+    return float(((p - target) ** 2).sum(-1).mean())
+
+
+def reliability(confidence: np.ndarray, correct: np.ndarray, bins: int = ECE_BINS) -> list[dict]:
+    """The reliability diagram's bins: each non-empty bin's range, rows, mean confidence and accuracy."""
+    confidence, correct = np.asarray(confidence, dtype=float), np.asarray(correct, dtype=float)
+    which = np.minimum((confidence * bins).astype(int), bins - 1)
+    return [{"low": b / bins, "high": (b + 1) / bins, "count": int((which == b).sum()),
+             "confidence": float(confidence[which == b].mean()), "accuracy": float(correct[which == b].mean())}
+            for b in np.unique(which)]
+
+
+def measured(logits: np.ndarray, gold: np.ndarray, temperature: float = 1.0) -> dict:
+    """ECE, Brier, accuracy and mean confidence of rows at a temperature."""
+    conf, right = confidence_pairs(logits, gold, temperature)
+    return {"ece": round(ece(conf, right), 6), "brier": round(brier(logits, gold, temperature), 6),
+            "accuracy": round(float(right.mean()), 6) if len(right) else float("nan"),
+            "mean_confidence": round(float(conf.mean()), 6) if len(conf) else float("nan")}
+
+
+def cross_fitted(logits: np.ndarray, gold: np.ndarray, seed: int = 0) -> dict:
+    """The calibration measured honestly: the rows split into two random halves, a temperature
+    fitted on each half and measured on the other; ECE and Brier before and after are the means
+    of the two measurements. Also the temperature fitted on all rows (what is kept)."""
+    logits, gold = np.asarray(logits, dtype=np.float64), np.asarray(gold)
+    order = np.random.default_rng(seed).permutation(len(gold))
+    halves = (order[: len(order) // 2], order[len(order) // 2:])
+    before, after, temps = [], [], []
+    for fit_on, test_on in (halves, halves[::-1]):
+        t = fit_temperature(logits[fit_on], gold[fit_on]) if len(test_on) else None
+        if t is None:
+            continue
+        temps.append(t)
+        before.append(measured(logits[test_on], gold[test_on]))
+        after.append(measured(logits[test_on], gold[test_on], t))
+    kept = fit_temperature(logits, gold)
+    out: dict = {"temperature": kept, "rows": int(len(gold))}
+    if not before:
+        return out
+
+    def mean(items: list[dict], key: str) -> float:
+        return round(float(np.mean([i[key] for i in items])), 6)
+
+    out.update({"ece_before": mean(before, "ece"), "ece_after": mean(after, "ece"),
+                "brier_before": mean(before, "brier"), "brier_after": mean(after, "brier"),
+                "accuracy": mean(before, "accuracy"), "confidence_before": mean(before, "mean_confidence"),
+                "confidence_after": mean(after, "mean_confidence"),
+                "half_temperatures": temps, "measured_on": "cross-fitted halves"})
+    return out
+
+
+def fold_into_output_layer(model: torch.nn.Module, out: torch.nn.Linear, temperature: float | None) -> str | None:
+    """Divide the weight and bias of `model`'s output layer (the linear layer holding the same
+    weights as the head's `out`, copied there by the export) by the temperature, so that its
+    logits are divided by it; what was done, in a sentence."""
+    if not temperature or temperature == 1.0:
+        return None
+    found = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)
+             and m.weight.shape == out.weight.shape and torch.equal(m.weight.detach().cpu(), out.weight.detach().cpu())]
+    if len(found) != 1:
+        return f"temperature {temperature:g} not folded: the export's output layer was not found"
+    name, layer = found[0]
+    with torch.no_grad():
+        layer.weight.div_(temperature)
+        if layer.bias is not None:
+            layer.bias.div_(temperature)
+    return f"temperature {temperature:g} folded into {name} (its weight and bias divided by it)"
+
+
+def wilson(successes: int, total: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval (95% by default) of a proportion."""
+    if total <= 0:
+        return (0.0, 1.0)
+    p = successes / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return (round(max(0.0, centre - half), 6), round(min(1.0, centre + half), 6))
+
+
+def risk_coverage(confidence: np.ndarray, correct: np.ndarray, coverages=COVERAGES) -> list[dict]:
+    """Accuracy when answering only the most confident share of the rows, for each share; the
+    threshold is the lowest confidence answered."""
+    confidence, correct = np.asarray(confidence, dtype=float), np.asarray(correct, dtype=float)
+    order = np.argsort(-confidence, kind="stable")
+    out = []
+    for share in coverages:
+        n = max(1, int(round(share * len(order)))) if len(order) else 0
+        top = order[:n]
+        out.append({"coverage": share, "answered": int(n),
+                    "accuracy": round(float(correct[top].mean()), 6) if n else float("nan"),
+                    "threshold": round(float(confidence[top].min()), 6) if n else float("nan")})
+    return out
+
+
+def curve(confidence: np.ndarray, correct: np.ndarray, points: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """The risk-coverage curve: (coverage, accuracy of the answered) at `points` coverages."""
+    confidence, correct = np.asarray(confidence, dtype=float), np.asarray(correct, dtype=float)
+    order = np.argsort(-confidence, kind="stable")
+    running = np.cumsum(correct[order]) / np.arange(1, len(order) + 1)
+    at = np.unique(np.linspace(1, len(order), min(points, len(order))).astype(int)) if len(order) else np.zeros(0, int)
+    return at / max(len(order), 1), running[at - 1] if len(at) else np.zeros(0)
+
+
+def target_threshold(confidence: np.ndarray, correct: np.ndarray, target: float) -> dict:
+    """The lowest confidence threshold at which the answered rows (confidence >= threshold)
+    reach accuracy `target`, the share then answered and the accuracy reached, each with its
+    95% Wilson interval; `threshold` None when no threshold reaches it."""
+    confidence, correct = np.asarray(confidence, dtype=float), np.asarray(correct, dtype=float)
+    order = np.argsort(-confidence, kind="stable")
+    hits = np.cumsum(correct[order])
+    counts = np.arange(1, len(order) + 1)
+    sorted_conf = confidence[order]
+    # a cut may only fall between different confidences: the last of each run of ties
+    ends = np.r_[sorted_conf[1:] != sorted_conf[:-1], True] if len(order) else np.zeros(0, bool)
+    ok = np.flatnonzero(ends & (hits / np.maximum(counts, 1) >= target))
+    out: dict = {"target_accuracy": target, "rows": int(len(order))}
+    if not len(ok):
+        return {**out, "threshold": None, "coverage": 0.0}
+    k = int(ok[-1])
+    n, right = int(counts[k]), int(hits[k])
+    return {**out, "threshold": round(float(sorted_conf[k]), 6), "coverage": round(n / len(order), 6),
+            "coverage_interval": wilson(n, len(order)), "accuracy": round(right / n, 6),
+            "accuracy_interval": wilson(right, n), "answered": n}
+
+
+def summary(confidence: np.ndarray, correct: np.ndarray, target: float | None = None) -> dict:
+    """What `evaluate` reports of a head's scores: ECE, the risk-coverage table, and with a
+    target accuracy its threshold."""
+    out: dict = {"rows": int(len(confidence))}
+    if not len(confidence):
+        return out
+    out["ece"] = round(ece(confidence, correct), 6)
+    out["accuracy"] = round(float(np.mean(correct)), 6)
+    out["mean_confidence"] = round(float(np.mean(confidence)), 6)
+    out["risk_coverage"] = risk_coverage(confidence, correct)
+    if target is not None:
+        out["target"] = target_threshold(confidence, correct, target)
+    return out
+
+
+def head_summary(task, parts: list, target: float | None = None) -> dict:
+    """What `evaluate` reports of a head's scores on labelled data, from each chunk's
+    `Judging.confidence_part`: the temperature in use, then `summary` (or why there is none)."""
+    if not parts or any(p is None for p in parts):
+        return {"temperature": None, "none": task.no_calibration()}
+    used = getattr(task.spec, "temperature", None) if getattr(task.spec, "calibrate", True) else None
+    return {"temperature": used, **summary(np.concatenate([p[0] for p in parts]),
+                                           np.concatenate([p[1] for p in parts]), target)}

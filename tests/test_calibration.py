@@ -1,0 +1,281 @@
+"""What scores mean: the temperature fitted at the end of training for every head, stored with
+the head, used by every command; abstention (`min_confidence`) and `--target-accuracy`."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+import bertheads
+from bertheads.cli.main import main
+from bertheads.tasks import calibration
+from bertheads.tasks.qa.confidence import candidates
+
+FAST = dict(epochs=4, batch_size=8, lr=1e-2, progress=False)
+
+
+def noisy_rows(n: int, seed: int) -> list[tuple[str, int]]:
+    """Sentiment rows with a tenth of the labels flipped (so the scores are not all 1.0)."""
+    rng = random.Random(seed)
+    good, bad = ["great", "wonderful", "superb", "lovely"], ["awful", "boring", "terrible", "dreadful"]
+    rows = []
+    for i in range(n):
+        y = i % 2
+        word = (good if y else bad)[rng.randrange(4)]
+        rows.append((f"a {word} movie {rng.choice(['indeed', 'really', 'today'])}", y if rng.random() > 0.1 else 1 - y))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def classifier(tiny_bert, tmp_path_factory):
+    d = tmp_path_factory.mktemp("calib")
+    for name, seed in (("train", 0), ("dev", 1)):
+        (d / f"{name}.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in noisy_rows(48, seed)))
+    model = bertheads.train("classify", str(d / "train.tsv"), str(d / "dev.tsv"), d / "model", model=tiny_bert,
+                            settings=bertheads.TrainSettings(**FAST))
+    return d, model
+
+
+# -- the math -----------------------------------------------------------------------------------
+def test_temperature_fit_recovers_a_known_temperature():
+    rng = np.random.default_rng(0)
+    true_logits = rng.normal(size=(3000, 3)) * 2
+    cumulative = calibration.probabilities(true_logits).cumsum(-1)
+    gold = np.minimum((rng.random((3000, 1)) > cumulative).sum(-1), 2)
+    fitted = calibration.fit_temperature(true_logits * 2.5, gold)  # overconfident by 2.5
+    assert abs(fitted - 2.5) < 0.2
+    before = calibration.measured(true_logits * 2.5, gold)
+    after = calibration.measured(true_logits * 2.5, gold, fitted)
+    assert after["ece"] < before["ece"] / 2 and after["brier"] < before["brier"]
+    assert after["accuracy"] == before["accuracy"]  # the argmax does not move
+    crossed = calibration.cross_fitted(true_logits * 2.5, gold)
+    assert crossed["ece_after"] < crossed["ece_before"] / 2 and len(crossed["half_temperatures"]) == 2
+
+
+def test_ece_risk_coverage_and_target_threshold_on_hand_made_scores():
+    conf = np.array([0.95, 0.9, 0.8, 0.7, 0.6, 0.55])
+    right = np.array([1, 1, 1, 0, 1, 0], dtype=bool)
+    assert calibration.ece(np.array([0.8] * 5), np.array([1, 1, 1, 1, 0], dtype=bool)) == pytest.approx(0.0)
+    table = calibration.risk_coverage(conf, right, (1.0, 0.5))
+    assert table[0]["accuracy"] == pytest.approx(4 / 6) and table[1] == {
+        "coverage": 0.5, "answered": 3, "accuracy": 1.0, "threshold": 0.8}
+    target = calibration.target_threshold(conf, right, 0.8)
+    assert target["threshold"] == 0.6 and target["answered"] == 5 and target["accuracy"] == 0.8
+    low, high = target["coverage_interval"]
+    assert low < 5 / 6 < high
+    assert calibration.target_threshold(conf, right, 1.0)["threshold"] == 0.8
+    assert calibration.target_threshold(np.array([0.9]), np.array([False]), 0.5)["threshold"] is None
+
+
+# -- training, saving, every command ------------------------------------------------------------
+def test_temperature_fitted_saved_and_reported(classifier):
+    d, model = classifier
+    manifest = json.loads((d / "model" / "bertheads.json").read_text())
+    spec = next(iter(manifest["heads"].values()))["spec"]
+    assert spec["temperature"] and spec["calibrate"] is True
+    c = json.loads((d / "model" / "metrics.json").read_text())["dev"]["calibration"]
+    assert c["temperature"] == spec["temperature"]
+    assert {"ece_before", "ece_after", "brier_before", "brier_after"} <= set(c)
+    assert c["measured_on"] == "cross-fitted halves"
+    card = (d / "model" / "README.md").read_text()
+    assert "### Calibration" in card and "ECE before" in card
+
+
+def test_scores_use_the_temperature_and_no_calibrate_gives_the_raw_ones(classifier):
+    d, model = classifier
+    texts = ["a superb movie today", "a boring movie indeed", "a lovely movie really"]
+    task = model.task()
+    t = task.spec.temperature
+    calibrated = model.predict(texts)
+    raw = model.predict(texts, calibrate=False)
+    assert [p["label"] for p in calibrated] == [p["label"] for p in raw]
+    logits = np.stack([o for o in bertheads.model.head_outputs(model.net, "classify", task.from_inputs(texts))])
+    expected = calibration.probabilities(logits, t)
+    got = np.array([[p["scores"][k] for k in ("0", "1")] for p in calibrated])
+    assert np.allclose(got, expected, atol=1e-5)
+    assert np.allclose(np.array([[p["scores"][k] for k in ("0", "1")] for p in raw]),
+                       calibration.probabilities(logits), atol=1e-5)
+    assert task.spec.temperature == t  # the call's override did not stay
+
+
+def test_min_confidence_abstains_in_python_cli_and_analyze(classifier, capsys):
+    d, model = classifier
+    texts = ["a superb movie today", "a boring movie indeed"]
+    top = [max(p["scores"].values()) for p in model.predict(texts)]
+    cut = (top[0] + top[1]) / 2 if top[0] != top[1] else top[0] + 1e-6
+    preds = model.predict(texts, min_confidence=cut)
+    assert [p["abstained"] for p in preds] == [s < cut for s in top] and "label" in preds[0]
+    assert "abstained" not in model.predict(texts)[0]
+    (d / "in.txt").write_text("\n".join(texts) + "\n")
+    assert main(["predict", str(d / "model"), "--input", str(d / "in.txt"), "--min-confidence", "1.0"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["abstained"] for x in lines] == [True, True]
+    assert main(["analyze", str(d / "model"), "--input", str(d / "in.txt"), "--min-confidence", "0"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["classify"]["abstained"] for x in lines] == [False, False]
+
+
+def test_evaluate_reports_risk_coverage_and_target_threshold(classifier, capsys):
+    d, model = classifier
+    metrics = model.evaluate(str(d / "dev.tsv"), target_accuracy=0.5)
+    c = metrics["calibration"]
+    assert c["temperature"] == model.task().spec.temperature
+    assert [r["coverage"] for r in c["risk_coverage"]] == [1.0, 0.9, 0.8, 0.5]
+    assert c["risk_coverage"][0]["accuracy"] == pytest.approx(metrics["accuracy"])
+    assert c["target"]["threshold"] is not None and c["target"]["accuracy"] >= 0.5
+    assert main(["evaluate", str(d / "model"), "--data", str(d / "dev.tsv"), "--target-accuracy", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "most confident" in out and "--min-confidence" in out
+    raw = model.evaluate(str(d / "dev.tsv"), calibrate=False)["calibration"]
+    assert raw["temperature"] is None and raw["accuracy"] == c["accuracy"]
+
+
+def test_regression_heads_say_they_have_none(tiny_bert, tmp_path):
+    rows = "".join(f"a movie number {i}\t{i / 10}\n" for i in range(16))
+    (tmp_path / "r.tsv").write_text("sentence\tscore\n" + rows)
+    bertheads.train("classify", str(tmp_path / "r.tsv"), str(tmp_path / "r.tsv"), tmp_path / "m", model=tiny_bert,
+                    problem="regression", settings=bertheads.TrainSettings(epochs=1, batch_size=8, progress=False))
+    c = json.loads((tmp_path / "m" / "metrics.json").read_text())["dev"]["calibration"]
+    assert c["temperature"] is None and "regression" in c["none"]
+
+
+def test_no_calibrate_at_training_keeps_raw_scores(tiny_bert, classifier, tmp_path):
+    d, _ = classifier
+    bertheads.train("classify", str(d / "train.tsv"), str(d / "dev.tsv"), tmp_path / "m", model=tiny_bert,
+                    calibrate=False, settings=bertheads.TrainSettings(epochs=1, batch_size=8, progress=False))
+    manifest = json.loads((tmp_path / "m" / "bertheads.json").read_text())
+    assert next(iter(manifest["heads"].values()))["spec"]["temperature"] is None
+
+
+# -- tag and qa heads ---------------------------------------------------------------------------
+def tag_text(n: int, seed: int) -> str:
+    rng = random.Random(seed)
+    blocks = []
+    for _ in range(n):
+        place = rng.choice(["Paris", "Berlin", "Madrid", "Moscow"])
+        who = rng.choice(["Angela", "John", "Maria"])
+        blocks.append(f"{who} B-PER\nvisited O\n{place} B-LOC\n. O")
+    return "\n\n".join(blocks) + "\n"
+
+
+def test_tag_head_calibrated_over_words_same_entities(tiny_bert, tmp_path):
+    (tmp_path / "t.txt").write_text(tag_text(24, 0))
+    (tmp_path / "d.txt").write_text(tag_text(8, 1))
+    model = bertheads.train("tag", str(tmp_path / "t.txt"), str(tmp_path / "d.txt"), tmp_path / "m", model=tiny_bert,
+                            settings=bertheads.TrainSettings(epochs=2, batch_size=8, lr=3e-3, progress=False))
+    c = json.loads((tmp_path / "m" / "metrics.json").read_text())["dev"]["calibration"]
+    assert c["temperature"] and c["rows"] == 8 * 4  # one decision per labelled word
+    texts = ["John visited Paris .", "Maria visited Berlin ."]
+    on, off = model.predict(texts), model.predict(texts, calibrate=False)
+    assert [[x["type"] for x in p["entities"]] for p in on] == [[x["type"] for x in p["entities"]] for p in off]
+    abstained = model.predict(texts, min_confidence=1.0)
+    assert all(p["abstained"] for p in abstained)
+    metrics = model.evaluate(str(tmp_path / "d.txt"))
+    assert metrics["calibration"]["rows"] == 32 and len(metrics["calibration"]["risk_coverage"]) == 4
+
+
+def squad(n: int, unanswerable: bool) -> dict:
+    cities = ["Paris", "Berlin", "Rome", "Madrid", "Lisbon", "Vienna"]
+    paragraphs = []
+    for i in range(n):
+        city = cities[i % len(cities)]
+        context = f"The old town has many bridges. The capital is {city}. Rivers run through it."
+        qa = {"id": f"q{i}", "question": "What is the capital?",
+              "answers": [{"text": city, "answer_start": context.index(city)}]}
+        if unanswerable and i % 3 == 0:
+            qa = {"id": f"q{i}", "question": "Who built the bridges?", "answers": [], "is_impossible": True}
+        paragraphs.append({"context": context, "qas": [qa]})
+    return {"version": "2.0", "data": [{"title": "t", "paragraphs": paragraphs}]}
+
+
+def test_qa_span_score_calibrated_with_the_null_answer(tiny_bert, tmp_path):
+    (tmp_path / "q.json").write_text(json.dumps(squad(12, True)))
+    model = bertheads.train("qa", str(tmp_path / "q.json"), str(tmp_path / "q.json"), tmp_path / "m", model=tiny_bert,
+                            max_length=64, stride=16, max_question_length=16,
+                            settings=bertheads.TrainSettings(epochs=1, batch_size=4, progress=False))
+    task = model.task()
+    c = json.loads((tmp_path / "m" / "metrics.json").read_text())["dev"]["calibration"]
+    assert c["rows"] == 12 and c["temperature"] == task.spec.temperature
+    inputs = [{"question": "What is the capital?", "context": "The old town has many bridges. The capital is Rome."}]
+    on, off = model.predict(inputs), model.predict(inputs, calibrate=False)
+    assert on[0]["answer"] == off[0]["answer"] and on[0]["raw_score"] == off[0]["raw_score"]
+    outputs = bertheads.model.head_outputs(model.net, model.head_name(None), task.from_inputs(inputs))
+    row = calibration.probabilities(candidates(outputs[0], task.spec.n_best, task.spec.null_threshold, True)[None],
+                                    task.spec.temperature)
+    nothing = on[0]["answer"] == ""
+    assert on[0]["score"] == pytest.approx(row[0, -1] if nothing else row[0, 0], abs=1e-5)
+    assert model.predict(inputs, min_confidence=1.0)[0]["abstained"] is True
+
+
+def test_serve_abstains_and_counts_it_in_metrics(classifier):
+    import httpx
+
+    from bertheads.serve.app import ServeSettings, create_app, running_server
+
+    d, _ = classifier
+    model = bertheads.load(d / "model")
+    model.set_options(min_confidence=1.0)  # what `serve --min-confidence 1` does
+    with running_server(create_app(model, ServeSettings(window_ms=1))) as url:
+        got = httpx.post(f"{url}/predict/classify", json={"texts": ["a superb movie", "a dull movie"]}).json()
+        assert [r["abstained"] for r in got["results"]] == [True, True]
+        got = httpx.post(f"{url}/analyze", json={"texts": ["a lovely movie"]}).json()
+        assert got["results"][0]["classify"]["abstained"] is True
+        lines = httpx.get(f"{url}/metrics").text.splitlines()
+    assert 'bertheads_abstained_predictions_total{head="classify"} 3.0' in lines
+
+
+def test_hf_export_folds_the_temperature_so_the_pipeline_gives_our_scores(classifier, tmp_path):
+    from transformers import pipeline
+
+    d, model = classifier
+    t = model.task().spec.temperature
+    assert t and abs(t - 1.0) > 1e-3  # (else folding would show nothing)
+    assert main(["export", str(d / "model"), "--to", "hf", "--out", str(tmp_path / "hf")]) == 0
+    info = json.loads((tmp_path / "hf" / "bertheads-export.json").read_text())
+    assert "folded" in info["calibration"]
+    texts = ["a superb movie today", "a boring movie indeed", "a movie"]
+    pipe = pipeline("text-classification", model=str(tmp_path / "hf"), top_k=None)
+    theirs = [{r["label"]: r["score"] for r in rows} for rows in pipe(texts)]
+    ours = [p["scores"] for p in model.predict(texts)]
+    for a, b in zip(ours, theirs):
+        assert set(a) == set(b) and all(abs(a[k] - b[k]) < 1e-4 for k in a)
+    raw = [p["scores"] for p in model.predict(texts, calibrate=False)]
+    assert any(abs(raw[i][k] - theirs[i][k]) > 1e-3 for i in range(3) for k in raw[i])
+
+
+
+def test_calibrate_command_writes_a_new_model_and_leaves_the_old_one(classifier, tmp_path, capsys):
+    d, model = classifier
+    before = {p.name: p.stat().st_mtime_ns for p in (d / "model").rglob("*") if p.is_file()}
+    (tmp_path / "other.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in noisy_rows(32, 7)))
+    assert main(["calibrate", str(d / "model"), "--data", str(d / "model" / ".." / "dev.tsv"),
+                 "--out", str(d / "model" / "inside")]) == 2
+    assert "outside the model" in capsys.readouterr().err
+    assert main(["calibrate", str(d / "model"), "--data", str(tmp_path / "other.tsv"), "--out",
+                 str(tmp_path / "new")]) == 0
+    assert {p.name: p.stat().st_mtime_ns for p in (d / "model").rglob("*") if p.is_file()} == before
+    new = bertheads.load(tmp_path / "new")
+    c = json.loads((tmp_path / "new" / "metrics.json").read_text())["calibration"]["classify"]
+    assert c["fitted_on"].endswith("other.tsv") and new.task().spec.temperature == c["temperature"]
+    assert c["temperature"] != model.task().spec.temperature
+    assert "other.tsv" in (tmp_path / "new" / "README.md").read_text()
+    texts = ["a superb movie today", "a boring movie indeed"]
+    assert [p["label"] for p in new.predict(texts)] == [p["label"] for p in model.predict(texts)]
+    again = model.calibrate(str(tmp_path / "other.tsv"), tmp_path / "again")
+    assert again.task().spec.temperature == c["temperature"]
+
+
+def test_rows_without_a_right_candidate_calibrate_the_top_score():
+    """A question whose answer is none of its spans counts too: the top score is fitted to how
+    often it is right, not only to the rows that have a right candidate."""
+    rng = np.random.default_rng(1)
+    true = rng.normal(size=(3000, 4)) * 2
+    right_now = rng.random(3000) < calibration.probabilities(true).max(-1)  # the top is right this often
+    logits, gold = true * 2.5, np.where(right_now, true.argmax(-1), -1)  # overconfident; wrong: none right
+    t = calibration.fit_temperature(logits, gold)
+    conf, right = calibration.confidence_pairs(logits, gold, t)
+    assert abs(t - 2.5) < 0.4 and calibration.ece(conf, right) < 0.03
+    some = gold >= 0  # fitted on the rows with a right candidate alone, the scores would say "sure"
+    alone = calibration.confidence_pairs(logits, gold, calibration.fit_temperature(logits[some], gold[some]))
+    assert calibration.ece(*alone) > 3 * calibration.ece(conf, right)
