@@ -2,9 +2,9 @@
 
 __version__ = "0.1.0"
 
-from bertheads.api import Model, combine, evaluate, load, predict, train, train_multi  # noqa: E402
+from bertheads.api import Model, audit, combine, evaluate, load, predict, train, train_multi  # noqa: E402
 from bertheads.base.errors import UserError  # noqa: E402
 from bertheads.training.loop import TrainSettings  # noqa: E402
 
-__all__ = ["Model", "TrainSettings", "UserError", "__version__", "combine", "evaluate", "load", "predict", "train",
+__all__ = ["Model", "TrainSettings", "UserError", "__version__", "audit", "combine", "evaluate", "load", "predict", "train",
            "train_multi"]

@@ -27,6 +27,7 @@ from bertheads.saved.combine import combine as combine_models
 from bertheads.store.encoder_refs import named_encoder
 from bertheads.text.readers import carried_fields
 from bertheads.text.rows import as_rows, split_dataset
+from bertheads.training.audit import AuditResult, AuditSettings, audit_task
 from bertheads.training.config import MultiConfig, multi_task_manifest, read_config, run_settings, single_task
 from bertheads.training.flags import convert_options, kind_options, task_class
 from bertheads.training.joint import train_tasks
@@ -237,6 +238,25 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
     settings, _, _ = run_settings(config, settings, {k: v for k, v in given.items() if k in names(TrainSettings)})
     net, result = train_tasks(config, out, model, settings)
     return trained(net, out, result)
+
+
+def audit(kind: str, train, dev=None, out: str | Path | None = None, model: str = "default",
+          settings: TrainSettings | None = None, limit: int | None = None, **options) -> AuditResult:
+    """The training rows whose given label the model disputes, ranked (`bertheads audit`):
+    out-of-fold predictions from `folds` heads (each trained as `train` would, on the other
+    folds; mode="features" trains them on the features cache in seconds), ranked by cleanlab.
+    `train`/`dev` as `train` takes them; `options`: the task's settings, any training setting
+    and the audit's (`AuditSettings`: folds, rows, top). With `out`, writes `out/issues.jsonl`
+    and `out/summary.json`."""
+    task_class(kind)
+    train, dev = split_dataset(train, dev)
+    train, dev = as_rows(train, "train") or train, as_rows(dev, "dev") or dev
+    given = check_given(options, kind_options(kind), TrainSettings, AuditSettings)
+    chosen = from_mapping(AuditSettings, {k: v for k, v in given.items() if k in names(AuditSettings)})
+    config = single_task(kind, train, dev, convert_options(kind, {k: v for k, v in given.items()
+                                                                  if k in kind_options(kind)}), limit)
+    settings, _, _ = run_settings(config, settings, {k: v for k, v in given.items() if k in names(TrainSettings)})
+    return audit_task(config, out, model, settings, chosen, limit)
 
 
 def train_multi(config: MultiConfig | str | Path, out: str | Path | None, model: str | None = None,

@@ -11,7 +11,8 @@ from bertheads.tasks.classify.metrics import (
     regression_metrics,
     tune_thresholds,
 )
-from bertheads.tasks.parts import Judging, softmax
+from bertheads.base.errors import UserError
+from bertheads.tasks.parts import Disputes, Judging, softmax
 
 
 class ClassifyJudging(Judging):
@@ -103,6 +104,30 @@ class ClassifyJudging(Judging):
             result["thresholds"] = {n: round(float(t), 4) for n, t in zip(names, cut)}
             return result
         return label_metrics(arr.argmax(-1), np.asarray(gold), len(self.spec.labels), names)
+
+    def disputes(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None) -> Disputes:
+        """Each example's given label against its out-of-fold probabilities (softmax, or one
+        sigmoid per label for multi-label); regression has no classes to dispute."""
+        if self.spec.problem == "regression":
+            raise UserError("regression heads have no audit (no classes to dispute)")
+        arr = np.stack(logits)
+        multi = self.spec.problem == "multi_label"
+        probs = sigmoid(arr) if multi else softmax(arr)
+        targets = [self.label_target(e, path) for e in examples]
+        labels = [[j for j, v in enumerate(t) if v >= 0.5] for t in targets] if multi else [int(t) for t in targets]
+        units = [{"example": i, "text": e.text, **({"pair": e.pair} if e.pair is not None else {})}
+                 for i, e in enumerate(examples)]
+        return Disputes(units, labels, [str(n) for n in self.spec.shown_labels()], probs, multi)
+
+    def uncertainty(self, logits: list[np.ndarray]) -> list[np.ndarray]:
+        """One row per example: its label probabilities (multi-label: each label's yes/no)."""
+        if self.spec.problem == "regression":
+            raise UserError("regression heads have no selection of inputs (no classes to be unsure of)")
+        arr = np.stack(logits)
+        if self.spec.problem == "multi_label":
+            p = sigmoid(arr)
+            return [np.stack([q, 1 - q], axis=-1) for q in p]
+        return [row[None] for row in softmax(arr)]
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
