@@ -7,7 +7,7 @@ import logging
 import os
 from pathlib import Path
 
-from bertheads.api import combine, load, train_multi
+from bertheads.api import audit, combine, load, train_multi
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine, resolve_device, runtimes, training_precision
@@ -21,6 +21,7 @@ from bertheads.inference.stream import StreamSettings
 from bertheads.saved.bundle import MANIFEST, encoder_location
 from bertheads.tasks import inference_options
 from bertheads.text.readers import check_input_file
+from bertheads.training.audit import AuditSettings
 from bertheads.training.config import read_config, single_task
 from bertheads.training.flags import (
     given_settings,
@@ -78,6 +79,17 @@ def cmd_train_multi(args) -> int:
         config.temperature = args.temperature
     model = train_multi(config, args.out, **given_settings(args))
     report_saved(model, args.out, heads=True)
+    return 0
+
+
+def cmd_audit(args) -> int:
+    """`audit KIND`: issues.jsonl and summary.json in --out, a line on stderr of what was found."""
+    options = {**given_settings(args, args.kind), **vars_for(AuditSettings, args)}
+    result = audit(args.kind, args.train, args.dev, args.out, **options)
+    s = result.summary
+    noise = ", ".join(f"{k} {v:.1%}" for k, v in s["noise_rate"].items())
+    log.info(f"wrote {args.out}: {s['flagged']} of {s['units']} {s['unit']}s flagged"
+             + (f" (estimated noise: {noise})" if noise else ""))
     return 0
 
 

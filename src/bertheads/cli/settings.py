@@ -73,6 +73,16 @@ class TuneFiles:
     out: str = setting(None, "directory for the best model, trials.jsonl and the search's storage", required=True)
 
 
+@dataclass
+class AuditFiles:
+    """`bertheads audit KIND`."""
+
+    train: str = setting(None, f"the labelled training file to audit (formats: {DATA_FORMATS_DOC})", required=True)
+    dev: str | None = setting(None, "labelled file each fold's head is evaluated on (its metrics go to summary.json)")
+    out: str = setting(None, "directory to write issues.jsonl and summary.json into (replaced atomically)",
+                       required=True)
+
+
 # -- prediction ---------------------------------------------------------------------------------
 @dataclass
 class EvaluateFiles:

@@ -154,7 +154,8 @@ class Judging:
 
     def disputes(self, outputs: list, examples: list, path=None) -> Disputes:
         """What `bertheads audit` ranks of the examples, from one output per example (out of
-        fold): by default nothing, the kind has no audit."""
+        fold; called with none first, to refuse a head it cannot audit before any training): by
+        default nothing, the kind has no audit."""
         raise UserError(f"{self.kind} heads have no audit")
 
     def uncertainty(self, outputs: list) -> list[np.ndarray]:

@@ -100,6 +100,7 @@ def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit:
     torch.manual_seed(settings.seed)
     encoder = Encoder.load(model, lazy=frozen)
     task, examples = read_task(t.kind, t.train, encoder, options, t.limit or limit)
+    task.disputes([], [], t.train)  # (a head the kind cannot audit is refused before any training)
     # inference features with the loss's targets: the rows a fold trains on and predicts are
     # the same encoded inputs (so one cache entry serves every fold)
     features, owner = task.encode_for_inference(examples, encoder.tokenizer, with_labels=True)
@@ -114,13 +115,16 @@ def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit:
     fold_settings = dataclasses.replace(settings, keep="last", resume=False, overwrite=False)
     outputs: list = [None] * len(examples)
     fold_metrics = []
+    # fine-tuning: each fold starts from the checkpoint's weights, put back after every fold
+    start = None if frozen else {k: v.detach().clone() for k, v in encoder.model.state_dict().items()}
     for fold in range(audit.folds):
         log.info(f"audit: fold {fold + 1}/{audit.folds}")
         train_idx = np.flatnonzero(feature_fold != fold).tolist()
         held_idx = np.flatnonzero(feature_fold == fold).tolist()
         fold_task = copy.deepcopy(task)  # the same fresh head each fold
-        fold_encoder = encoder if frozen else copy.deepcopy(encoder)
-        net = BertHeads(fold_encoder, {t.name: fold_task})
+        if start is not None:
+            encoder.model.load_state_dict(start)
+        net = BertHeads(encoder, {t.name: fold_task})
         data = TaskData(t.name, fold_task, [features[i] for i in train_idx], dev, t.dev,
                         cached=FoldCache(whole.cached, train_idx, features) if frozen else None,
                         dev_cached=whole.dev_cached)
@@ -139,7 +143,9 @@ def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit:
         merged = fold_task.collect(raw, held_owner, [examples[k] for k in held_examples], held_features)
         for k, out in zip(held_examples, merged):
             outputs[k] = out
-        del net, fold_encoder
+        del net
+    if start is not None:
+        encoder.model.load_state_dict(start)
     return OutOfFold(task, examples, outputs, numbers, fold_metrics, time.perf_counter() - started)
 
 

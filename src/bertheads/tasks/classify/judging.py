@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from bertheads.base.errors import UserError
 from bertheads.tasks.classify.formats import ClassifyExample
 from bertheads.tasks.classify.metrics import (
     label_metrics,
@@ -11,7 +12,6 @@ from bertheads.tasks.classify.metrics import (
     regression_metrics,
     tune_thresholds,
 )
-from bertheads.base.errors import UserError
 from bertheads.tasks.parts import Disputes, Judging, softmax
 
 
@@ -110,8 +110,8 @@ class ClassifyJudging(Judging):
         sigmoid per label for multi-label); regression has no classes to dispute."""
         if self.spec.problem == "regression":
             raise UserError("regression heads have no audit (no classes to dispute)")
-        arr = np.stack(logits)
         multi = self.spec.problem == "multi_label"
+        arr = np.stack(logits) if logits else np.zeros((0, len(self.spec.labels)))
         probs = sigmoid(arr) if multi else softmax(arr)
         targets = [self.label_target(e, path) for e in examples]
         labels = [[j for j, v in enumerate(t) if v >= 0.5] for t in targets] if multi else [int(t) for t in targets]
