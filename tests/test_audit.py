@@ -87,3 +87,38 @@ def test_audit_refusals_are_one_line(tiny_bert, write, tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "--folds 1: needs at least 2" in run.stderr
     assert "Traceback" not in run.stderr and not Path(tmp_path / "o").exists()
+
+
+def test_tag_audit_names_disputed_words_with_offsets(tiny_bert, write, tmp_path):
+    from test_tag import conll, sentences
+
+    sents = sentences(24)
+    sents[5] = [(w, "B-ORG" if t == "B-LOC" else t) for w, t in sents[5]]  # a place tagged as an organisation
+    train = write("train.txt", conll(sents, columns=2))
+    result = bertheads.audit("tag", train, out=tmp_path / "tag", model=tiny_bert, mode="features", folds=3,
+                             epochs=4, batch_size=8, lr=3e-3, rows="all", cache_dir=str(tmp_path / "cache"))
+    assert len(result.ranking) == sum(len(s) for s in sents) and result.summary["unit"] == "token"
+    place = next(r for r in result.ranking if r["row"] == 5 and r["given"] == "B-ORG")
+    words = [w for w, _ in sents[5]]
+    assert place["token"] == words[place["word"]] and place["sentence"] == " ".join(words)
+    assert place["sentence"][place["start"]:place["end"]] == place["token"]
+    assert place["given_entity"] == {"text": place["token"], "type": "ORG", "start": place["start"],
+                                     "end": place["end"]}
+    # a CoNLL word's own line (sentence 5 starts after 5 sentences of 7 words and a blank line each)
+    assert place["line"] == 5 * 8 + place["word"] + 1
+    assert set(result.summary["noise_rate"]) == {"B-LOC", "B-ORG", "B-PER", "I-PER", "O"}
+
+
+def test_qa_audit_scores_each_question_by_its_gold_answer(tiny_bert, write, tmp_path):
+    from test_qa import squad_doc
+
+    train = write("train.json", json.dumps(squad_doc(8)))
+    result = bertheads.audit("qa", train, out=tmp_path / "qa", model=tiny_bert, mode="features", folds=2, epochs=1,
+                             max_length=64, stride=16, max_question_length=16, rows="all",
+                             cache_dir=str(tmp_path / "cache"))
+    assert result.summary["unit"] == "question" and len(result.ranking) == 8
+    scores = [r["score"] for r in result.ranking]
+    assert scores == sorted(scores) and all(0.0 <= s <= 1.0 for s in scores)
+    first = result.ranking[0]
+    assert first["id"].startswith("q") and first["question"] == "What is the capital?"
+    assert first["given"] == first["gold_answers"][0] and isinstance(first["suggested"], str)

@@ -180,6 +180,7 @@ class Disputes:
     multi_label: bool = False
     scores: np.ndarray | None = None
     suggested: list | None = None  # with `scores`: what the model prefers, per unit
+    flagged: np.ndarray | None = None  # with `scores`: the units the kind calls label issues
     unit: str = "row"  # what a unit is ("row", "token", "question"), for the summary
 
 

@@ -167,7 +167,7 @@ def rank(disputes: Disputes) -> Ranking:
     default, prune by noise rate); a kind's own scores are ranked as they are."""
     if disputes.probs is None:
         score = np.asarray(disputes.scores, dtype=float)
-        flagged = np.asarray([s != g for s, g in zip(disputes.suggested, disputes.labels)], dtype=bool)
+        flagged = np.asarray(disputes.flagged, dtype=bool)
         return Ranking(np.argsort(score, kind="stable"), score, flagged, {})
     require("audit", "bertheads audit")
     from cleanlab.count import estimate_joint
@@ -180,7 +180,7 @@ def rank(disputes: Disputes) -> Ranking:
         from cleanlab.multilabel_classification.rank import get_label_quality_scores as multi_scores
 
         score = multi_scores(disputes.labels, probs)
-        flagged = find_multi(disputes.labels, probs)
+        flagged = find_multi(disputes.labels, probs, n_jobs=1)
         noise = {}
         for j, name in enumerate(disputes.names):
             given = np.asarray([int(j in labels) for labels in disputes.labels])
@@ -193,7 +193,7 @@ def rank(disputes: Disputes) -> Ranking:
         present = np.unique(labels)
         if len(present) < 2:
             raise UserError("audit: the training labels hold one class only; there is nothing to dispute")
-        flagged = find_label_issues(labels, probs)
+        flagged = find_label_issues(labels, probs, n_jobs=1)
         noise = dict(zip(disputes.names, class_noise(estimate_joint(labels, probs))))
     return Ranking(np.argsort(score, kind="stable"), np.asarray(score, dtype=float), np.asarray(flagged, dtype=bool),
                    {k: round(float(v), 4) for k, v in noise.items()})

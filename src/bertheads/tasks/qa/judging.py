@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertheads.tasks.parts import Judging
+from bertheads.tasks.parts import Disputes, Judging
 from bertheads.tasks.qa.formats import QAExample
 from bertheads.tasks.qa.metrics import (
     best_threshold,
@@ -13,6 +13,7 @@ from bertheads.tasks.qa.metrics import (
     f1_v2,
     gold_v2,
     max_over,
+    normalize_answer,
     squad_v1_scores,
     squad_v2_scores,
 )
@@ -95,6 +96,39 @@ class QAJudging(Judging):
                         "raw_score": round(float(o.scores[0]), 4)}
             out.append({**({"id": e.id} if e.has_id else {}), **e.extra, **pred})
         return out
+
+    def disputes(self, outputs: list[QAOutput], examples: list[QAExample], path=None) -> Disputes:
+        """Each question's gold answer against its out-of-fold spans: the score is the share of
+        the probability (its n best spans and no answer, P(start) * P(end) each) on spans whose
+        text is a gold answer (on no answer, for an unanswerable question); a question is
+        flagged when the model's own answer is none of the gold ones."""
+        units, given, suggested, scores, flagged = [], [], [], [], []
+        threshold = self.threshold()
+        for k, (o, e) in enumerate(zip(outputs, examples)):
+            gold = {normalize_answer(a) for a in e.answers}
+            probs = o.probabilities if o.probabilities is not None else np.exp(o.scores - np.max(o.scores, initial=0))
+            texts = [e.context[int(a):int(b)] for a, b in o.spans]
+            null = float(o.null_probability or 0.0)
+            total = float(np.sum(probs)) + null
+            on_gold = sum(float(p) for p, t in zip(probs, texts) if normalize_answer(t) in gold) if gold else null
+            best = "" if answers_nothing(o, threshold) or not texts else texts[0]
+            units.append({"example": k, "id": e.id, "question": e.question, "record": e.record,
+                          "gold_answers": list(e.answers)})
+            given.append(e.answers[0] if e.answers else "")
+            suggested.append(best)
+            scores.append(on_gold / total if total > 0 else 0.0)
+            flagged.append((normalize_answer(best) not in gold) if gold else best != "")
+        return Disputes(units, given, [], None, scores=np.asarray(scores), suggested=suggested,
+                        flagged=np.asarray(flagged, dtype=bool), unit="question")
+
+    def uncertainty(self, outputs: list[QAOutput]) -> list[np.ndarray]:
+        """Per question, one row: its n best spans' and no answer's probabilities, as shares."""
+        rows = []
+        for o in outputs:
+            probs = o.probabilities if o.probabilities is not None else np.exp(o.scores - np.max(o.scores, initial=0))
+            row = np.append(np.asarray(probs, dtype=float), float(o.null_probability or 0.0))
+            rows.append((row / row.sum())[None] if row.sum() > 0 else np.full((1, len(row)), 1 / len(row)))
+        return rows
 
     def metrics(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
                 null_threshold: float | None = None, predictions_out: str | None = None,
