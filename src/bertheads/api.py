@@ -14,6 +14,7 @@ from bertheads.inference.analyze import analyze, split_extras
 from bertheads.inference.opening import open_model
 from bertheads.inference.outputs import claimed_output
 from bertheads.inference.report import report
+from bertheads.inference.select import Selection, SelectSettings, select
 from bertheads.inference.stream import (
     StreamReport,
     StreamSettings,
@@ -74,6 +75,16 @@ class Model:
         with task.using_options(options) as options:
             examples = task.from_inputs(list(inputs), **options)
             return task.decode(head_outputs(self.net, name, examples, batch_size), examples, **options)
+
+    def select(self, pool, k: int = 100, head: str | None = None, out: str | Path | None = None,
+               batch_size: int = INFERENCE_BATCH, **options) -> Selection:
+        """The `k` inputs of `pool` (a file, a DataFrame, a `datasets.Dataset`, a list of dicts)
+        most worth labelling next (`bertheads select`); `options`: `SelectSettings`' (strategy
+        margin, entropy, diverse or random; seed). Their records, in the kind's training format
+        with the label empty, are also written to `out` as JSON lines."""
+        settings = from_mapping(SelectSettings, {"k": k, **options})
+        rows = as_rows(pool, "pool") if records_given(pool) else None
+        return select(self.net, self.head_name(head), rows or pool, settings, out, batch_size)
 
     def predict_file(self, path: str | None, head: str | None = None, fmt: str | None = None,
                      batch_size: int = INFERENCE_BATCH, progress: bool = False, **options) -> tuple[list, list[dict]]:

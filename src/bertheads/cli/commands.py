@@ -17,6 +17,7 @@ from bertheads.export.hf import export_hf
 from bertheads.export.modes import RuntimeSettings, candidates
 from bertheads.inference.extract import ExtractSettings, extract
 from bertheads.inference.outputs import claimed_output
+from bertheads.inference.select import SelectSettings, select
 from bertheads.inference.stream import StreamSettings
 from bertheads.saved.bundle import MANIFEST, encoder_location
 from bertheads.tasks import inference_options
@@ -90,6 +91,18 @@ def cmd_audit(args) -> int:
     noise = ", ".join(f"{k} {v:.1%}" for k, v in s["noise_rate"].items())
     log.info(f"wrote {args.out}: {s['flagged']} of {s['units']} {s['unit']}s flagged"
              + (f" (estimated noise: {noise})" if noise else ""))
+    return 0
+
+
+def cmd_select(args) -> int:
+    """`select MODEL --pool F -k N --out F`: the chosen inputs, a line on stderr."""
+    with claimed_output(args.out, [args.pool, args.gate_data], [args.model_dir], "select"):
+        check_input_file(args.pool)
+        model = load(args.model_dir, **vars_for(RuntimeSettings, args))
+        name = model.head_name(args.head)
+        chosen = select(model.net, name, args.pool, SelectSettings(**vars_for(SelectSettings, args)), args.out,
+                        args.batch_size)
+    log.info(f"wrote {args.out}: {len(chosen.records)} of {chosen.pool} inputs ({chosen.strategy})")
     return 0
 
 

@@ -23,6 +23,7 @@ from bertheads.cli.commands import (
     cmd_extract,
     cmd_predict,
     cmd_report,
+    cmd_select,
     cmd_serve,
     cmd_train,
     cmd_train_multi,
@@ -31,6 +32,7 @@ from bertheads.cli.commands import (
 from bertheads.export.modes import RuntimeSettings
 from bertheads.inference.extract import ExtractSettings, ExtractSource
 from bertheads.inference.extract import input_formats as extract_formats
+from bertheads.inference.select import SelectSettings
 from bertheads.inference.stream import StreamSettings
 from bertheads.serve.settings import Address, ServeSettings
 from bertheads.tasks import TASKS, inference_flags, input_formats
@@ -143,6 +145,8 @@ COMMANDS = (
                         "trains them on the features cache in seconds), predict the fold each left out, and rank "
                         "the rows whose given label those predictions dispute (cleanlab's confident learning). "
                         "Writes OUT/issues.jsonl and OUT/summary.json."),
+    Command("select", "the unlabelled inputs most worth labelling next (margin, entropy or diverse)", cmd_select,
+            (*READ, Group(cli.SelectFiles), Group(cli.Head), Group(SelectSettings), Group(StreamSettings, ("batch_size",)), RUNTIME)),
     Command("env", "this machine: CPU flags, GPUs, runtimes, and what --device/--precision auto pick", cmd_env,
             (Group(cli.AsJson),)),
 )

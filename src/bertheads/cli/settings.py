@@ -83,6 +83,16 @@ class AuditFiles:
                        required=True)
 
 
+@dataclass
+class SelectFiles:
+    """`bertheads select MODEL`."""
+
+    pool: str = setting(None, "unlabelled inputs in one of the head's formats (labels, if any, are ignored)",
+                        required=True)
+    out: str = setting(None, "JSONL file of the chosen inputs in the kind's training format, label empty, with id "
+                             "and score (written atomically)", required=True)
+
+
 # -- prediction ---------------------------------------------------------------------------------
 @dataclass
 class EvaluateFiles:
