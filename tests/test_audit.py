@@ -3,6 +3,7 @@ multi-label and pairs; fine-tuned folds; one-line refusals."""
 
 from __future__ import annotations
 
+import html
 import json
 import random
 import subprocess
@@ -53,6 +54,11 @@ def test_audit_finds_planted_label_errors(default_model_dir, write, tmp_path):
     assert set(summary["noise_rate"]) == {"0", "1"} and all(0 < v < 0.5 for v in summary["noise_rate"].values())
     assert summary["settings"]["audit"]["folds"] == 4 and summary["settings"]["task"]["mode"] == "features"
     assert summary["top"][0]["text"] == first["text"]
+    # the report page shows the top suspects with their text and labels
+    model = bertheads.train("classify", train, None, tmp_path / "model", model=default_model_dir, mode="features",
+                            cache_dir=str(tmp_path / "cache"), epochs=1, progress=False)
+    page = model.report(out=tmp_path / "page", audit=out).read_text()
+    assert "Label audit" in page and html.escape(first["text"]) in page and "estimated noise rate" in page
 
 
 def test_multi_label_and_pairs_fine_tuned_from_the_command_line(tiny_bert, write, tmp_path):

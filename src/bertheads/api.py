@@ -151,11 +151,13 @@ class Model:
         with self.net.tasks[name].using_options(options) as options:
             return evaluate_stream(self.net, name, path, settings, **options)
 
-    def report(self, data: str | None = None, out: str | Path | None = None, head: str | None = None) -> Path:
-        """Write the HTML report page of this saved model (see `bertheads.inference.report`); its path."""
+    def report(self, data: str | None = None, out: str | Path | None = None, head: str | None = None,
+               audit: str | Path | None = None) -> Path:
+        """Write the HTML report page of this saved model (see `bertheads.inference.report`; `audit`:
+        a `bertheads audit` folder whose top suspects it shows); its path."""
         if self.directory is None:
             raise UserError("report: the model is not saved; train it with an output directory")
-        return report(self.directory, data, out, head=head)
+        return report(self.directory, data, out, head=head, audit=audit)
 
     def analyze(self, texts: list[str], batch_size: int = INFERENCE_BATCH, **given) -> list[dict]:
         """`{head: prediction}` per text from every head that answers, one encoder pass for the

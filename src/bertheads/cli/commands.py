@@ -193,7 +193,7 @@ def cmd_report(args) -> int:
     require("report", "bertheads report")
     from bertheads.inference.report import report  # matplotlib loads only for this command
 
-    page = report(args.model_dir, args.data, args.out, head=args.head, batch_size=args.batch_size)
+    page = report(args.model_dir, args.data, args.out, head=args.head, batch_size=args.batch_size, audit=args.audit)
     log.info(f"wrote {page}")
     return 0
 

@@ -128,6 +128,8 @@ class ExportFiles:
 class ReportFiles:
     data: str | None = setting(None, "labelled file: confusion matrices, per-class scores, worst examples")
     out: str | None = setting(None, "page directory; default: MODEL_DIR/report")
+    audit: str | None = setting(None, "a `bertheads audit` output folder: a section of its top suspects with their "
+                                      "text, given and suggested labels")
 
 
 @dataclass
