@@ -52,7 +52,7 @@ def ours(path: Path, flip: np.ndarray, y: np.ndarray, mode: str, args) -> dict:
     options = dict(mode=mode, rows="all", folds=5, seed=args.train_seed, progress=False,
                    cache_dir=str(OUT / "audit" / "cache"))
     if mode == "features":
-        options.update(epochs=args.epochs, lr=args.lr, batch_size=32)
+        options.update(epochs=args.epochs, lr=args.lr, batch_size=32, layers=args.layers)
     else:
         options.update(epochs=args.finetune_epochs, batch_size=32)
     started = time.perf_counter()
@@ -73,6 +73,7 @@ def train_once(path: Path, args) -> float:
 
     started = time.perf_counter()
     bertheads.train("classify", str(path), mode="features", epochs=args.epochs, lr=args.lr, batch_size=32,
+                    layers=args.layers,
                     progress=False, seed=args.train_seed, cache_dir=str(OUT / "audit" / "cache"))
     return round(time.perf_counter() - started, 1)
 
@@ -95,6 +96,7 @@ def main() -> None:
     parser.add_argument("--modes", default="features", help="features, finetune or both (comma-separated)")
     parser.add_argument("--epochs", type=int, default=10, help="features mode: each fold's epochs")
     parser.add_argument("--lr", type=float, default=3e-3, help="features mode: each fold's learning rate")
+    parser.add_argument("--layers", default="-1,-2,-3,-4", help="features mode: the layers the heads read")
     parser.add_argument("--finetune-epochs", type=int, default=1)
     parser.add_argument("--train-seed", type=int, default=42)
     parser.add_argument("--no-peer", action="store_true")
