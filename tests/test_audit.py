@@ -79,6 +79,17 @@ def test_multi_label_and_pairs_fine_tuned_from_the_command_line(tiny_bert, write
     assert set(summary["noise_rate"]) == {"a", "b", "c"} and summary["settings"]["task"]["mode"] == "finetune"
 
 
+def test_a_dataframe_is_audited_with_its_ids(tiny_bert, tmp_path):
+    import pandas as pd
+
+    frame = pd.DataFrame({"id": [f"r{i}" for i in range(10)], "text": [f"text {i}" for i in range(10)],
+                          "label": ["yes", "no"] * 5})
+    result = bertheads.audit("classify", frame, model=tiny_bert, mode="features", folds=2, epochs=1, rows="all",
+                             cache_dir=str(tmp_path / "cache"), progress=False)
+    assert sorted(r["id"] for r in result.ranking) == sorted(frame["id"])
+    assert all(frame["id"][r["row"]] == r["id"] and r["given"] == frame["label"][r["row"]] for r in result.ranking)
+
+
 def test_audit_refusals_are_one_line(tiny_bert, write, tmp_path):
     train = write("t.tsv", "sentence\tlabel\nfine\t1\nbad\t0\nok\t1\n")
     with pytest.raises(UserError, match="--folds 5: only 3 training examples"):
