@@ -29,8 +29,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--strategies", default="random,margin,entropy,diverse")
-    parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--lr", type=float, default=5e-3)
     parser.add_argument("--out", default=str(OUT / "active" / "results.jsonl"))
     args = parser.parse_args()
 
@@ -73,10 +73,12 @@ def main() -> None:
     def train_round(labelled: list[int], seed: int):
         fold_task = copy.deepcopy(task)
         net = BertHeads(encoder, {t.name: fold_task})
-        data = TaskData(t.name, fold_task, [features[i] for i in labelled], dev, str(dev_file),
-                        cached=FoldCache(whole.cached, labelled, features), dev_cached=whole.dev_cached)
+        # no dev set while training (the last epoch is kept), one evaluation after it
+        data = TaskData(t.name, fold_task, [features[i] for i in labelled],
+                        cached=FoldCache(whole.cached, labelled, features))
         torch.manual_seed(seed)
         fit(net, [data], TrainSettings(**{**settings.__dict__, "seed": seed}), None, evaluate_task)
+        data.dev_examples, data.dev_path, data.dev_cached = dev, str(dev_file), whole.dev_cached
         accuracy = evaluate_task(net, data)["accuracy"]
         return net, fold_task, accuracy
 
