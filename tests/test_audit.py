@@ -15,6 +15,8 @@ import pytest
 import bertheads
 from bertheads.base.errors import UserError
 
+pytestmark = pytest.mark.slow  # the real default checkpoint, fold training, two command-line runs
+
 GOOD = ["wonderful", "great", "delightful", "superb", "charming", "moving", "brilliant", "lovely"]
 BAD = ["awful", "dull", "boring", "dreadful", "tedious", "terrible", "clumsy", "lifeless"]
 THINGS = ["film", "movie", "story", "cast", "script", "plot"]
