@@ -98,37 +98,11 @@ class QAJudging(Judging):
         return out
 
     def disputes(self, outputs: list[QAOutput], examples: list[QAExample], path=None) -> Disputes:
-        """Each question's gold answer against its out-of-fold spans: the score is the share of
-        the probability (its n best spans and no answer, P(start) * P(end) each) on spans whose
-        text is a gold answer (on no answer, for an unanswerable question); a question is
-        flagged when the model's own answer is none of the gold ones."""
-        units, given, suggested, scores, flagged = [], [], [], [], []
-        threshold = self.threshold()
-        for k, (o, e) in enumerate(zip(outputs, examples)):
-            gold = {normalize_answer(a) for a in e.answers}
-            probs = o.probabilities if o.probabilities is not None else np.exp(o.scores - np.max(o.scores, initial=0))
-            texts = [e.context[int(a):int(b)] for a, b in o.spans]
-            null = float(o.null_probability or 0.0)
-            total = float(np.sum(probs)) + null
-            on_gold = sum(float(p) for p, t in zip(probs, texts) if normalize_answer(t) in gold) if gold else null
-            best = "" if answers_nothing(o, threshold) or not texts else texts[0]
-            units.append({"example": k, "id": e.id, "question": e.question, "record": e.record,
-                          "gold_answers": list(e.answers)})
-            given.append(e.answers[0] if e.answers else "")
-            suggested.append(best)
-            scores.append(on_gold / total if total > 0 else 0.0)
-            flagged.append((normalize_answer(best) not in gold) if gold else best != "")
-        return Disputes(units, given, [], None, scores=np.asarray(scores), suggested=suggested,
-                        flagged=np.asarray(flagged, dtype=bool), unit="question")
+        """Gold answers against out-of-fold spans (`question_disputes`; `uncertainty`: `answer_shares`)."""
+        return question_disputes(outputs, examples, self.threshold())
 
     def uncertainty(self, outputs: list[QAOutput]) -> list[np.ndarray]:
-        """Per question, one row: its n best spans' and no answer's probabilities, as shares."""
-        rows = []
-        for o in outputs:
-            probs = o.probabilities if o.probabilities is not None else np.exp(o.scores - np.max(o.scores, initial=0))
-            row = np.append(np.asarray(probs, dtype=float), float(o.null_probability or 0.0))
-            rows.append((row / row.sum())[None] if row.sum() > 0 else np.full((1, len(row)), 1 / len(row)))
-        return rows
+        return [answer_shares(o)[None] for o in outputs]
 
     def metrics(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
                 null_threshold: float | None = None, predictions_out: str | None = None,
@@ -196,3 +170,31 @@ class QAJudging(Judging):
         if self.spec.unanswerable or threshold is not None:
             result["null_threshold"] = None if threshold is None else round(float(threshold), 4)
         return result
+
+
+def answer_shares(o: QAOutput) -> np.ndarray:
+    """A question's n best spans' probabilities and no answer's (last), as shares of their sum."""
+    probs = o.probabilities if o.probabilities is not None else np.exp(o.scores - np.max(o.scores, initial=0))
+    row = np.append(np.asarray(probs, dtype=float), float(o.null_probability or 0.0))
+    return row / row.sum() if row.sum() > 0 else np.full(len(row), 1 / len(row))
+
+
+def question_disputes(outputs: list[QAOutput], examples: list[QAExample], threshold) -> Disputes:
+    """The score of a question is the share of the probability (its n best spans and no answer,
+    P(start) * P(end) each) on spans whose text is a gold answer (on no answer, for an
+    unanswerable question); it is flagged when the model's own answer is none of the gold ones."""
+    units, given, suggested, scores, flagged = [], [], [], [], []
+    for k, (o, e) in enumerate(zip(outputs, examples)):
+        gold = {normalize_answer(a) for a in e.answers}
+        shares = answer_shares(o)
+        texts = [e.context[int(a):int(b)] for a, b in o.spans]
+        on_gold = sum(float(p) for p, t in zip(shares, texts) if normalize_answer(t) in gold) if gold else shares[-1]
+        best = "" if answers_nothing(o, threshold) or not texts else texts[0]
+        units.append({"example": k, "id": e.id, "question": e.question, "record": e.record,
+                      "gold_answers": list(e.answers)})
+        given.append(e.answers[0] if e.answers else "")
+        suggested.append(best)
+        scores.append(float(on_gold))
+        flagged.append((normalize_answer(best) not in gold) if gold else best != "")
+    return Disputes(units, given, [], None, scores=np.asarray(scores), suggested=suggested,
+                    flagged=np.asarray(flagged, dtype=bool), unit="question")
