@@ -18,6 +18,7 @@ from bertheads.inference.calibrate import recalibrate
 from bertheads.inference.opening import open_model
 from bertheads.inference.outputs import claimed_output
 from bertheads.inference.report import report
+from bertheads.inference.select import Selection, SelectSettings, select
 from bertheads.inference.stream import (
     StreamReport,
     StreamSettings,
@@ -31,6 +32,7 @@ from bertheads.saved.combine import combine as combine_models
 from bertheads.store.encoder_refs import named_encoder
 from bertheads.text.readers import carried_fields
 from bertheads.text.rows import as_rows, split_dataset
+from bertheads.training.audit import AuditResult, AuditSettings, audit_task
 from bertheads.training.config import MultiConfig, multi_task_manifest, read_config, run_settings, single_task
 from bertheads.training.flags import convert_options, kind_options, task_class
 from bertheads.training.joint import train_tasks
@@ -92,6 +94,16 @@ class Model:
         with task.using_options(options) as options:
             examples = task.from_inputs(list(inputs), **options)
             return task.decode(head_outputs(self.net, name, examples, batch_size), examples, **options)
+
+    def select(self, pool, k: int = 100, head: str | None = None, out: str | Path | None = None,
+               batch_size: int = INFERENCE_BATCH, **options) -> Selection:
+        """The `k` inputs of `pool` (a file, a DataFrame, a `datasets.Dataset`, a list of dicts)
+        most worth labelling next (`bertheads select`); `options`: `SelectSettings`' (strategy
+        margin, entropy, diverse or random; seed). Their records, in the kind's training format
+        with the label empty, are also written to `out` as JSON lines."""
+        settings = from_mapping(SelectSettings, {"k": k, **options})
+        rows = as_rows(pool, "pool") if records_given(pool) else None
+        return select(self.net, self.head_name(head), rows or pool, settings, out, batch_size)
 
     def predict_file(self, path: str | None, head: str | None = None, fmt: str | None = None,
                      batch_size: int = INFERENCE_BATCH, progress: bool = False, **options) -> tuple[list, list[dict]]:
@@ -171,11 +183,13 @@ class Model:
         recalibrate(self.directory, data, out, head, batch_size)
         return load(out, runtime="torch", precision="fp32")
 
-    def report(self, data: str | None = None, out: str | Path | None = None, head: str | None = None) -> Path:
-        """Write the HTML report page of this saved model (see `bertheads.inference.report`); its path."""
+    def report(self, data: str | None = None, out: str | Path | None = None, head: str | None = None,
+               audit: str | Path | None = None) -> Path:
+        """Write the HTML report page of this saved model (see `bertheads.inference.report`; `audit`:
+        a `bertheads audit` folder whose top suspects it shows); its path."""
         if self.directory is None:
             raise UserError("report: the model is not saved; train it with an output directory")
-        return report(self.directory, data, out, head=head)
+        return report(self.directory, data, out, head=head, audit=audit)
 
     def analyze(self, texts: list[str], batch_size: int = INFERENCE_BATCH, **given) -> list[dict]:
         """`{head: prediction}` per text from every head that answers, one encoder pass for the
@@ -282,6 +296,25 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
     with api_logging(settings.verbose):
         net, result = train_tasks(config, out, model, settings, on_step=on_step, on_evaluate=on_evaluate)
         return trained(net, out, result, settings)
+
+
+def audit(kind: str, train, dev=None, out: str | Path | None = None, model: str = "default",
+          settings: TrainSettings | None = None, limit: int | None = None, **options) -> AuditResult:
+    """The training rows whose given label the model disputes, ranked (`bertheads audit`):
+    out-of-fold predictions from `folds` heads (each trained as `train` would, on the other
+    folds; mode="features" trains them on the features cache in seconds), ranked by cleanlab.
+    `train`/`dev` as `train` takes them; `options`: the task's settings, any training setting
+    and the audit's (`AuditSettings`: folds, rows, top). With `out`, writes `out/issues.jsonl`
+    and `out/summary.json`."""
+    task_class(kind)
+    train, dev = split_dataset(train, dev)
+    train, dev = as_rows(train, "train") or train, as_rows(dev, "dev") or dev
+    given = check_given(options, kind_options(kind), TrainSettings, AuditSettings)
+    chosen = from_mapping(AuditSettings, {k: v for k, v in given.items() if k in names(AuditSettings)})
+    config = single_task(kind, train, dev, convert_options(kind, {k: v for k, v in given.items()
+                                                                  if k in kind_options(kind)}), limit)
+    settings, _, _ = run_settings(config, settings, {k: v for k, v in given.items() if k in names(TrainSettings)})
+    return audit_task(config, out, model, settings, chosen, limit)
 
 
 def train_multi(config: MultiConfig | str | Path, out: str | Path | None, model: str | None = None,

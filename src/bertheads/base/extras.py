@@ -14,6 +14,7 @@ EXTRAS = {
     "tune": ("optuna",),
     "report": ("matplotlib",),
     "track": ("tensorboard", "mlflow", "sqlalchemy", "alembic"),
+    "audit": ("cleanlab",),
     "parquet": ("pyarrow",),
     "ray": ("ray", "pyarrow", "pandas"),
     "spark": ("pyspark", "pyarrow", "pandas"),

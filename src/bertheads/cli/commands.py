@@ -7,7 +7,7 @@ import logging
 import os
 from pathlib import Path
 
-from bertheads.api import combine, load, train_multi
+from bertheads.api import audit, combine, load, train_multi
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine, resolve_device, runtimes, training_precision
@@ -19,10 +19,12 @@ from bertheads.export.modes import RuntimeSettings, candidates
 from bertheads.inference.calibrate import recalibrate
 from bertheads.inference.extract import ExtractSettings, extract
 from bertheads.inference.outputs import claimed_output
+from bertheads.inference.select import SelectSettings, select
 from bertheads.inference.stream import StreamSettings
 from bertheads.saved.bundle import MANIFEST, encoder_location
 from bertheads.tasks import inference_options
 from bertheads.text.readers import check_input_file
+from bertheads.training.audit import AuditSettings
 from bertheads.training.config import read_config, single_task
 from bertheads.training.flags import (
     given_settings,
@@ -80,6 +82,29 @@ def cmd_train_multi(args) -> int:
         config.temperature = args.temperature
     model = train_multi(config, args.out, **given_settings(args))
     report_saved(model, args.out, heads=True)
+    return 0
+
+
+def cmd_audit(args) -> int:
+    """`audit KIND`: issues.jsonl and summary.json in --out, a line on stderr of what was found."""
+    options = {**given_settings(args, args.kind), **vars_for(AuditSettings, args)}
+    result = audit(args.kind, args.train, args.dev, args.out, **options)
+    s = result.summary
+    noise = ", ".join(f"{k} {v:.1%}" for k, v in s["noise_rate"].items())
+    log.info(f"wrote {args.out}: {s['flagged']} of {s['units']} {s['unit']}s flagged"
+             + (f" (estimated noise: {noise})" if noise else ""))
+    return 0
+
+
+def cmd_select(args) -> int:
+    """`select MODEL --pool F -k N --out F`: the chosen inputs, a line on stderr."""
+    with claimed_output(args.out, [args.pool, args.gate_data], [args.model_dir], "select"):
+        check_input_file(args.pool)
+        model = load(args.model_dir, **vars_for(RuntimeSettings, args))
+        name = model.head_name(args.head)
+        chosen = select(model.net, name, args.pool, SelectSettings(**vars_for(SelectSettings, args)), args.out,
+                        args.batch_size)
+    log.info(f"wrote {args.out}: {len(chosen.records)} of {chosen.pool} inputs ({chosen.strategy})")
     return 0
 
 
@@ -247,7 +272,7 @@ def cmd_report(args) -> int:
     require("report", "bertheads report")
     from bertheads.inference.report import report  # matplotlib loads only for this command
 
-    page = report(args.model_dir, args.data, args.out, head=args.head, batch_size=args.batch_size)
+    page = report(args.model_dir, args.data, args.out, head=args.head, batch_size=args.batch_size, audit=args.audit)
     log.info(f"wrote {page}")
     return 0
 

@@ -15,6 +15,7 @@ from bertheads.base.schema import add_flags, add_override_flags
 from bertheads.cli import settings as cli
 from bertheads.cli.commands import (
     cmd_analyze,
+    cmd_audit,
     cmd_calibrate,
     cmd_combine,
     cmd_env,
@@ -24,6 +25,7 @@ from bertheads.cli.commands import (
     cmd_gate,
     cmd_predict,
     cmd_report,
+    cmd_select,
     cmd_serve,
     cmd_train,
     cmd_train_multi,
@@ -33,9 +35,11 @@ from bertheads.engines.ray_job import EngineSettings
 from bertheads.export.modes import RuntimeSettings
 from bertheads.inference.extract import ExtractSettings, ExtractSource
 from bertheads.inference.extract import input_formats as extract_formats
+from bertheads.inference.select import SelectSettings
 from bertheads.inference.stream import StreamSettings
 from bertheads.serve.settings import Address, ServeSettings
 from bertheads.tasks import TASKS, inference_flags, input_formats
+from bertheads.training.audit import AuditSettings
 from bertheads.training.flags import HEAD_FLAGS, accept_layer_lists, add_kind_flags, add_training_flags
 from bertheads.training.settings import TrainSettings
 from bertheads.training.tune import TuneSettings
@@ -108,6 +112,7 @@ class Command:
     options: str | None = None  # the kinds' inference options of this command, as flags
     description: str | None = None
     more: Callable[[argparse.ArgumentParser], None] | None = None  # flags derived otherwise (a kind's)
+    kinds: bool = False  # one sub-command per task kind (`audit KIND`), each with the kind's training flags
 
 
 READ = (Group(cli.SavedModel),)
@@ -144,6 +149,14 @@ COMMANDS = (
             (*READ, Group(Address),
              Group(ServeSettings, now=lambda: {"defaults": {"token": os.environ.get("BERTHEADS_TOKEN") or None}}),
              RUNTIME), options="serve"),
+    Command("audit", "the training rows whose labels the model disputes, ranked (out-of-fold heads, cleanlab)",
+            cmd_audit, (Group(cli.AuditFiles), Group(AuditSettings)), kinds=True,
+            description="Train --folds heads, each on all but one fold of --train (as `train` would: --mode features "
+                        "trains them on the features cache in seconds), predict the fold each left out, and rank "
+                        "the rows whose given label those predictions dispute (cleanlab's confident learning). "
+                        "Writes OUT/issues.jsonl and OUT/summary.json."),
+    Command("select", "the unlabelled inputs most worth labelling next (margin, entropy or diverse)", cmd_select,
+            (*READ, Group(cli.SelectFiles), Group(cli.Head), Group(SelectSettings), Group(StreamSettings, ("batch_size",)), RUNTIME)),
     Command("env", "this machine: CPU flags, GPUs, runtimes, and what --device/--precision auto pick", cmd_env,
             (Group(cli.AsJson),)),
 )
@@ -166,6 +179,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_command(sub, common, command: Command) -> argparse.ArgumentParser:
     p = sub.add_parser(command.name, help=command.help, description=command.description, parents=[common])
+    if command.kinds:
+        kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND")
+        for kind, cls in TASKS.items():
+            k = kinds.add_parser(kind, help=cls.help, description=cls.help, parents=[common])
+            for group in command.groups:
+                add_flags(k, group.cls, only=group.only, **group.now())
+            add_kind_flags(k, kind, suppress=True)
+            k.set_defaults(handler=command.handler)
+        return p
     for group in command.groups:
         add_flags(p, group.cls, only=group.only, **group.now())
     if command.options:

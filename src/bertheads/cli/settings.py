@@ -73,6 +73,26 @@ class TuneFiles:
     out: str = setting(None, "directory for the best model, trials.jsonl and the search's storage", required=True)
 
 
+@dataclass
+class AuditFiles:
+    """`bertheads audit KIND`."""
+
+    train: str = setting(None, f"the labelled training file to audit (formats: {DATA_FORMATS_DOC})", required=True)
+    dev: str | None = setting(None, "labelled file each fold's head is evaluated on (its metrics go to summary.json)")
+    out: str = setting(None, "directory to write issues.jsonl and summary.json into (replaced atomically)",
+                       required=True)
+
+
+@dataclass
+class SelectFiles:
+    """`bertheads select MODEL`."""
+
+    pool: str = setting(None, "unlabelled inputs in one of the head's formats (labels, if any, are ignored)",
+                        required=True)
+    out: str = setting(None, "JSONL file of the chosen inputs in the kind's training format, label empty, with id "
+                             "and score (written atomically)", required=True)
+
+
 # -- prediction ---------------------------------------------------------------------------------
 @dataclass
 class EvaluateFiles:
@@ -120,6 +140,8 @@ class CalibrateFiles:
 class ReportFiles:
     data: str | None = setting(None, "labelled file: confusion matrices, per-class scores, worst examples")
     out: str | None = setting(None, "page directory; default: MODEL_DIR/report")
+    audit: str | None = setting(None, "a `bertheads audit` output folder: a section of its top suspects with their "
+                                      "text, given and suggested labels")
 
 
 @dataclass

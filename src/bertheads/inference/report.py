@@ -208,9 +208,43 @@ def render_page(title: str, intro: list[str], sections: list[Section]) -> str:
     return "\n".join(parts)
 
 
+AUDIT_HIDDEN = ("file", "row", "flagged", "record", "gold_answers")  # columns the audit table leaves out
+
+
+def audit_section(audit: str | Path) -> Section:
+    """The top suspects of a `bertheads audit` folder (its summary.json) as a table: where each
+    row is, what it says, the given and the suggested label with their probabilities, the score."""
+    path = Path(audit) / "summary.json"
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"--audit {audit}: no summary.json (write one with `bertheads audit`)") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: malformed JSON ({exc.msg})") from None
+    section = Section(f"Label audit: {summary.get('train')}")
+    unit = summary.get("unit", "row")
+    section.notes.append(f"{summary.get('flagged')} of {summary.get('units')} {unit}s flagged as label issues "
+                         f"({summary.get('ranking')}); out-of-fold agreement with the given labels: "
+                         f"{summary.get('out_of_fold_agreement')}")
+    noise = summary.get("noise_rate") or {}
+    if noise:
+        section.tables.append(html_table(["class", "rows", "estimated noise rate"],
+                                         [[k, (summary.get("classes") or {}).get(k), v] for k, v in noise.items()]))
+    top = summary.get("top") or []
+    if top:
+        keys = list(dict.fromkeys(k for r in top for k in r if k not in AUDIT_HIDDEN))
+        shown = [[v if isinstance(v, (str, int, float)) or v is None else json.dumps(v, ensure_ascii=False)
+                  for v in (r.get(k) for k in keys)] for r in top]
+        section.tables.append(html_table(keys, shown))
+    else:
+        section.notes.append("no suspects")
+    return section
+
+
 def report(model_dir: str | Path, data: str | None = None, out: str | Path | None = None, head: str | None = None,
-           batch_size: int = INFERENCE_BATCH) -> Path:
-    """Write the report page of a saved model; returns the page's path."""
+           batch_size: int = INFERENCE_BATCH, audit: str | Path | None = None) -> Path:
+    """Write the report page of a saved model (with `audit`, a `bertheads audit` folder's top
+    suspects too); returns the page's path."""
     directory = Path(model_dir)
     bundle.read_manifest(directory)  # a clear error for a directory that is not a model
     net = bundle.load(directory)
@@ -267,6 +301,8 @@ def report(model_dir: str | Path, data: str | None = None, out: str | Path | Non
         sections.append(section)
     if tuned is not None:
         sections.append(tuned)
+    if audit is not None:
+        sections.append(audit_section(audit))
     page_dir = Path(out) if out else directory / "report"
     if page_dir.exists() and (not page_dir.is_dir() or (any(page_dir.iterdir())
                                                         and not (page_dir / "index.html").is_file())):

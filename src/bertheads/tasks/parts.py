@@ -77,6 +77,11 @@ class Reading:
         """Whether JSON Lines records with these keys are inputs of this kind."""
         return False
 
+    def blank_record(self, example) -> dict:
+        """An unlabelled input as a record of the kind's training format with its label left
+        empty (what `bertheads select` writes)."""
+        raise UserError(f"{self.kind} heads have no selection of inputs")
+
 
 class Modeling:
     """Its head and loss: the features an example is encoded to (several when it is cut into
@@ -222,6 +227,37 @@ class Struct:
     @classmethod
     def of(cls, **fields) -> Struct:
         return cls(tuple(fields.items()))
+
+    def disputes(self, outputs: list, examples: list, path=None) -> Disputes:
+        """What `bertheads audit` ranks of the examples, from one output per example (out of
+        fold; called with none first, to refuse a head it cannot audit before any training): by
+        default nothing, the kind has no audit."""
+        raise UserError(f"{self.kind} heads have no audit")
+
+    def uncertainty(self, outputs: list) -> list[np.ndarray]:
+        """What `bertheads select` weighs: per example, the probabilities (units x classes) of
+        its units (one row for a whole-input judgment, one per token for a tagger)."""
+        raise UserError(f"{self.kind} heads have no selection of inputs")
+
+
+@dataclass
+class Disputes:
+    """What an audit ranks, from one head's out-of-fold outputs (`Judging.disputes`): units
+    (an example, or a token of one) whose given label is judged. `units[i]` holds `example`
+    (the index of its example) and what the kind shows of it (its text, a token's character
+    offsets); `labels[i]` is the given label's class index (a list of them for multi-label
+    units); `probs` the out-of-fold probabilities (units x classes), or None when the kind
+    scores units itself (`scores`: lower is more suspect, in [0, 1])."""
+
+    units: list[dict]
+    labels: list
+    names: list[str]
+    probs: np.ndarray | None = None
+    multi_label: bool = False
+    scores: np.ndarray | None = None
+    suggested: list | None = None  # with `scores`: what the model prefers, per unit
+    flagged: np.ndarray | None = None  # with `scores`: the units the kind calls label issues
+    unit: str = "row"  # what a unit is ("row", "token", "question"), for the summary
 
 
 @dataclass

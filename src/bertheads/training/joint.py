@@ -77,15 +77,22 @@ def fit_max_length(spec, encoder: Encoder, given: bool = True) -> None:
     spec.max_length = limit
 
 
-def prepare_task(kind: str, train_path: str, dev_path: str | None, encoder: Encoder, options: dict,
-                 limit: int | None = None, name: str | None = None) -> TaskData:
-    """Read and encode one task's training (and dev) data and build its head."""
+def read_task(kind: str, train_path: str, encoder: Encoder, options: dict, limit: int | None = None):
+    """One task's spec settled from its options and training data, its fresh head built; the
+    task and its training examples (the first `limit`)."""
     cls = task_class(kind)
     spec = make_spec(cls, options, encoder)
     extra = {k: v for k, v in {**options, "limit": limit}.items() if k in cls.prepare_options}
     task, examples = cls.prepare(train_path, spec, encoder, **extra)  # (a task may stop reading at limit)
     if limit:
         examples = examples[:limit]
+    return task, examples
+
+
+def prepare_task(kind: str, train_path: str, dev_path: str | None, encoder: Encoder, options: dict,
+                 limit: int | None = None, name: str | None = None) -> TaskData:
+    """Read and encode one task's training (and dev) data and build its head."""
+    task, examples = read_task(kind, train_path, encoder, options, limit)
     features = task.encode(examples, encoder.tokenizer, with_labels=True, path=train_path)
     if not features:
         raise UserError(f"{train_path}: no usable training examples")

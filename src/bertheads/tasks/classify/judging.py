@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from bertheads.base.errors import UserError
 from bertheads.tasks.classify.confidence import decision_rows, top_confidence
 from bertheads.tasks.classify.formats import ClassifyExample
 from bertheads.tasks.classify.metrics import (
     label_metrics,
+    learned_nothing,
     multi_label_metrics,
     regression_metrics,
     tune_thresholds,
 )
-from bertheads.tasks.parts import Judging, softmax
+from bertheads.tasks.parts import Disputes, Judging, softmax
 
 
 class ClassifyJudging(Judging):
@@ -119,31 +121,32 @@ class ClassifyJudging(Judging):
         return "regression heads give values, not scores: nothing to calibrate"
 
     def learned_nothing(self, metrics: dict) -> str | None:
+        return learned_nothing(self.spec.problem, metrics)  # (metrics.py)
+
+    def disputes(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None) -> Disputes:
+        """Each example's given label against its out-of-fold probabilities (softmax, or one
+        sigmoid per label for multi-label); regression has no classes to dispute."""
         if self.spec.problem == "regression":
-            r = metrics.get("pearson")
-            if r is not None and (not np.isfinite(r) or abs(r) < CHANCE):
-                return f"its predictions do not follow the targets (Pearson r {r:.2f})"
-            return None
+            raise UserError("regression heads have no audit (no classes to dispute)")
+        multi = self.spec.problem == "multi_label"
+        arr = np.stack(logits) if logits else np.zeros((0, len(self.spec.labels)))
+        probs = sigmoid(arr) if multi else softmax(arr)
+        targets = [self.label_target(e, path) for e in examples]
+        labels = [[j for j, v in enumerate(t) if v >= 0.5] for t in targets] if multi else [int(t) for t in targets]
+        units = [{"example": i, "text": e.text, **({"pair": e.pair} if e.pair is not None else {})}
+                 for i, e in enumerate(examples)]
+        return Disputes(units, labels, [str(n) for n in self.spec.shown_labels()], probs, multi)
+
+    def uncertainty(self, logits: list[np.ndarray]) -> list[np.ndarray]:
+        """One row per example: its label probabilities (multi-label: each label's yes/no)."""
+        if self.spec.problem == "regression":
+            raise UserError("regression heads have no selection of inputs (no classes to be unsure of)")
+        arr = np.stack(logits)
         if self.spec.problem == "multi_label":
-            f1 = metrics.get("micro_f1")
-            return f"it gets none of the labels right (micro F1 {f1:.2f})" if f1 is not None and f1 < CHANCE else None
-        confusion = metrics.get("confusion")
-        if not confusion or metrics.get("examples", 0) < MIN_EXAMPLES:
-            return None
-        matrix = np.asarray(confusion["matrix"])
-        if (matrix.sum(1) > 0).sum() < 2:
-            return None  # one gold class: nothing to tell apart
-        predicted = matrix.sum(0)
-        if (predicted > 0).sum() == 1:
-            label = confusion["labels"][int(predicted.argmax())]
-            return f"it predicts {label!r} for every input (MCC {metrics['mcc']:.2f})"
-        if abs(metrics["mcc"]) < CHANCE:
-            return f"its predictions are no better than chance (MCC {metrics['mcc']:.2f})"
-        return None
+            p = sigmoid(arr)
+            return [np.stack([q, 1 - q], axis=-1) for q in p]
+        return [row[None] for row in softmax(arr)]
 
-
-CHANCE = 0.05  # |MCC|, |Pearson r| or micro F1 below this: chance level
-MIN_EXAMPLES = 10  # fewer labelled inputs tell nothing either way
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

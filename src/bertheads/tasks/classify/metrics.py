@@ -105,3 +105,32 @@ def tune_thresholds(probs: np.ndarray, gold: np.ndarray) -> np.ndarray:
         best = np.flatnonzero(np.isclose(f1, f1.max()))
         out[j] = cuts[best[np.argmin(np.abs(cuts[best] - 0.5))]]
     return np.clip(out, 0.0, 1.0)
+
+
+CHANCE = 0.05  # |MCC|, |Pearson r| or micro F1 below this: chance level
+MIN_EXAMPLES = 10  # fewer labelled inputs tell nothing either way
+
+
+def learned_nothing(problem: str, metrics: dict) -> str | None:
+    """What in a classify head's metrics says it learned nothing (see `Judging.learned_nothing`)."""
+    if problem == "regression":
+        r = metrics.get("pearson")
+        if r is not None and (not np.isfinite(r) or abs(r) < CHANCE):
+            return f"its predictions do not follow the targets (Pearson r {r:.2f})"
+        return None
+    if problem == "multi_label":
+        f1 = metrics.get("micro_f1")
+        return f"it gets none of the labels right (micro F1 {f1:.2f})" if f1 is not None and f1 < CHANCE else None
+    confusion = metrics.get("confusion")
+    if not confusion or metrics.get("examples", 0) < MIN_EXAMPLES:
+        return None
+    matrix = np.asarray(confusion["matrix"])
+    if (matrix.sum(1) > 0).sum() < 2:
+        return None  # one gold class: nothing to tell apart
+    predicted = matrix.sum(0)
+    if (predicted > 0).sum() == 1:
+        label = confusion["labels"][int(predicted.argmax())]
+        return f"it predicts {label!r} for every input (MCC {metrics['mcc']:.2f})"
+    if abs(metrics["mcc"]) < CHANCE:
+        return f"its predictions are no better than chance (MCC {metrics['mcc']:.2f})"
+    return None

@@ -93,6 +93,14 @@ class ClassifyReading(Reading):
                             f"(known: {', '.join(map(str, spec.labels))})")
         return spec.labels.index(key)
 
+    def blank_record(self, example: ClassifyExample) -> dict:
+        """A JSON line of the training columns (as the training file named them), label null."""
+        spec = self.spec
+        record = {spec.text_column or "text": example.text}
+        if example.pair is not None:
+            record[spec.pair_column or "sentence2"] = example.pair
+        return {**record, spec.label_column or "label": None}
+
     @classmethod
     def read_texts(cls, path: str | None, fmt: str) -> list[TextInput]:
         return [TextInput(e.text, e.pair, e.line) for e in cls.read_file(path, ClassifySpec(), fmt, need_labels=False)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertheads.tasks.parts import Judging
+from bertheads.tasks.parts import Disputes, Judging
 from bertheads.tasks.qa.confidence import calibration_rows, shown_score
 from bertheads.tasks.qa.formats import QAExample
 from bertheads.tasks.qa.metrics import (
@@ -14,6 +14,8 @@ from bertheads.tasks.qa.metrics import (
     f1_v2,
     gold_v2,
     max_over,
+    normalize_answer,
+    scores_from_parts,
     squad_v1_scores,
     squad_v2_scores,
 )
@@ -104,6 +106,13 @@ class QAJudging(Judging):
         t = self.threshold(None)
         return calibration_rows(outputs, examples, self.spec.n_best, t, bool(self.spec.unanswerable) or t is not None)
 
+    def disputes(self, outputs: list[QAOutput], examples: list[QAExample], path=None) -> Disputes:
+        """Gold answers against out-of-fold spans (`question_disputes`; `uncertainty`: `answer_shares`)."""
+        return question_disputes(outputs, examples, self.threshold())
+
+    def uncertainty(self, outputs: list[QAOutput]) -> list[np.ndarray]:
+        return [answer_shares(o)[None] for o in outputs]
+
     def metrics(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
                 null_threshold: float | None = None, predictions_out: str | None = None,
                 during_training: bool = False, **_) -> dict:
@@ -152,21 +161,36 @@ class QAJudging(Judging):
         if predictions_out:
             return super().metrics_from_parts(parts, path, null_threshold=null_threshold,
                                               predictions_out=predictions_out, **options)
-        has = np.concatenate([p[0] for p in parts])
-        if has.all():
-            v1 = np.concatenate([p[1] for p in parts])
-            result = {"exact_match": 100.0 * float(v1[:, 0].mean()), "f1": 100.0 * float(v1[:, 1].mean()),
-                      "examples": len(has)}
-        else:
-            v2 = np.concatenate([p[2] for p in parts])
-            result = {"exact_match": 100.0 * float(v2[:, 0].mean()), "f1": 100.0 * float(v2[:, 1].mean()),
-                      "examples": len(has)}
-            for name, mask in (("HasAns", has), ("NoAns", ~has)):
-                if mask.any():
-                    result[f"{name}_exact"] = 100.0 * float(v2[mask, 0].mean())
-                    result[f"{name}_f1"] = 100.0 * float(v2[mask, 1].mean())
-                    result[f"{name}_total"] = int(mask.sum())
+        result = scores_from_parts(parts)
         threshold = self.threshold(null_threshold)
         if self.spec.unanswerable or threshold is not None:
             result["null_threshold"] = None if threshold is None else round(float(threshold), 4)
         return result
+
+
+def answer_shares(o: QAOutput) -> np.ndarray:
+    """A question's n best spans' probabilities and no answer's (last), as shares of their sum."""
+    probs = o.probabilities if o.probabilities is not None else np.exp(o.scores - np.max(o.scores, initial=0))
+    row = np.append(np.asarray(probs, dtype=float), float(o.null_probability or 0.0))
+    return row / row.sum() if row.sum() > 0 else np.full(len(row), 1 / len(row))
+
+
+def question_disputes(outputs: list[QAOutput], examples: list[QAExample], threshold) -> Disputes:
+    """The score of a question is the share of the probability (its n best spans and no answer,
+    P(start) * P(end) each) on spans whose text is a gold answer (on no answer, for an
+    unanswerable question); it is flagged when the model's own answer is none of the gold ones."""
+    units, given, suggested, scores, flagged = [], [], [], [], []
+    for k, (o, e) in enumerate(zip(outputs, examples)):
+        gold = {normalize_answer(a) for a in e.answers}
+        shares = answer_shares(o)
+        texts = [e.context[int(a):int(b)] for a, b in o.spans]
+        on_gold = sum(float(p) for p, t in zip(shares, texts) if normalize_answer(t) in gold) if gold else shares[-1]
+        best = "" if answers_nothing(o, threshold) or not texts else texts[0]
+        units.append({"example": k, "id": e.id, "question": e.question, "record": e.record,
+                      "gold_answers": list(e.answers)})
+        given.append(e.answers[0] if e.answers else "")
+        suggested.append(best)
+        scores.append(float(on_gold))
+        flagged.append((normalize_answer(best) not in gold) if gold else best != "")
+    return Disputes(units, given, [], None, scores=np.asarray(scores), suggested=suggested,
+                    flagged=np.asarray(flagged, dtype=bool), unit="question")

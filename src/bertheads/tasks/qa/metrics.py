@@ -91,3 +91,20 @@ def best_threshold(diffs: np.ndarray, has_answer: np.ndarray, span_f1: np.ndarra
         return float(d[0] - 1.0) if np.isfinite(d[0]) else 0.0
     following = d[i + 1:][np.isfinite(d[i + 1:])]
     return float((d[i] + following[0]) / 2) if len(following) else float(d[i] + 1.0)
+
+
+def scores_from_parts(parts: list) -> dict:
+    """SQuAD EM and F1 over a streamed evaluation's chunks, each (has an answer, v1.1 scores,
+    v2.0 scores) per question: v1.1's when every question has an answer, else v2.0's with the
+    HasAns/NoAns breakdown."""
+    has = np.concatenate([p[0] for p in parts])
+    scores = np.concatenate([p[1] if has.all() else p[2] for p in parts])
+    result = {"exact_match": 100.0 * float(scores[:, 0].mean()), "f1": 100.0 * float(scores[:, 1].mean()),
+              "examples": len(has)}
+    if not has.all():
+        for name, mask in (("HasAns", has), ("NoAns", ~has)):
+            if mask.any():
+                result[f"{name}_exact"] = 100.0 * float(scores[mask, 0].mean())
+                result[f"{name}_f1"] = 100.0 * float(scores[mask, 1].mean())
+                result[f"{name}_total"] = int(mask.sum())
+    return result

@@ -18,6 +18,10 @@ class QAReading(Reading):
 
     formats = ("json", "squad", "jsonl")
     text_formats = ("squad", "jsonl")
+
+    def blank_record(self, example) -> dict:
+        """A JSON line of the question and its passage with no answers yet."""
+        return {"question": example.question, "context": example.context, "answers": []}
     counts_lines = False  # records are questions, many to a SQuAD line
 
     def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None,

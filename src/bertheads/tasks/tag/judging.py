@@ -9,7 +9,7 @@ import numpy as np
 
 from bertheads.base.errors import UserError, where
 from bertheads.tasks.base import softmax
-from bertheads.tasks.parts import Judging
+from bertheads.tasks.parts import Disputes, Judging
 from bertheads.tasks.tag.formats import TagExample, separator
 from bertheads.tasks.tag.scheme import entity_errors, entity_metrics, entity_spans, scheme_codes
 
@@ -35,15 +35,11 @@ class TagJudging(Judging):
     def learned_nothing(self, metrics: dict) -> str | None:
         """No entity found at all, or none of a type the data has at least `MIN_ENTITIES` of."""
         kinds = {t: m for t, m in (metrics.get("per_type") or {}).items() if m.get("support", 0) >= MIN_ENTITIES}
-        if not kinds:
-            return None
         missed = sorted(t for t, m in kinds.items() if m.get("recall", 0) == 0)
-        if len(missed) == len(kinds):
+        if kinds and len(missed) == len(kinds):
             return f"it finds none of the entities (F1 {metrics.get('f1', 0):.2f})"
-        if missed:
-            counts = ", ".join(f"{kinds[t]['support']} {t}" for t in missed)
-            return f"it never finds {' or '.join(missed)} entities (recall 0 on {counts})"
-        return None
+        counts = ", ".join(f"{kinds[t]['support']} {t}" for t in missed)
+        return f"it never finds {' or '.join(missed)} entities (recall 0 on {counts})" if missed else None
 
     def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples, features) -> list[WordScores]:
         """One row of tag scores per word: from the example's only window, or from the window
@@ -77,6 +73,14 @@ class TagJudging(Judging):
         probs = softmax(np.concatenate(rows).astype(np.float32) / np.float32(t)) if rows else np.zeros((0, len(self.spec.tags)))
         parts = np.split(probs, np.cumsum([len(r) for r in rows])[:-1])
         return [WordScores(p, s) for p, s in zip(parts, spans)]
+
+    def disputes(self, outputs: list[WordScores], examples: list[TagExample], path=None) -> Disputes:
+        """Each word's given tag against its out-of-fold tag probabilities (`word_disputes`)."""
+        return word_disputes(outputs, examples, list(self.spec.tags), path)
+
+    def uncertainty(self, outputs: list[WordScores]) -> list[np.ndarray]:
+        """Each word's tag probabilities."""
+        return [o.probs for o in outputs]
 
     def predicted_tags(self, outputs: list[WordScores]) -> list[list[str]]:
         tags = self.spec.tags
@@ -159,3 +163,57 @@ class TagJudging(Judging):
                 out.append(f"{row}{separator(row)}{tag}\n")
             out.append("\n")
         return "".join(out)
+
+
+def word_disputes(outputs: list, examples: list, tags: list[str], path=None) -> Disputes:
+    """Each word's given tag against its out-of-fold tag probabilities: the word, its line
+    (CoNLL), its character offsets in the sentence (words joined by spaces), and the
+    entity the given tags put it in and the one the model's tags would."""
+    index = {t: i for i, t in enumerate(tags)}
+    codes, types = scheme_codes(tags)
+    units, labels, rows = [], [], []
+    for k, (out, e) in enumerate(zip(outputs, examples)):
+        words = e.words or []
+        if len(words) != len(out.probs):
+            raise ValueError(f"example {k}: {len(out.probs)} predictions for {len(words)} words")
+        sentence = " ".join(words)
+        starts = np.cumsum([0] + [len(w) + 1 for w in words])[:-1]
+        given = [index[t] if t in index else -1 for t in e.tags or []]
+        if -1 in given:
+            j = given.index(-1)
+            raise UserError(f"{where(path, e.word_lines[j] if e.word_lines else e.line)}: tag {e.tags[j]!r} "
+                            f"was not seen in training")
+        best = out.probs.argmax(-1).tolist()
+        given_entities = entity_of(entity_spans([codes[i] for i in given], [types[i] for i in given]), len(words))
+        best_entities = entity_of(entity_spans([codes[i] for i in best], [types[i] for i in best]), len(words))
+        for j, word in enumerate(words):
+            unit = {"example": k, "token": word, "word": j, "start": int(starts[j]),
+                    "end": int(starts[j] + len(word)), "sentence": sentence,
+                    "given_entity": shown_entity(given_entities[j], words, starts),
+                    "suggested_entity": shown_entity(best_entities[j], words, starts)}
+            if e.word_lines:
+                unit["line"] = e.word_lines[j]
+            units.append(unit)
+        labels += given
+        rows.append(out.probs)
+    probs = np.concatenate(rows) if rows else np.zeros((0, len(tags)))
+    return Disputes(units, labels, list(tags), probs, unit="token")
+
+
+def entity_of(spans: list[tuple[str, int, int]], count: int) -> list[tuple[str, int, int] | None]:
+    """For each of `count` words, the entity (type, first word, end word) it is part of, or None."""
+    of: list[tuple[str, int, int] | None] = [None] * count
+    for span in spans:
+        for j in range(span[1], span[2]):
+            of[j] = span
+    return of
+
+
+def shown_entity(span, words: list[str], starts) -> dict | None:
+    """An entity as issues.jsonl shows it: its text, type and character offsets in the sentence."""
+    if span is None:
+        return None
+    kind, a, b = span
+    start = int(starts[a])
+    end = int(starts[b - 1] + len(words[b - 1]))
+    return {"text": " ".join(words[a:b]), "type": kind, "start": start, "end": end}

@@ -19,6 +19,12 @@ class TagReading(Reading):
     formats = ("conll", "jsonl", "lines")
     text_formats = ("conll", "jsonl")
 
+    def blank_record(self, example) -> dict:
+        """A JSON line of tokens with no tags yet (a raw text: its text, to be split and tagged)."""
+        if example.words is not None:
+            return {"tokens": list(example.words), "tags": []}
+        return {"text": example.text, "tags": []}
+
     def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None, **_) -> list[TagExample]:
         examples = read_tagged(path, self.spec, fmt, need_labels)
         if need_labels:

@@ -1,0 +1,132 @@
+"""Learning curves of `bertheads select`'s strategies on SST-2, in features mode: start from
+100 random labelled sentences of a pool (the first N training sentences), then 5 rounds of +100
+chosen by each strategy (margin, entropy, diverse, random), 3 seeds; dev accuracy after each
+round. The pool and the dev set go through the encoder once (the features cache); each round
+trains a fresh head on the labelled rows' cached states with `training.loop.fit` and scores the
+pool with the same functions `select` uses (`inference/select.py`: the uncertainty of the
+kind's `Judging.uncertainty`, `choose`, the k-means of `diverse` on the cached mean vectors).
+
+    python bench/active.py --pool 4000 --seeds 0,1,2
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+
+import numpy as np
+from common import DATA, OUT, cpu_line
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pool", type=int, default=4000)
+    parser.add_argument("--start", type=int, default=100)
+    parser.add_argument("--step", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--strategies", default="random,margin,entropy,diverse")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--lr", type=float, default=5e-3)
+    parser.add_argument("--out", default=str(OUT / "active" / "results.jsonl"))
+    args = parser.parse_args()
+
+    import torch
+
+    from bertheads.compute.batching import INFERENCE_BATCH
+    from bertheads.compute.runner import run_heads
+    from bertheads.encoder.pretrained import Encoder
+    from bertheads.inference.select import choose, entropy_scores, margin_scores
+    from bertheads.model import BertHeads
+    from bertheads.store.features_cache import CachedDev
+    from bertheads.training.audit import FoldCache
+    from bertheads.training.config import single_task
+    from bertheads.training.features import CachedHead, attach_cache
+    from bertheads.training.joint import read_task, task_settings
+    from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit
+
+    folder = OUT / "active"
+    folder.mkdir(parents=True, exist_ok=True)
+    source = DATA / "sst2" / "train.tsv"
+    lines = source.read_text(encoding="utf-8").splitlines()
+    pool_file = folder / f"pool-{args.pool}.tsv"
+    pool_file.write_text("\n".join(lines[: args.pool + 1]) + "\n", encoding="utf-8")
+    dev_file = DATA / "sst2" / "dev.tsv"
+    config = single_task("classify", str(pool_file), str(dev_file), {"mode": "features",
+                                                                     "cache_dir": str(OUT / "audit" / "cache")})
+    t = config.tasks[0]
+    options = task_settings(t, {}, config.options)
+    encoder = Encoder.load("default", lazy=True)
+    task, examples = read_task("classify", t.train, encoder, options)
+    features, owner = task.encode_for_inference(examples, encoder.tokenizer, with_labels=True)
+    dev = task.read(str(dev_file), need_labels=True)
+    whole = TaskData(t.name, task, features, dev, str(dev_file))
+    started = time.perf_counter()
+    attach_cache(BertHeads(encoder, {t.name: task}), [whole], options, "default", t.train, progress=False)
+    cache_seconds = time.perf_counter() - started
+    vectors_all = np.asarray(whole.cached.states[:, -1, :], dtype=np.float64)  # [pool, hidden]: mean of last layer
+    settings = TrainSettings(epochs=args.epochs, lr=args.lr, batch_size=16, keep="last", progress=False)
+
+    def train_round(labelled: list[int], seed: int):
+        fold_task = copy.deepcopy(task)
+        net = BertHeads(encoder, {t.name: fold_task})
+        # no dev set while training (the last epoch is kept), one evaluation after it
+        data = TaskData(t.name, fold_task, [features[i] for i in labelled],
+                        cached=FoldCache(whole.cached, labelled, features))
+        torch.manual_seed(seed)
+        fit(net, [data], TrainSettings(**{**settings.__dict__, "seed": seed}), None, evaluate_task)
+        data.dev_examples, data.dev_path, data.dev_cached = dev, str(dev_file), whole.dev_cached
+        accuracy = evaluate_task(net, data)["accuracy"]
+        return net, fold_task, accuracy
+
+    def pool_units(net, fold_task, rows: list[int]):
+        view = CachedDev([features[i] for i in rows], list(range(len(rows))), FoldCache(whole.cached, rows, features))
+        runner = CachedHead(t.name, fold_task, net.heads[t.name], view, torch.device("cpu"))
+        raw = run_heads(runner, view.features, [t.name], INFERENCE_BATCH)[t.name]
+        return fold_task.uncertainty(fold_task.collect(raw, view.owner, [examples[i] for i in rows], view.features))
+
+    results = []
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        start = np.random.default_rng(seed).permutation(len(examples))[: args.start].tolist()
+        for strategy in args.strategies.split(","):
+            labelled = list(start)
+            curve = []
+            began = time.perf_counter()
+            for round_ in range(args.rounds + 1):
+                net, fold_task, accuracy = train_round(labelled, seed)
+                curve.append({"labels": len(labelled), "accuracy": round(float(accuracy), 4)})
+                if round_ == args.rounds:
+                    break
+                taken = set(labelled)
+                rest = [i for i in range(len(examples)) if i not in taken]
+                units = pool_units(net, fold_task, rest)
+                scores = entropy_scores(units) if strategy == "entropy" else margin_scores(units)
+                picked = choose(scores, args.step, strategy, seed + round_,
+                                lambda idx, rest=rest: vectors_all[np.asarray(rest)[idx]])
+                labelled += [rest[i] for i in picked]
+            row = {"seed": seed, "strategy": strategy, "curve": curve, "seconds": round(time.perf_counter() - began, 1)}
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    with open(args.out, "a", encoding="utf-8") as f:
+        for r in results:
+            f.write(json.dumps({**r, "pool": args.pool, "machine": cpu_line()}) + "\n")
+    print(f"\n{cpu_line()}\npool={args.pool} (first SST-2 training sentences), dev={dev_file.name} ({len(dev)}), "
+          f"features cache built/read in {cache_seconds:.1f} s\n")
+    sizes = [c["labels"] for c in results[0]["curve"]]
+    print("| strategy | " + " | ".join(str(s) for s in sizes) + " | gain at " + str(sizes[-1]) + " vs random |")
+    print("|---|" + "---|" * (len(sizes) + 1))
+    randoms = {r["seed"]: r for r in results if r["strategy"] == "random"}
+    for strategy in args.strategies.split(","):
+        mine = [r for r in results if r["strategy"] == strategy]
+        cells = [f"{statistics.median(r['curve'][j]['accuracy'] for r in mine):.3f}" for j in range(len(sizes))]
+        gains = [r["curve"][-1]["accuracy"] - randoms[r["seed"]]["curve"][-1]["accuracy"] for r in mine
+                 if r["seed"] in randoms]
+        gain = f"{statistics.mean(gains):+.3f} (seeds: {', '.join(f'{g:+.3f}' for g in gains)})" if gains else "-"
+        print(f"| {strategy} | " + " | ".join(cells) + f" | {gain} |")
+
+
+if __name__ == "__main__":
+    main()

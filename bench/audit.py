@@ -1,0 +1,142 @@
+"""Finding planted label errors: `bertheads audit` against the peer recipe (cleanlab on 5-fold
+logistic regression over mean-pooled embeddings, /work/shared/tools/peers/cleanlab_recipe.py),
+in the same run, on the first N SST-2 training sentences with a fraction of labels flipped the
+way the peer flips them (numpy RandomState(seed).choice). Also times one features-mode training
+run on the same rows (the audit's target: within 2x of it).
+
+    python bench/audit.py --n 4000 --fraction 0.1 --seeds 0,1,2 --modes features
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from common import DATA, OUT, cpu_line
+
+PEER = Path(__file__).resolve().parents[2] / "shared" / "tools" / "peers" / "cleanlab_recipe.py"
+
+
+def noisy_file(n: int, fraction: float, seed: int, folder: Path) -> tuple[Path, np.ndarray, np.ndarray]:
+    """The first n SST-2 rows with `fraction` of the labels flipped (as the peer does); the file,
+    the flipped rows, the true labels."""
+    source = DATA / "sst2" / "train.tsv"
+    rows = list(csv.DictReader(open(source, encoding="utf-8"), delimiter="\t", quoting=csv.QUOTE_NONE))[:n]
+    y = np.array([int(r["label"]) for r in rows])
+    flip = np.random.RandomState(seed).choice(n, int(n * fraction), replace=False)
+    noisy = y.copy()
+    noisy[flip] = 1 - noisy[flip]
+    path = folder / f"sst2-{n}-{fraction}-{seed}.tsv"
+    path.write_text("sentence\tlabel\n" + "".join(f"{r['sentence']}\t{v}\n" for r, v in zip(rows, noisy)),
+                    encoding="utf-8")
+    return path, flip, y
+
+
+def measures(order: list[int], flagged: set[int], flip: np.ndarray) -> dict:
+    k, flips = len(flip), set(flip.tolist())
+    return {"precision_at_k": round(len(flips & set(order[:k])) / k, 3),
+            "flagged": len(flagged), "precision_flagged": round(len(flips & flagged) / max(len(flagged), 1), 3),
+            "recall_flagged": round(len(flips & flagged) / k, 3)}
+
+
+def ours(path: Path, flip: np.ndarray, y: np.ndarray, mode: str, args) -> dict:
+    import bertheads
+
+    options = dict(mode=mode, rows="all", folds=5, seed=args.train_seed, progress=False,
+                   cache_dir=str(OUT / "audit" / "cache"))
+    if mode == "features":
+        options.update(epochs=args.epochs, lr=args.lr, batch_size=32, layers=args.layers)
+    else:
+        options.update(epochs=args.finetune_epochs, batch_size=32)
+    started = time.perf_counter()
+    result = bertheads.audit("classify", str(path), **options)
+    seconds = time.perf_counter() - started
+    order = [r["row"] for r in result.ranking]
+    flagged = {r["row"] for r in result.ranking if r["flagged"]}
+    suggested = np.zeros(len(y), dtype=int)
+    for r in result.ranking:
+        suggested[r["row"]] = int(r["suggested"])
+    return {**measures(order, flagged, flip), "oof_acc_vs_true": round(float((suggested == y).mean()), 3),
+            "seconds": round(seconds, 1)}
+
+
+def train_once(path: Path, args) -> float:
+    """One features-mode training run on the same rows and settings (warm cache)."""
+    import bertheads
+
+    started = time.perf_counter()
+    bertheads.train("classify", str(path), mode="features", epochs=args.epochs, lr=args.lr, batch_size=32,
+                    layers=args.layers,
+                    progress=False, seed=args.train_seed, cache_dir=str(OUT / "audit" / "cache"))
+    return round(time.perf_counter() - started, 1)
+
+
+def peer(n: int, fraction: float, seed: int) -> dict:
+    run = subprocess.run([sys.executable, str(PEER), str(DATA / "sst2" / "train.tsv"), str(n), str(fraction),
+                          str(seed)], capture_output=True, text=True, cwd=PEER.parent)
+    if run.returncode != 0:
+        return {"error": run.stderr.strip().splitlines()[-1] if run.stderr.strip() else "failed"}
+    line = json.loads(run.stdout.strip().splitlines()[-1])
+    return {k: line[k] for k in ("precision_at_k", "found", "precision_found", "recall_found", "oof_acc_vs_true",
+                                 "embed_s", "cv_cleanlab_s")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=4000)
+    parser.add_argument("--fraction", type=float, default=0.1)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--modes", default="features", help="features, finetune or both (comma-separated)")
+    parser.add_argument("--epochs", type=int, default=10, help="features mode: each fold's epochs")
+    parser.add_argument("--lr", type=float, default=3e-3, help="features mode: each fold's learning rate")
+    parser.add_argument("--layers", default="-1,-2,-3,-4", help="features mode: the layers the heads read")
+    parser.add_argument("--finetune-epochs", type=int, default=1)
+    parser.add_argument("--train-seed", type=int, default=42)
+    parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--out", default=str(OUT / "audit" / "results.jsonl"))
+    args = parser.parse_args()
+    folder = OUT / "audit"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        path, flip, y = noisy_file(args.n, args.fraction, seed, folder)
+        for mode in args.modes.split(","):
+            rows.append({"who": f"bertheads audit --mode {mode}", "seed": seed, **ours(path, flip, y, mode, args)})
+            print(json.dumps(rows[-1]), flush=True)
+        if "features" in args.modes and seed == int(args.seeds.split(",")[0]):
+            rows.append({"who": "bertheads train --mode features (one run)", "seed": seed,
+                         "seconds": train_once(path, args)})
+            print(json.dumps(rows[-1]), flush=True)
+        if not args.no_peer:
+            rows.append({"who": "peer: cleanlab + 5-fold logistic regression", "seed": seed,
+                         **peer(args.n, args.fraction, seed)})
+            print(json.dumps(rows[-1]), flush=True)
+    with open(args.out, "a", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps({**r, "n": args.n, "fraction": args.fraction, "machine": cpu_line()}) + "\n")
+    print(f"\n{cpu_line()}\nn={args.n} fraction={args.fraction}\n")
+    print("| who | precision at k (median, seeds) | flagged precision | flagged recall | oof accuracy | seconds |")
+    print("|---|---|---|---|---|---|")
+    for who in dict.fromkeys(r["who"] for r in rows):
+        mine = [r for r in rows if r["who"] == who]
+
+        def med(key: str, mine=mine) -> str:
+            values = [r[key] for r in mine if key in r]
+            return f"{statistics.median(values):.3f} ({', '.join(f'{v:.3f}' for v in values)})" if values else "-"
+
+        pk = "precision_flagged" if "precision_flagged" in mine[0] else "precision_found"
+        rk = "recall_flagged" if "recall_flagged" in mine[0] else "recall_found"
+        seconds = [r.get("seconds", r.get("embed_s", 0) + r.get("cv_cleanlab_s", 0)) for r in mine]
+        print(f"| {who} | {med('precision_at_k')} | {med(pk)} | {med(rk)} | {med('oof_acc_vs_true')} | "
+              f"{statistics.median(seconds):.1f} |")
+
+
+if __name__ == "__main__":
+    main()

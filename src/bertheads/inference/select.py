@@ -1,0 +1,165 @@
+"""`bertheads select`: the unlabelled inputs of a pool most worth labelling next. Each input
+gets the head's class probabilities (per unit: the input, or each word of a tagger's); the
+strategies rank by the least margin between the two best classes, by entropy, or (`diverse`)
+cluster the most uncertain inputs' encoder vectors (the mean of the last layer's tokens) with
+k-means and take the most uncertain of each cluster. The chosen inputs are written in the
+kind's own training format with the label left empty, each with its `id` and `score`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bertheads.base.errors import UserError
+from bertheads.base.schema import setting
+from bertheads.base.values import positive_int
+from bertheads.compute.batching import INFERENCE_BATCH
+from bertheads.compute.runner import run_heads
+from bertheads.compute.states import EncoderStates
+from bertheads.encoder.layers import normalise_layers
+from bertheads.model import head_outputs
+from bertheads.store.atomic import atomic_write_text
+from bertheads.text.readers import source_name
+
+log = logging.getLogger("bertheads")
+
+STRATEGIES = ("margin", "entropy", "diverse", "random")
+CANDIDATES_PER_PICK = 10  # diverse: the clusters are drawn from the k * this most uncertain inputs
+
+
+@dataclass
+class SelectSettings:
+    """What `bertheads select` picks."""
+
+    k: int = setting(100, "how many inputs to choose", type=positive_int, short="-k")
+    strategy: str = setting("margin", "margin: the least gap between the two best classes; entropy: the most "
+                                      "spread probabilities; diverse: k-means on the encoder's vectors of the "
+                                      "most uncertain inputs, the most uncertain of each cluster; random",
+                            choices=STRATEGIES)
+    seed: int = setting(0, "random seed (diverse's k-means, random)", type=int)
+
+
+def margin_scores(units: list[np.ndarray]) -> np.ndarray:
+    """Per input, 1 - (best - second best probability) of its least sure unit (1: a tie)."""
+    out = np.zeros(len(units))
+    for i, p in enumerate(units):
+        if p.size == 0:
+            continue
+        top = np.sort(p, axis=-1)[:, ::-1]
+        second = top[:, 1] if top.shape[1] > 1 else np.zeros(len(top))
+        out[i] = float(np.max(1.0 - (top[:, 0] - second)))
+    return out
+
+
+def entropy_scores(units: list[np.ndarray]) -> np.ndarray:
+    """Per input, the entropy of its least sure unit, divided by log(classes) (1: uniform)."""
+    out = np.zeros(len(units))
+    for i, p in enumerate(units):
+        if p.size == 0 or p.shape[-1] < 2:
+            continue
+        q = np.clip(p, 1e-12, 1.0)
+        out[i] = float(np.max(-(q * np.log(q)).sum(-1) / np.log(p.shape[-1])))
+    return out
+
+
+def kmeans(vectors: np.ndarray, clusters: int, seed: int, rounds: int = 20) -> np.ndarray:
+    """Each row's cluster: k-means++ start, then Lloyd rounds (cosine: rows are normalised)."""
+    rng = np.random.default_rng(seed)
+    x = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    centres = [x[rng.integers(len(x))]]
+    nearest = np.full(len(x), np.inf)
+    for _ in range(1, clusters):
+        nearest = np.minimum(nearest, ((x - centres[-1]) ** 2).sum(1))
+        total = nearest.sum()
+        centres.append(x[rng.choice(len(x), p=nearest / total)] if total > 0 else x[rng.integers(len(x))])
+    c = np.stack(centres)
+    assign = np.zeros(len(x), dtype=np.int64)
+    for _ in range(rounds):
+        distance = (x ** 2).sum(1)[:, None] - 2 * x @ c.T + (c ** 2).sum(1)[None]
+        new = distance.argmin(1)
+        if np.array_equal(new, assign) and _ > 0:
+            break
+        assign = new
+        for j in range(clusters):
+            members = x[assign == j]
+            if len(members):
+                c[j] = members.mean(0)
+    return assign
+
+
+def pooled_vectors(net, task, examples: list, batch_size: int) -> np.ndarray:
+    """Per example, the mean of the encoder's last-layer token states (its windows averaged)."""
+    encoder = getattr(net, "encoder", None)
+    if encoder is None or not hasattr(encoder, "model"):
+        raise UserError("--strategy diverse: needs the torch runtime (--runtime torch), whose encoder gives the vectors")
+    features, owner = task.encode_for_inference(examples, encoder.tokenizer)
+    runner = EncoderStates(encoder, normalise_layers((-1,), encoder.info.num_layers), ["mean"])
+    rows = run_heads(runner, features, ["mean"], batch_size)["mean"]
+    out = np.zeros((len(examples), rows[0].shape[-1]), dtype=np.float64)
+    counts = np.zeros(len(examples))
+    for r, k in zip(rows, owner):
+        out[k] += r.reshape(-1)
+        counts[k] += 1
+    return out / np.maximum(counts, 1)[:, None]
+
+
+def choose(scores: np.ndarray, k: int, strategy: str, seed: int, vectors=None) -> np.ndarray:
+    """The indices of the k chosen inputs, best first."""
+    k = min(k, len(scores))
+    if strategy == "random":
+        return np.random.default_rng(seed).permutation(len(scores))[:k]
+    order = np.argsort(-scores, kind="stable")
+    if strategy != "diverse":
+        return order[:k]
+    candidates = order[:min(len(order), k * CANDIDATES_PER_PICK)]
+    assign = kmeans(vectors(candidates), k, seed)
+    picked = []
+    for j in range(k):
+        members = candidates[assign == j]
+        if len(members):
+            picked.append(members[0])  # (candidates are in score order)
+    rest = [i for i in candidates if i not in set(picked)]
+    picked += rest[:k - len(picked)]
+    return np.asarray(sorted(picked, key=lambda i: -scores[i]), dtype=np.int64)
+
+
+@dataclass
+class Selection:
+    """The chosen inputs' records (the kind's training format, label empty, with id and score)."""
+
+    records: list[dict]
+    pool: int
+    strategy: str
+
+
+def select(net, name: str, pool, settings: SelectSettings | None = None, out: str | Path | None = None,
+           batch_size: int = INFERENCE_BATCH, fmt: str | None = None) -> Selection:
+    """Score every input of `pool` (a file or rows) with head `name` of `net`, choose
+    `settings.k` by `settings.strategy`, and write them as JSON lines to `out` (atomically)."""
+    settings = settings or SelectSettings()
+    if settings.strategy not in STRATEGIES:
+        raise UserError(f"--strategy: expected one of {', '.join(STRATEGIES)}, got {settings.strategy!r}")
+    task = net.tasks[name]
+    examples = list(task.iter_read(pool, need_labels=False, fmt=fmt))
+    if not examples:
+        raise UserError(f"{source_name(pool) or '<stdin>'}: no inputs in the pool")
+    outputs = head_outputs(net, name, examples, batch_size)
+    units = task.uncertainty(outputs)
+    scores = entropy_scores(units) if settings.strategy == "entropy" else margin_scores(units)
+    chosen = choose(scores, settings.k, settings.strategy, settings.seed,
+                    lambda idx: pooled_vectors(net, task, [examples[i] for i in idx], batch_size))
+    records = []
+    for i in chosen:
+        e = examples[i]
+        given = (getattr(e, "extra", None) or {}).get("id") or getattr(e, "id", None)
+        line = getattr(e, "line", None)
+        record = {**task.blank_record(e), "id": given if given is not None else (line if line is not None else int(i)),
+                  "score": round(float(scores[i]), 6)}
+        records.append(record)
+    if out is not None:
+        atomic_write_text(Path(out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    return Selection(records, len(examples), settings.strategy)

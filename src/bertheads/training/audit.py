@@ -1,0 +1,312 @@
+"""`bertheads audit`: the rows of a training set whose given label the model disputes. Every
+row gets an out-of-fold prediction (k heads, each trained by `training.loop.fit` on the other
+folds: on the features cache's states with `--mode features`, with its own copy of the encoder
+with `--mode finetune`), then cleanlab's confident learning ranks and flags them (its
+`find_label_issues`, ranked by self-confidence: the reference recipe, measured in
+bench/audit.py). The kind says what a unit is and how it shows (`Judging.disputes`)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertheads.base.errors import UserError
+from bertheads.base.extras import require
+from bertheads.base.schema import setting
+from bertheads.base.values import positive_int
+from bertheads.compute.batching import INFERENCE_BATCH
+from bertheads.compute.runner import run_heads
+from bertheads.encoder.pretrained import Encoder
+from bertheads.model import BertHeads
+from bertheads.store.atomic import atomic_directory
+from bertheads.store.features_cache import CachedDev
+from bertheads.tasks.parts import Disputes
+from bertheads.text.readers import source_name
+from bertheads.training.config import MultiConfig
+from bertheads.training.features import CachedHead, attach_cache
+from bertheads.training.joint import plain, read_task, task_settings
+from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit
+
+log = logging.getLogger("bertheads")
+
+ROWS = ("flagged", "all")
+
+
+@dataclass
+class AuditSettings:
+    """How `bertheads audit` judges a training set."""
+
+    folds: int = setting(5, "k: every row is predicted by a head trained on the other k-1 folds", type=positive_int)
+    rows: str = setting("flagged", "issues.jsonl holds the rows cleanlab flags as label issues, ranked (all: "
+                                   "every row, ranked)", choices=ROWS)
+    top: int = setting(20, "how many suspects summary.json (and the report) shows with their text",
+                       type=positive_int)
+
+
+class FoldCache:
+    """A fold's share of a task's cached states: what `CachedFeatures` gives for the rows
+    `index` names (`batch(idx, ...)` with idx counting within the fold)."""
+
+    def __init__(self, cached, index: Sequence[int], features: Sequence[dict]) -> None:
+        self.cached, self.index, self.features = cached, list(index), features
+        self.lengths = [cached.lengths[i] for i in self.index]
+        self.pad_id = cached.pad_id
+
+    def batch(self, idx: Sequence[int], _features=None) -> dict:
+        return self.cached.batch([self.index[i] for i in idx], self.features)
+
+
+@dataclass
+class OutOfFold:
+    """Every example's out-of-fold output and what made it."""
+
+    task: object
+    examples: list
+    outputs: list
+    folds: np.ndarray
+    fold_metrics: list
+    seconds: float
+
+
+def fold_numbers(count: int, folds: int, seed: int) -> np.ndarray:
+    """Each example's fold: a seeded shuffle cut into `folds` near-equal parts."""
+    if folds < 2:
+        raise UserError(f"--folds {folds}: needs at least 2 (each row is predicted by a head that never saw it)")
+    if count < folds:
+        raise UserError(f"--folds {folds}: only {count} training examples")
+    order = np.random.default_rng(seed).permutation(count)
+    numbers = np.empty(count, dtype=np.int64)
+    numbers[order] = np.arange(count) % folds
+    return numbers
+
+
+def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit: AuditSettings,
+                limit: int | None = None, cli_options: dict | None = None) -> OutOfFold:
+    """Train `audit.folds` heads on the task of `config` (one task), each on all but one fold,
+    and predict the fold it left out."""
+    started = time.perf_counter()
+    t = config.tasks[0]
+    options = task_settings(t, cli_options or {}, config.options)
+    frozen = options.get("mode") == "features"
+    torch.manual_seed(settings.seed)
+    encoder = Encoder.load(model, lazy=frozen)
+    task, examples = read_task(t.kind, t.train, encoder, options, t.limit or limit)
+    task.disputes([], [], t.train)  # (a head the kind cannot audit is refused before any training)
+    # inference features with the loss's targets: the rows a fold trains on and predicts are
+    # the same encoded inputs (so one cache entry serves every fold)
+    features, owner = task.encode_for_inference(examples, encoder.tokenizer, with_labels=True)
+    if not features:
+        raise UserError(f"{source_name(t.train)}: no usable training examples")
+    dev = task.read(t.dev, need_labels=True) if t.dev else None
+    whole = TaskData(t.name, task, features, dev, t.dev)
+    if frozen:
+        attach_cache(BertHeads(encoder, {t.name: task}), [whole], options, model, t.train, progress=settings.progress)
+    numbers = fold_numbers(len(examples), audit.folds, settings.seed)
+    feature_fold = numbers[np.asarray(owner)]
+    fold_settings = dataclasses.replace(settings, keep="last", resume=False, overwrite=False)
+    outputs: list = [None] * len(examples)
+    fold_metrics = []
+    # fine-tuning: each fold starts from the checkpoint's weights, put back after every fold
+    start = None if frozen else {k: v.detach().clone() for k, v in encoder.model.state_dict().items()}
+    for fold in range(audit.folds):
+        log.info(f"audit: fold {fold + 1}/{audit.folds}")
+        train_idx = np.flatnonzero(feature_fold != fold).tolist()
+        held_idx = np.flatnonzero(feature_fold == fold).tolist()
+        fold_task = copy.deepcopy(task)  # the same fresh head each fold
+        if start is not None:
+            encoder.model.load_state_dict(start)
+        net = BertHeads(encoder, {t.name: fold_task})
+        data = TaskData(t.name, fold_task, [features[i] for i in train_idx], dev, t.dev,
+                        cached=FoldCache(whole.cached, train_idx, features) if frozen else None,
+                        dev_cached=whole.dev_cached)
+        result = fit(net, [data], fold_settings, None, evaluate_task)
+        fold_metrics.append(plain(result.get("dev", {}).get(t.name, {})))
+        held_examples = sorted({owner[i] for i in held_idx})
+        local = {k: j for j, k in enumerate(held_examples)}
+        held_features = [features[i] for i in held_idx]
+        held_owner = [local[owner[i]] for i in held_idx]
+        if frozen:
+            dev_view = CachedDev(held_features, held_owner, FoldCache(whole.cached, held_idx, features))
+            runner = CachedHead(t.name, fold_task, net.heads[t.name], dev_view, next(net.heads[t.name].parameters()).device)
+        else:
+            runner = net
+        raw = run_heads(runner, held_features, [t.name], INFERENCE_BATCH)[t.name]
+        merged = fold_task.collect(raw, held_owner, [examples[k] for k in held_examples], held_features)
+        for k, out in zip(held_examples, merged):
+            outputs[k] = out
+        del net
+    if start is not None:
+        encoder.model.load_state_dict(start)
+    return OutOfFold(task, examples, outputs, numbers, fold_metrics, time.perf_counter() - started)
+
+
+# -- ranking --------------------------------------------------------------------------------
+@dataclass
+class Ranking:
+    """The units of a `Disputes` ranked: `order` (most suspect first), each unit's `score`
+    (label quality, lower is more suspect), which units cleanlab `flagged`, the estimated noise
+    rate of each class."""
+
+    order: np.ndarray
+    score: np.ndarray
+    flagged: np.ndarray
+    noise: dict
+
+
+def rank(disputes: Disputes) -> Ranking:
+    """cleanlab's label quality (self-confidence) and its label issues (`find_label_issues`'s
+    default, prune by noise rate); a kind's own scores are ranked as they are."""
+    if disputes.probs is None:
+        score = np.asarray(disputes.scores, dtype=float)
+        flagged = np.asarray(disputes.flagged, dtype=bool)
+        return Ranking(np.argsort(score, kind="stable"), score, flagged, {})
+    require("audit", "bertheads audit")
+    from cleanlab.count import estimate_joint
+    from cleanlab.filter import find_label_issues
+    from cleanlab.rank import get_label_quality_scores
+
+    probs = np.clip(np.asarray(disputes.probs, dtype=float), 1e-6, 1.0)
+    if disputes.multi_label:
+        from cleanlab.multilabel_classification.filter import find_label_issues as find_multi
+        from cleanlab.multilabel_classification.rank import get_label_quality_scores as multi_scores
+
+        score = multi_scores(disputes.labels, probs)
+        flagged = find_multi(disputes.labels, probs, n_jobs=1)
+        noise = {}
+        for j, name in enumerate(disputes.names):
+            given = np.asarray([int(j in labels) for labels in disputes.labels])
+            binary = np.stack([1 - probs[:, j], probs[:, j]], axis=1)
+            noise[name] = class_noise(estimate_joint(given, binary))[1] if 0 < given.sum() < len(given) else 0.0
+    else:
+        labels = np.asarray(disputes.labels, dtype=np.int64)
+        probs = probs / probs.sum(1, keepdims=True)
+        score = get_label_quality_scores(labels, probs, method="self_confidence")
+        present = np.unique(labels)
+        if len(present) < 2:
+            raise UserError("audit: the training labels hold one class only; there is nothing to dispute")
+        flagged = find_label_issues(labels, probs, n_jobs=1)
+        noise = dict(zip(disputes.names, class_noise(estimate_joint(labels, probs))))
+    return Ranking(np.argsort(score, kind="stable"), np.asarray(score, dtype=float), np.asarray(flagged, dtype=bool),
+                   {k: round(float(v), 4) for k, v in noise.items()})
+
+
+def class_noise(joint: np.ndarray) -> list[float]:
+    """Per given class, the share of its rows whose true class is estimated to be another."""
+    rows = joint.sum(1)
+    return [float(1 - joint[c, c] / rows[c]) if rows[c] > 0 else 0.0 for c in range(len(rows))]
+
+
+def issue_records(disputes: Disputes, ranking: Ranking, examples: list, path, only_flagged: bool) -> list[dict]:
+    """The ranked units as issues.jsonl's records: where the row is (file, line, id), the given
+    and the suggested label with both probabilities, the score, what the kind shows of it."""
+    name = source_name(path)
+    out = []
+    for i in ranking.order:
+        if only_flagged and not ranking.flagged[i]:
+            continue
+        unit = disputes.units[i]
+        e = examples[unit["example"]]
+        record = {"file": name, "line": getattr(e, "line", None),
+                  "id": (getattr(e, "extra", None) or {}).get("id"), "row": unit["example"]}
+        record.update(judged(disputes, i))
+        record.update({"score": round(float(ranking.score[i]), 6), "flagged": bool(ranking.flagged[i])})
+        record.update({k: v for k, v in unit.items() if k != "example"})
+        out.append(record)
+    return out
+
+
+def judged(disputes: Disputes, i: int) -> dict:
+    """Unit i's given and suggested labels and their probabilities."""
+    names, given = disputes.names, disputes.labels[i]
+    if disputes.probs is None:
+        return {"given": given, "suggested": disputes.suggested[i]}
+    p = disputes.probs[i]
+    if disputes.multi_label:
+        chosen = [j for j in range(len(names)) if p[j] >= 0.5]
+        return {"given": [names[j] for j in given], "suggested": [names[j] for j in chosen],
+                "given_probability": {names[j]: round(float(p[j]), 6) for j in given},
+                "suggested_probability": {names[j]: round(float(p[j]), 6) for j in chosen}}
+    best = int(np.argmax(p))
+    return {"given": names[given], "suggested": names[best], "given_probability": round(float(p[given]), 6),
+            "suggested_probability": round(float(p[best]), 6)}
+
+
+@dataclass
+class AuditResult:
+    """What an audit found: `issues` (ranked records, the flagged ones unless every row was
+    asked for), `ranking` (every unit ranked, flagged or not) and `summary`."""
+
+    issues: list[dict]
+    ranking: list[dict]
+    summary: dict
+    out: Path | None = None
+
+
+def audit_task(config: MultiConfig, out: str | Path | None, model: str = "default",
+               settings: TrainSettings | None = None, audit: AuditSettings | None = None, limit: int | None = None,
+               cli_options: dict | None = None) -> AuditResult:
+    """Out-of-fold predictions for the task of `config`, ranked; `out/issues.jsonl` and
+    `out/summary.json` written (atomically, as one folder) when `out` is given."""
+    settings = settings or TrainSettings()
+    audit = audit or AuditSettings()
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise UserError(f"--out {out}: is a file, not a directory")
+    if not config.single or len(config.tasks) != 1:
+        raise UserError(f"{config.path}: audit reads one task")
+    if audit.rows not in ROWS:
+        raise UserError(f"--rows: expected one of {', '.join(ROWS)}, got {audit.rows!r}")
+    oof = out_of_fold(config, model, settings, audit, limit, cli_options)
+    task, examples = oof.task, oof.examples
+    disputes = task.disputes(oof.outputs, examples, config.tasks[0].train)
+    ranking = rank(disputes)
+    everything = issue_records(disputes, ranking, examples, config.tasks[0].train, only_flagged=False)
+    issues = everything if audit.rows == "all" else [r for r in everything if r["flagged"]]
+    t = config.tasks[0]
+    accuracy = None
+    if disputes.probs is not None and not disputes.multi_label:
+        accuracy = round(float(np.mean(np.argmax(disputes.probs, 1) == np.asarray(disputes.labels))), 4)
+    summary = {
+        "kind": t.kind, "train": source_name(t.train), "examples": len(examples), "unit": disputes.unit,
+        "units": len(disputes.units), "flagged": int(ranking.flagged.sum()),
+        "flagged_share": round(float(ranking.flagged.mean()), 4) if len(ranking.flagged) else 0.0,
+        "noise_rate": ranking.noise, "out_of_fold_agreement": accuracy,
+        "classes": {n: int(c) for n, c in class_counts(disputes).items()},
+        "top": [{k: r[k] for k in r if k not in ("flagged",)} for r in issues[:audit.top]],
+        "fold_dev": oof.fold_metrics, "seconds": round(oof.seconds, 2),
+        "ranking": "cleanlab find_label_issues (prune by noise rate), ranked by self-confidence"
+                   if disputes.probs is not None else f"the {t.kind} kind's own score",
+        "settings": plain({"model": model, "audit": dataclasses.asdict(audit),
+                           "training": {k: v for k, v in dataclasses.asdict(settings).items()
+                                        if k in ("epochs", "lr", "batch_size", "seed", "max_grad_norm", "warmup_ratio")},
+                           "task": {k: v for k, v in task_settings(t, cli_options or {}, config.options).items()
+                                    if v is not None}}),
+    }
+    if out is not None:
+        write_audit(Path(out), issues, summary)
+    return AuditResult(issues, everything, summary, Path(out) if out is not None else None)
+
+
+def class_counts(disputes: Disputes) -> dict:
+    counts = dict.fromkeys(disputes.names, 0)
+    for given in disputes.labels:
+        for j in (given if isinstance(given, list) else [given]):
+            if isinstance(j, int) and 0 <= j < len(disputes.names):
+                counts[disputes.names[j]] += 1
+    return counts
+
+
+def write_audit(out: Path, issues: list[dict], summary: dict) -> None:
+    """DIR/issues.jsonl and DIR/summary.json, the folder replaced in one step."""
+    with atomic_directory(out) as tmp:
+        (tmp / "issues.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in issues),
+                                          encoding="utf-8")
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -1,0 +1,143 @@
+"""`bertheads audit`: out-of-fold heads find planted label errors; issues.jsonl and summary.json;
+multi-label and pairs; fine-tuned folds; one-line refusals."""
+
+from __future__ import annotations
+
+import html
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import bertheads
+from bertheads.base.errors import UserError
+
+pytestmark = pytest.mark.slow  # the real default checkpoint, fold training, two command-line runs
+
+GOOD = ["wonderful", "great", "delightful", "superb", "charming", "moving", "brilliant", "lovely"]
+BAD = ["awful", "dull", "boring", "dreadful", "tedious", "terrible", "clumsy", "lifeless"]
+THINGS = ["film", "movie", "story", "cast", "script", "plot"]
+
+
+def sentiment_rows(count: int, seed: int = 0) -> list[tuple[str, int]]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(count):
+        label = i % 2
+        words = GOOD if label else BAD
+        rows.append((f"the {rng.choice(THINGS)} was {rng.choice(words)} and {rng.choice(words)}", label))
+    return rows
+
+
+def test_audit_finds_planted_label_errors(default_model_dir, write, tmp_path):
+    rows = sentiment_rows(80)
+    flipped = {3, 10, 27, 44, 58, 71}
+    lines = ["sentence\tlabel"] + [f"{t}\t{1 - y if i in flipped else y}" for i, (t, y) in enumerate(rows)]
+    train = write("train.tsv", "\n".join(lines) + "\n")
+    out = tmp_path / "audit"
+    result = bertheads.audit("classify", train, out=out, model=default_model_dir, mode="features",
+                             cache_dir=str(tmp_path / "cache"), epochs=10, batch_size=32, lr=1e-2, folds=4)
+    top = {r["row"] for r in result.ranking[:len(flipped)]}
+    assert len(top & flipped) >= 5, result.ranking[:8]
+    issues = [json.loads(line) for line in (out / "issues.jsonl").read_text().splitlines()]
+    assert issues and all(r["flagged"] for r in issues)
+    assert {r["row"] for r in issues} >= flipped - {min(flipped - top, default=-1)}
+    first = issues[0]
+    # where the row is: the file and its line (header on line 1), its text, both labels and probabilities
+    assert first["file"] == train and first["line"] == first["row"] + 2
+    assert first["text"] == rows[first["row"]][0]
+    assert first["given"] != first["suggested"] and first["suggested_probability"] > 0.5 > first["given_probability"]
+    assert [r["score"] for r in issues] == sorted(r["score"] for r in issues)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["examples"] == 80 and summary["flagged"] == len(issues)
+    assert set(summary["noise_rate"]) == {"0", "1"} and all(0 < v < 0.5 for v in summary["noise_rate"].values())
+    assert summary["settings"]["audit"]["folds"] == 4 and summary["settings"]["task"]["mode"] == "features"
+    assert summary["top"][0]["text"] == first["text"]
+    # the report page shows the top suspects with their text and labels
+    model = bertheads.train("classify", train, None, tmp_path / "model", model=default_model_dir, mode="features",
+                            cache_dir=str(tmp_path / "cache"), epochs=1, progress=False)
+    page = model.report(out=tmp_path / "page", audit=out).read_text()
+    assert "Label audit" in page and html.escape(first["text"]) in page and "estimated noise rate" in page
+
+
+def test_multi_label_and_pairs_fine_tuned_from_the_command_line(tiny_bert, write, tmp_path):
+    records = [{"sentence1": f"item {i}", "sentence2": f"other {i % 3}", "labels": ["a"] if i % 2 else ["b", "c"]}
+               for i in range(12)]
+    train = write("multi.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "multi"
+    run = subprocess.run([sys.executable, "-m", "bertheads", "audit", "classify", "-q", "--train", train, "--out",
+                          str(out), "--model", tiny_bert, "--folds", "3", "--epochs", "1", "--rows", "all",
+                          "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    issues = [json.loads(line) for line in (out / "issues.jsonl").read_text().splitlines()]
+    assert len(issues) == 12 and sorted(r["row"] for r in issues) == list(range(12))
+    first = issues[0]
+    assert isinstance(first["given"], list) and set(first["given_probability"]) == set(first["given"])
+    assert first["pair"].startswith("other")
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["noise_rate"]) == {"a", "b", "c"} and summary["settings"]["task"]["mode"] == "finetune"
+
+
+def test_a_dataframe_is_audited_with_its_ids(tiny_bert, tmp_path):
+    import pandas as pd
+
+    frame = pd.DataFrame({"id": [f"r{i}" for i in range(10)], "text": [f"text {i}" for i in range(10)],
+                          "label": ["yes", "no"] * 5})
+    result = bertheads.audit("classify", frame, model=tiny_bert, mode="features", folds=2, epochs=1, rows="all",
+                             cache_dir=str(tmp_path / "cache"), progress=False)
+    assert sorted(r["id"] for r in result.ranking) == sorted(frame["id"])
+    assert all(frame["id"][r["row"]] == r["id"] and r["given"] == frame["label"][r["row"]] for r in result.ranking)
+
+
+def test_audit_refusals_are_one_line(tiny_bert, write, tmp_path):
+    train = write("t.tsv", "sentence\tlabel\nfine\t1\nbad\t0\nok\t1\n")
+    with pytest.raises(UserError, match="--folds 5: only 3 training examples"):
+        bertheads.audit("classify", train, model=tiny_bert)
+    with pytest.raises(UserError, match="unknown setting 'fold'"):
+        bertheads.audit("classify", train, model=tiny_bert, fold=2)
+    reg = write("r.tsv", "sentence\tlabel\nfine\t1.5\nbad\t0.2\nok\t1.1\n")
+    with pytest.raises(UserError, match="regression heads have no audit"):
+        bertheads.audit("classify", reg, model=tiny_bert, folds=2, epochs=1, problem="regression")
+    run = subprocess.run([sys.executable, "-m", "bertheads", "audit", "classify", "--train", train, "--out",
+                          str(tmp_path / "o"), "--model", tiny_bert, "--folds", "1"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "--folds 1: needs at least 2" in run.stderr
+    assert "Traceback" not in run.stderr and not Path(tmp_path / "o").exists()
+
+
+def test_tag_audit_names_disputed_words_with_offsets(tiny_bert, write, tmp_path):
+    from test_tag import conll, sentences
+
+    sents = sentences(24)
+    sents[5] = [(w, "B-ORG" if t == "B-LOC" else t) for w, t in sents[5]]  # a place tagged as an organisation
+    train = write("train.txt", conll(sents, columns=2))
+    result = bertheads.audit("tag", train, out=tmp_path / "tag", model=tiny_bert, mode="features", folds=3,
+                             epochs=4, batch_size=8, lr=3e-3, rows="all", cache_dir=str(tmp_path / "cache"))
+    assert len(result.ranking) == sum(len(s) for s in sents) and result.summary["unit"] == "token"
+    place = next(r for r in result.ranking if r["row"] == 5 and r["given"] == "B-ORG")
+    words = [w for w, _ in sents[5]]
+    assert place["token"] == words[place["word"]] and place["sentence"] == " ".join(words)
+    assert place["sentence"][place["start"]:place["end"]] == place["token"]
+    assert place["given_entity"] == {"text": place["token"], "type": "ORG", "start": place["start"],
+                                     "end": place["end"]}
+    # a CoNLL word's own line (sentence 5 starts after 5 sentences of 7 words and a blank line each)
+    assert place["line"] == 5 * 8 + place["word"] + 1
+    assert set(result.summary["noise_rate"]) == {"B-LOC", "B-ORG", "B-PER", "I-PER", "O"}
+
+
+def test_qa_audit_scores_each_question_by_its_gold_answer(tiny_bert, write, tmp_path):
+    from test_qa import squad_doc
+
+    train = write("train.json", json.dumps(squad_doc(8)))
+    result = bertheads.audit("qa", train, out=tmp_path / "qa", model=tiny_bert, mode="features", folds=2, epochs=1,
+                             max_length=64, stride=16, max_question_length=16, rows="all",
+                             cache_dir=str(tmp_path / "cache"))
+    assert result.summary["unit"] == "question" and len(result.ranking) == 8
+    scores = [r["score"] for r in result.ranking]
+    assert scores == sorted(scores) and all(0.0 <= s <= 1.0 for s in scores)
+    first = result.ranking[0]
+    assert first["id"].startswith("q") and first["question"] == "What is the capital?"
+    assert first["given"] == first["gold_answers"][0] and isinstance(first["suggested"], str)

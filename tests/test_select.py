@@ -1,0 +1,83 @@
+"""`bertheads select`: uncertain inputs first, diverse picks from different clusters, records in
+each kind's training format with the label empty, id and score; the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import bertheads
+from bertheads.base.errors import UserError
+from bertheads.inference.select import choose, entropy_scores, kmeans, margin_scores
+
+
+def test_scores_and_diverse_choice():
+    units = [np.array([[0.5, 0.5]]), np.array([[0.9, 0.1]]), np.array([[0.99, 0.01], [0.6, 0.4]])]
+    assert margin_scores(units).round(3).tolist() == [1.0, 0.2, 0.8]
+    assert entropy_scores(units)[0] == pytest.approx(1.0) and entropy_scores(units)[1] < entropy_scores(units)[2]
+    # ten copies of one uncertain input and five others: margin takes copies, diverse one of each cluster
+    vectors = np.concatenate([np.tile([[1.0, 0.0, 0.0]], (10, 1)), np.eye(3)[[1, 2, 1, 2, 1]] + 0.01 * np.arange(5)[:, None]])
+    scores = np.array([0.9] * 10 + [0.5, 0.4, 0.3, 0.2, 0.1])
+    assert set(choose(scores, 3, "margin", 0).tolist()) <= set(range(10))
+    picked = choose(scores, 3, "diverse", 0, lambda idx: vectors[idx]).tolist()
+    assert len(picked) == 3 and len(set(picked) & set(range(10))) == 1 and picked[0] < 10
+    assert len(set(kmeans(vectors, 3, 0).tolist())) == 3
+
+
+@pytest.fixture(scope="module")
+def sentiment_model(default_model_dir, tmp_path_factory):
+    from test_audit import sentiment_rows
+
+    root = tmp_path_factory.mktemp("select")
+    train = root / "train.tsv"
+    train.write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in sentiment_rows(40)))
+    bertheads.train("classify", str(train), None, root / "model", model=default_model_dir, mode="features",
+                    epochs=2, lr=2e-3, batch_size=16, progress=False, cache_dir=str(root / "cache"))
+    return root
+
+
+def test_classify_select_prefers_the_unsure_and_writes_training_records(sentiment_model, tmp_path):
+    pool = ["the film was wonderful and superb", "the plot was awful and dull",
+            "the cast was wonderful and awful", "the story was great but boring", "the movie was lovely and charming"]
+    records = [{"id": f"p{i}", "text": t} for i, t in enumerate(pool)]
+    model = bertheads.load(sentiment_model / "model")
+    chosen = model.select(records, k=2, out=tmp_path / "next.jsonl")
+    # the two whose two label scores are closest, by the model's own predictions
+    gaps = [abs(p["scores"]["0"] - p["scores"]["1"]) for p in model.predict(pool)]
+    assert {r["id"] for r in chosen.records} == {f"p{i}" for i in np.argsort(gaps)[:2]}
+    assert chosen.records[0]["score"] == pytest.approx(1 - min(gaps), abs=1e-5)
+    written = [json.loads(line) for line in (tmp_path / "next.jsonl").read_text().splitlines()]
+    assert written == chosen.records and written[0]["score"] >= written[1]["score"]
+    # the training file's own columns (it named the text "sentence")
+    assert set(written[0]) == {"sentence", "label", "id", "score"} and written[0]["label"] is None
+    # the command line: a pool file, diverse, the line number as id where the input has none
+    (tmp_path / "pool.txt").write_text("\n".join(pool) + "\n")
+    run = subprocess.run([sys.executable, "-m", "bertheads", "select", str(sentiment_model / "model"), "--pool",
+                          str(tmp_path / "pool.txt"), "-k", "3", "--strategy", "diverse", "--out",
+                          str(tmp_path / "cli.jsonl")], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = [json.loads(line) for line in (tmp_path / "cli.jsonl").read_text().splitlines()]
+    assert len(lines) == 3 and all(r["sentence"] == pool[r["id"] - 1] for r in lines)
+    with pytest.raises(UserError, match="strategy"):
+        model.select(records, k=2, strategy="smart")
+
+
+def test_tag_and_qa_select_write_their_own_formats(tiny_bert, write, tmp_path):
+    from test_qa import squad_doc
+    from test_tag import conll, sentences
+
+    tagger = bertheads.train("tag", write("t.txt", conll(sentences(8))), None, None, model=tiny_bert, epochs=1,
+                             progress=False)
+    chosen = tagger.select([{"tokens": ["Angela", "Merkel", "visited", "Paris"]}, {"tokens": ["Hello"]}], k=1)
+    assert chosen.records[0]["tags"] == [] and chosen.records[0]["tokens"][0] in ("Angela", "Hello")
+    reader = bertheads.train("qa", write("q.json", json.dumps(squad_doc(4))), None, None, model=tiny_bert,
+                             epochs=1, max_length=64, stride=16, max_question_length=16, progress=False)
+    pool = [{"id": q["id"], "question": q["question"], "context": p["context"]}
+            for p in squad_doc(3)["data"][0]["paragraphs"] for q in p["qas"]]
+    chosen = reader.select(pool, k=1, strategy="entropy")
+    assert chosen.records[0]["answers"] == [] and chosen.records[0]["id"] in ("q0", "q1", "q2")
+    assert set(chosen.records[0]) == {"question", "context", "answers", "id", "score"}
