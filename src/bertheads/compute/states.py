@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.compute.runner import EncoderInputs, Outputs, eval_mode
 from bertheads.encoder.layers import pool_tokens
 from bertheads.text.encoding import Feature, encoder_batch
@@ -71,4 +72,4 @@ def combined(rows: np.ndarray, combine: str) -> np.ndarray:
         return rows.sum(-2)
     if combine == "mean":
         return rows.mean(-2)
-    raise UserError(f"--layer-combine: extract takes concat, sum or mean, got {combine!r}")
+    raise UserError(f"{said('layer_combine')}: extract takes concat, sum or mean, got {combine!r}")

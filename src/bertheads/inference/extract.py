@@ -28,7 +28,7 @@ import numpy as np
 
 from bertheads.base.errors import UserError, where
 from bertheads.base.machine import resolve_device
-from bertheads.base.schema import renamed, setting, warn
+from bertheads.base.schema import renamed, said, setting, warn
 from bertheads.base.values import positive_int
 from bertheads.compute.batching import INFERENCE_BATCH, INFERENCE_TOKENS
 from bertheads.compute.runner import run_heads
@@ -182,7 +182,7 @@ def extract(model: str, path: str | None, out: str | Path, settings: ExtractSett
     if settings.vector_pool not in POOLS:
         raise UserError(f"--vector-pool: expected one of {', '.join(POOLS)}, got {settings.vector_pool!r}")
     if settings.layer_combine not in EXTRACT_COMBINES:
-        raise UserError(f"--layer-combine: extract takes concat, sum or mean (scalar-mix is learned), "
+        raise UserError(f"{said('layer_combine')}: extract takes concat, sum or mean (scalar-mix is learned), "
                         f"got {settings.layer_combine!r}")
     if settings.output_format not in OUTPUT_FORMATS:
         raise UserError(f"--output-format: expected safetensors or npy, got {settings.output_format!r}")

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.compute.batching import INFERENCE_BATCH, INFERENCE_TOKENS
 from bertheads.compute.runner import run_heads
 from bertheads.compute.states import EncoderStates
@@ -66,7 +67,7 @@ class CacheSettings:
     def from_options(cls, options: dict, progress: bool = True) -> CacheSettings:
         dtype = options.get("cache_dtype") or "float16"
         if dtype not in CACHE_DTYPES:
-            raise UserError(f"--cache-dtype: expected float16 or float32, got {dtype!r}")
+            raise UserError(f"{said('cache_dtype')}: expected float16 or float32, got {dtype!r}")
         max_gb = options.get("cache_max_gb")
         if max_gb is not None and max_gb <= 0:
             raise UserError(f"--cache-max-gb: expected a positive number, got {max_gb}")

@@ -149,15 +149,15 @@ def continue_heads(saved: BertHeads, data: list[TaskData], source: str) -> None:
     for d in data:
         old = saved.tasks.get(d.name)
         if old is None or old.kind != d.task.kind:
-            log.info(f"--model {source}: new {d.task.kind} head {d.name!r} on its encoder")
+            log.info(f"{said('model', source)}: new {d.task.kind} head {d.name!r} on its encoder")
             continue
         # the fields a head's weights depend on must agree for them to be trained further
         differ = [k for k in tagged(type(d.task.spec), "shape") if getattr(old.spec, k, None) != getattr(d.task.spec, k, None)]
         if differ:
-            log.info(f"--model {source}: new head {d.name!r} (its {', '.join(differ)} differ from the saved head's)")
+            log.info(f"{said('model', source)}: new head {d.name!r} (its {', '.join(differ)} differ from the saved head's)")
             continue
         d.task.head.load_state_dict(old.head.state_dict())
-        log.info(f"--model {source}: training head {d.name!r} further")
+        log.info(f"{said('model', source)}: training head {d.name!r} further")
 
 
 # -- what a saved model says about how it was made ----------------------------------------
