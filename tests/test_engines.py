@@ -181,10 +181,12 @@ def test_spark_local_session_matches_predict(multi_dir, monkeypatch):
     # benchmark runs local[2]
     spark = (SparkSession.builder.master("local[1]").appName("bertheads-test")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.default.parallelism", "2")
              .config("spark.sql.execution.arrow.pyspark.enabled", "true")
              .config("spark.executorEnv.TOKENIZERS_PARALLELISM", "false").getOrCreate())
     try:
-        df = spark.createDataFrame(frame(24)).repartition(2)  # two partitions, one after the other
+        df = spark.createDataFrame(frame(24))  # two partitions (default parallelism), one after the other
+        assert df.rdd.getNumPartitions() == 2
         model = bertheads.load(multi_dir)
         fn, schema = bertheads.spark_udf(model, df.schema)  # the workers get its folder and load it once each
         assert schema["ner_entities"].dataType.simpleString() == (
