@@ -63,10 +63,9 @@ def here() -> str:
     return machine().line()
 
 
-def cache_file(directory: Path) -> Path:
-    """The user's cache of verdicts on this model, its export and this machine."""
-    key = hashlib.sha256("\n".join((manifest_digest(directory), export_digest(directory) or "",
-                                      here())).encode()).hexdigest()[:32]
+def cache_file(manifest: str, export: str | None) -> Path:
+    """The user's cache of verdicts on a model (its manifest's digest), its export and this machine."""
+    key = hashlib.sha256("\n".join((manifest, export or "", here())).encode()).hexdigest()[:32]
     return cache_root() / "gate" / f"{key}.json"
 
 
@@ -86,7 +85,7 @@ def read_records(directory: Path) -> dict[str, dict]:
         return {}  # not a model: opening it says so
     manifest, export, machine_line = manifest_digest(directory), export_digest(directory), here()
     out: dict[str, dict] = {}
-    for path in (cache_file(directory), directory / GATE):  # the folder's last: it wins
+    for path in (cache_file(manifest, export), directory / GATE):  # the folder's last: it wins
         saved = _read(path)
         if saved.get("manifest_sha256") != manifest:
             continue
@@ -100,8 +99,8 @@ def store(directory: Path, key: str, record: dict, say: Callable[[str], None], i
     """Keep one verdict: in DIR/gate.json for the commands whose work is the gate, else in the
     user's cache. Where neither can be written, it is said, and the check runs again next time."""
     directory = Path(directory)
-    target = directory / GATE if into_model else cache_file(directory)
     manifest, export = manifest_digest(directory), export_digest(directory)
+    target = directory / GATE if into_model else cache_file(manifest, export)
     saved = _read(target)
     machines = saved.get("machines") if saved.get("manifest_sha256") == manifest else None
     machines = {m: {k: v for k, v in records.items() if k.startswith("torch/") or v.get("export_sha256") == export}
@@ -236,10 +235,11 @@ class Gate:
     checked; each verdict kept (`store`) as it is made."""
 
     def __init__(self, directory: str | Path, device: torch.device, verify: bool = True, given: str | None = None,
-                 say: Callable[[str], None] | None = None, into_model: bool = False):
+                 say: Callable[[str], None] | None = None, into_model: bool = False, fresh: bool = False):
+        """`fresh`: every mode measured again, the kept verdicts left unread."""
         self.directory, self.device, self.verify, self.given = Path(directory), device, verify, given
         self.say, self.into_model = say or log.info, into_model
-        self.records = read_records(self.directory)
+        self.records = {} if fresh else read_records(self.directory)
         self.reference = None
         self.runs: dict = {}
         self._data: dict[str, str] | None = None
@@ -306,8 +306,7 @@ def gate_model(directory: str | Path, given: str | None = None, say: Callable[[s
     if not modes:
         log.debug(f"gate: no lower precision of {directory} to check on {where} here ({machine().flag_text()})")
         return None
-    checked = Gate(directory, where, verify, given, say, into_model=True)
-    checked.records = {}  # measured afresh: these commands are where verdicts are made
+    checked = Gate(directory, where, verify, given, say, into_model=True, fresh=True)  # where verdicts are made
     out = {}
     for mode in modes:
         try:

@@ -35,6 +35,7 @@ def open_model(directory: str | Path, device: str | torch.device | None = "auto"
     checks = gate.Gate(directory, where, verify, gate_data, say)  # verdicts made here go to the user's cache
     usable: list[tuple[Mode, float | None]] = []  # each mode that may run, and its measured inputs/s
     passed_over = []
+    unchecked = None  # why the mode asked for runs without a verdict
     for r, p, why in ladder:
         mode = Mode(r, p, where, why)
         last = (r, p) == ladder[-1][:2]  # a missing export of the last is said by the runtime itself
@@ -49,7 +50,8 @@ def open_model(directory: str | Path, device: str | torch.device | None = "auto"
             record = checks.record(mode)
         except gate.NoEvidence as exc:
             if asked or (not usable and last):
-                usable.append((Mode(r, p, where, f"{why}; not checked against fp32: {exc}"), None))
+                unchecked = f"not checked against fp32: {exc}"
+                usable.append((Mode(r, p, where, f"{why}; {unchecked}"), None))
                 break
             say(f"auto: {r} {p} not used: {exc}")
             passed_over.append(f"{r} {p}: not checked against fp32: {exc}")
@@ -71,8 +73,8 @@ def open_model(directory: str | Path, device: str | torch.device | None = "auto"
         raise UserError(f"no mode to run {directory} in: {'; '.join(passed_over)}")
     mode, rate = fastest(usable)
     net = open_runner(directory, mode, verify, checks.reference if mode.runtime == "torch" else None)
-    if "not checked against fp32" in mode.why:
-        say(f"--precision {mode.precision}: {mode.why.partition('; ')[2]}")
+    if unchecked:
+        say(f"--precision {mode.precision}: {unchecked}")
     if not asked and (len(ladder) > 1 or passed_over):
         say(choice_line(mode, rate, usable))
         for line in passed_over:
