@@ -37,6 +37,10 @@ Size: with the defaults the whole run is estimated (not measured) at 3-5 minutes
 about 2 x 15-25 s of training per kind, seconds of prediction, and loading. `--limit N` takes the
 first N training examples of every kind, `--kinds` a subset.
 
+Each side runs in a fresh Python process (ours first: the peer predicts with our model's
+transformers export), so none inherits the kernels and cuDNN plans an earlier side warmed
+(`--one-process` runs them all in this one).
+
 On a CUDA device every side runs there; without one they run on the CPU (ours in what
 `--precision auto` gives there, the Trainer and the peers in fp32), which is only a check that
 the script works. Results: bench/out/gpu.json (or `--out`), and with `--results FILE` one
@@ -64,6 +68,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from common import DATA, OUT, environment  # noqa: E402
 
 KINDS = ("classify", "tag", "qa")
+SIDES = ("ours", "trainer", "peer")  # in this order: the peer predicts with our model's transformers export
 TRAIN_LIMIT = {"classify": 20000, "tag": None, "qa": None}  # the default sizes (None: all)
 DEV_LIMIT = {"classify": None, "tag": None, "qa": 1000}
 FILES = {"classify": ("sst2/train.tsv", "sst2/dev.tsv"), "tag": ("conll2003/train.txt", "conll2003/dev.txt"),
@@ -242,7 +247,8 @@ def peer_dtype(device: str):
 
 
 # -- classify -------------------------------------------------------------------------------------
-def run_classify(args, device: str, work: Path, train_path: Path, dev_path: Path, limit, dev_limit) -> dict:
+def run_classify(args, device: str, work: Path, train_path: Path, dev_path: Path, limit, dev_limit,
+                 sides=SIDES) -> dict:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
     from bertheads.encoder.pretrained import resolve_model
@@ -250,47 +256,52 @@ def run_classify(args, device: str, work: Path, train_path: Path, dev_path: Path
     texts, gold = read_tsv(train_path, limit)
     dev_texts, dev_gold = read_tsv(dev_path, dev_limit)
     result = {"train_examples": len(texts), "dev_examples": len(dev_texts)}
+    got: dict = {}
 
     def accuracy(labels) -> float:
         return float(np.mean([str(a) == str(b) for a, b in zip(labels, dev_gold)]))
 
-    log("classify: ours")
-    ours = train_ours("classify", args, device, train_path, limit, work / "ours", max_length=MAX_LENGTH)
-    model = load_ours(work / "ours", device)
-    model.predict(dev_texts[:WARM_UP])
-    with timed(device, ours, "predict_seconds"):
-        predicted = [p["label"] for p in model.predict(dev_texts)]
-    ours.update(accuracy=accuracy(predicted), mode=mode_of(model))
-    del model
-    release(device)
+    if "ours" in sides:
+        log("classify: ours")
+        ours = train_ours("classify", args, device, train_path, limit, work / "ours", max_length=MAX_LENGTH)
+        model = load_ours(work / "ours", device)
+        model.predict(dev_texts[:WARM_UP])
+        with timed(device, ours, "predict_seconds"):
+            predicted = [p["label"] for p in model.predict(dev_texts)]
+        ours.update(accuracy=accuracy(predicted), mode=mode_of(model))
+        del model
+        release(device)
+        got["ours"] = ours
+    if "trainer" in sides:
+        log("classify: Trainer")
+        source = resolve_model(args.model)
+        tokenizer = AutoTokenizer.from_pretrained(source)
 
-    log("classify: Trainer")
-    source = resolve_model(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(source)
+        def dataset(t, y):
+            enc = tokenizer(t, truncation=True, max_length=MAX_LENGTH)
+            return [{**{k: enc[k][i] for k in enc}, "labels": y[i]} for i in range(len(t))]
 
-    def dataset(t, y):
-        enc = tokenizer(t, truncation=True, max_length=MAX_LENGTH)
-        return [{**{k: enc[k][i] for k in enc}, "labels": y[i]} for i in range(len(t))]
-
-    model = hf_model(AutoModelForSequenceClassification, source, num_labels=max(gold + dev_gold) + 1)
-    trainer = trainer_for(args, device, work, model, dataset(texts, gold), DataCollatorWithPadding(tokenizer))
-    peer = train_trainer(trainer, device, len(texts))
-    with timed(device, peer, "predict_seconds"):
-        logits = trainer.predict(dataset(dev_texts, dev_gold)).predictions
-    peer["accuracy"] = accuracy(logits.argmax(-1))
-    del trainer, model
-    release(device)
-
-    log("classify: pipeline")
-    pipe = peer_pipeline("text-classification", export(work), device)
-    pipe_result: dict = {"name": f"pipeline text-classification {pipe.model.dtype}".replace("torch.", "")}
-    pipe(dev_texts[:WARM_UP], batch_size=64)
-    with timed(device, pipe_result, "predict_seconds"):
-        out = pipe(dev_texts, batch_size=64, truncation=True, max_length=MAX_LENGTH)
-    pipe_result["accuracy"] = accuracy([o["label"] for o in out])  # the export names its labels
-    del pipe
-    release(device)
-    return {**result, "ours": ours, "trainer": peer, "peer": pipe_result}
+        model = hf_model(AutoModelForSequenceClassification, source, num_labels=max(gold + dev_gold) + 1)
+        trainer = trainer_for(args, device, work, model, dataset(texts, gold), DataCollatorWithPadding(tokenizer))
+        peer = train_trainer(trainer, device, len(texts))
+        with timed(device, peer, "predict_seconds"):
+            logits = trainer.predict(dataset(dev_texts, dev_gold)).predictions
+        peer["accuracy"] = accuracy(logits.argmax(-1))
+        del trainer, model
+        release(device)
+        got["trainer"] = peer
+    if "peer" in sides:
+        log("classify: pipeline")
+        pipe = peer_pipeline("text-classification", export(work), device)
+        pipe_result: dict = {"name": f"pipeline text-classification {pipe.model.dtype}".replace("torch.", "")}
+        pipe(dev_texts[:WARM_UP], batch_size=64)
+        with timed(device, pipe_result, "predict_seconds"):
+            out = pipe(dev_texts, batch_size=64, truncation=True, max_length=MAX_LENGTH)
+        pipe_result["accuracy"] = accuracy([o["label"] for o in out])  # the export names its labels
+        del pipe
+        release(device)
+        got["peer"] = pipe_result
+    return {**result, **got}
 
 
 # -- tag ------------------------------------------------------------------------------------------
@@ -309,7 +320,8 @@ def word_tags(words: list[str], entities: list[tuple[str, int, int]]) -> list[st
     return tags
 
 
-def run_tag(args, device: str, work: Path, train_path: Path, dev_path: Path, limit, dev_limit) -> dict:
+def run_tag(args, device: str, work: Path, train_path: Path, dev_path: Path, limit, dev_limit,
+            sides=SIDES) -> dict:
     from collections import defaultdict
 
     from tag import encode_for_trainer, first_piece_tags, read_conll
@@ -327,53 +339,58 @@ def run_tag(args, device: str, work: Path, train_path: Path, dev_path: Path, lim
     gold = [t for _, t in dev]
     texts = [" ".join(w) for w, _ in dev]
     result = {"train_examples": len(train), "dev_examples": len(dev)}
+    got: dict = {}
 
     def scores(pred: list[list[str]], prefix: str = "") -> dict:
         got = entity_metrics(gold, pred)
         return {f"{prefix}{k}": got[k] for k in ("f1", "precision", "recall")}
 
-    log("tag: ours")
-    ours = train_ours("tag", args, device, train_path, limit, work / "ours", max_length=MAX_LENGTH)
-    model = load_ours(work / "ours", device)
-    model.predict(texts[:WARM_UP])
-    with timed(device, ours, "predict_seconds"):
-        found = model.predict(texts)
-    raw = [word_tags(w, [(e["type"], e["start"], e["end"]) for e in f["entities"]]) for (w, _), f in zip(dev, found)]
-    ours.update(scores([p["tags"] for p in model.predict([w for w, _ in dev])]))
-    ours.update(scores(raw, "raw_text_"), mode=mode_of(model))
-    del model
-    release(device)
-
-    log("tag: Trainer")
-    source = resolve_model(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    labels = tag_list([type("S", (), {"tags": t})() for _, t in train], with_inside=False)
-    label2id = {t: i for i, t in enumerate(labels)}
-    rows, _ = encode_for_trainer(tokenizer, train, label2id)
-    model = hf_model(AutoModelForTokenClassification, source, num_labels=len(labels),
-                     id2label=dict(enumerate(labels)), label2id=label2id)
-    trainer = trainer_for(args, device, work, model, rows, DataCollatorForTokenClassification(tokenizer))
-    peer = train_trainer(trainer, device, len(train))
-    with timed(device, peer, "predict_seconds"):
-        dev_rows, enc = encode_for_trainer(tokenizer, dev, defaultdict(int, label2id))  # dev tags unused
-        logits = trainer.predict([{k: v for k, v in r.items() if k != "labels"} for r in dev_rows]).predictions
-        pred = first_piece_tags(dev, enc, logits, labels)
-    peer.update(scores(pred))
-    del trainer, model
-    release(device)
-
-    log("tag: pipeline")
-    pipe = peer_pipeline("token-classification", export(work), device, aggregation_strategy="first")
-    pipe_result: dict = {"name": f"pipeline token-classification first {pipe.model.dtype}".replace("torch.", "")}
-    pipe(texts[:WARM_UP], batch_size=64)
-    with timed(device, pipe_result, "predict_seconds"):
-        out = pipe(texts, batch_size=64)
-    raw = [word_tags(w, [(e["entity_group"], int(e["start"]), int(e["end"])) for e in f])
-           for (w, _), f in zip(dev, out)]
-    pipe_result.update(scores(raw, "raw_text_"))
-    del pipe
-    release(device)
-    return {**result, "ours": ours, "trainer": peer, "peer": pipe_result}
+    if "ours" in sides:
+        log("tag: ours")
+        ours = train_ours("tag", args, device, train_path, limit, work / "ours", max_length=MAX_LENGTH)
+        model = load_ours(work / "ours", device)
+        model.predict(texts[:WARM_UP])
+        with timed(device, ours, "predict_seconds"):
+            found = model.predict(texts)
+        raw = [word_tags(w, [(e["type"], e["start"], e["end"]) for e in f["entities"]]) for (w, _), f in zip(dev, found)]
+        ours.update(scores([p["tags"] for p in model.predict([w for w, _ in dev])]))
+        ours.update(scores(raw, "raw_text_"), mode=mode_of(model))
+        del model
+        release(device)
+        got["ours"] = ours
+    if "trainer" in sides:
+        log("tag: Trainer")
+        source = resolve_model(args.model)
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        labels = tag_list([type("S", (), {"tags": t})() for _, t in train], with_inside=False)
+        label2id = {t: i for i, t in enumerate(labels)}
+        rows, _ = encode_for_trainer(tokenizer, train, label2id)
+        model = hf_model(AutoModelForTokenClassification, source, num_labels=len(labels),
+                         id2label=dict(enumerate(labels)), label2id=label2id)
+        trainer = trainer_for(args, device, work, model, rows, DataCollatorForTokenClassification(tokenizer))
+        peer = train_trainer(trainer, device, len(train))
+        with timed(device, peer, "predict_seconds"):
+            dev_rows, enc = encode_for_trainer(tokenizer, dev, defaultdict(int, label2id))  # dev tags unused
+            logits = trainer.predict([{k: v for k, v in r.items() if k != "labels"} for r in dev_rows]).predictions
+            pred = first_piece_tags(dev, enc, logits, labels)
+        peer.update(scores(pred))
+        del trainer, model
+        release(device)
+        got["trainer"] = peer
+    if "peer" in sides:
+        log("tag: pipeline")
+        pipe = peer_pipeline("token-classification", export(work), device, aggregation_strategy="first")
+        pipe_result: dict = {"name": f"pipeline token-classification first {pipe.model.dtype}".replace("torch.", "")}
+        pipe(texts[:WARM_UP], batch_size=64)
+        with timed(device, pipe_result, "predict_seconds"):
+            out = pipe(texts, batch_size=64)
+        raw = [word_tags(w, [(e["entity_group"], int(e["start"]), int(e["end"])) for e in f])
+               for (w, _), f in zip(dev, out)]
+        pipe_result.update(scores(raw, "raw_text_"))
+        del pipe
+        release(device)
+        got["peer"] = pipe_result
+    return {**result, **got}
 
 
 # -- qa -------------------------------------------------------------------------------------------
@@ -410,7 +427,8 @@ def answer_windows(model, tokenizer, device: str, questions: list[dict], batch: 
     return [answer for _, answer in best]
 
 
-def run_qa(args, device: str, work: Path, train_path: Path, dev_path: Path, limit, dev_limit) -> dict:
+def run_qa(args, device: str, work: Path, train_path: Path, dev_path: Path, limit, dev_limit,
+           sides=SIDES) -> dict:
     from qa import Windows, decode_like_ours, hf_windows
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer, default_data_collator
 
@@ -422,56 +440,78 @@ def run_qa(args, device: str, work: Path, train_path: Path, dev_path: Path, limi
     dev = read_examples(str(dev_path))[:dev_limit]
     questions = [{"question": e.question, "context": e.context} for e in dev]
     result = {"train_examples": len(train), "dev_examples": len(dev)}
+    got: dict = {}
 
     def scores(answers: list[str]) -> dict:
         got = squad_v1_scores(answers, dev)
         return {"f1": got["f1"], "exact_match": got["exact_match"]}
 
-    log("qa: ours")
-    ours = train_ours("qa", args, device, train_path, limit, work / "ours", max_length=QA_LENGTH, stride=QA_STRIDE,
-                      max_question_length=QA_QUESTION)
-    model = load_ours(work / "ours", device)
-    model.predict(questions[:WARM_UP])
-    with timed(device, ours, "predict_seconds"):
-        answers = [p["answer"] for p in model.predict(questions)]
-    ours.update(scores(answers), mode=mode_of(model))
-    del model
-    release(device)
-
-    log("qa: Trainer")
-    source = resolve_model(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    enc, _, _ = hf_windows(tokenizer, train, train=True)
-    keys = [k for k in ("input_ids", "token_type_ids", "attention_mask") if k in enc]
-    train_set = Windows(enc, [*keys, "start_positions", "end_positions"])
-    model = hf_model(AutoModelForQuestionAnswering, source)
-    trainer = trainer_for(args, device, work, model, train_set, default_data_collator)
-    peer = train_trainer(trainer, device, len(train))
-    peer["train_windows"] = len(train_set)
-    with timed(device, peer, "predict_seconds"):
-        enc, owner, seqs = hf_windows(tokenizer, dev, train=False)
-        logits = trainer.predict(Windows(enc, keys)).predictions
-        answers = decode_like_ours(logits, enc, owner, seqs, dev)
-    peer.update(scores(answers))
-    del trainer, model
-    release(device)
-
-    log("qa: AutoModelForQuestionAnswering")
-    hf_dir = export(work)
-    pipe_result: dict = {"name": f"AutoModelForQuestionAnswering {str(peer_dtype(device)).replace('torch.', '')}, "
-                                 "best start/end"}
-    tokenizer = AutoTokenizer.from_pretrained(str(hf_dir))
-    model = hf_model(AutoModelForQuestionAnswering, str(hf_dir), dtype=peer_dtype(device)).to(device).eval()
-    answer_windows(model, tokenizer, device, questions[:WARM_UP])
-    with timed(device, pipe_result, "predict_seconds"):
-        answers = answer_windows(model, tokenizer, device, questions)
-    pipe_result.update(scores(answers))
-    del model
-    release(device)
-    return {**result, "ours": ours, "trainer": peer, "peer": pipe_result}
+    if "ours" in sides:
+        log("qa: ours")
+        ours = train_ours("qa", args, device, train_path, limit, work / "ours", max_length=QA_LENGTH, stride=QA_STRIDE,
+                          max_question_length=QA_QUESTION)
+        model = load_ours(work / "ours", device)
+        model.predict(questions[:WARM_UP])
+        with timed(device, ours, "predict_seconds"):
+            answers = [p["answer"] for p in model.predict(questions)]
+        ours.update(scores(answers), mode=mode_of(model))
+        del model
+        release(device)
+        got["ours"] = ours
+    if "trainer" in sides:
+        log("qa: Trainer")
+        source = resolve_model(args.model)
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        enc, _, _ = hf_windows(tokenizer, train, train=True)
+        keys = [k for k in ("input_ids", "token_type_ids", "attention_mask") if k in enc]
+        train_set = Windows(enc, [*keys, "start_positions", "end_positions"])
+        model = hf_model(AutoModelForQuestionAnswering, source)
+        trainer = trainer_for(args, device, work, model, train_set, default_data_collator)
+        peer = train_trainer(trainer, device, len(train))
+        peer["train_windows"] = len(train_set)
+        with timed(device, peer, "predict_seconds"):
+            enc, owner, seqs = hf_windows(tokenizer, dev, train=False)
+            logits = trainer.predict(Windows(enc, keys)).predictions
+            answers = decode_like_ours(logits, enc, owner, seqs, dev)
+        peer.update(scores(answers))
+        del trainer, model
+        release(device)
+        got["trainer"] = peer
+    if "peer" in sides:
+        log("qa: AutoModelForQuestionAnswering")
+        hf_dir = export(work)
+        pipe_result: dict = {"name": f"AutoModelForQuestionAnswering {str(peer_dtype(device)).replace('torch.', '')}, "
+                                     "best start/end"}
+        tokenizer = AutoTokenizer.from_pretrained(str(hf_dir))
+        model = hf_model(AutoModelForQuestionAnswering, str(hf_dir), dtype=peer_dtype(device)).to(device).eval()
+        answer_windows(model, tokenizer, device, questions[:WARM_UP])
+        with timed(device, pipe_result, "predict_seconds"):
+            answers = answer_windows(model, tokenizer, device, questions)
+        pipe_result.update(scores(answers))
+        del model
+        release(device)
+        got["peer"] = pipe_result
+    return {**result, **got}
 
 
 RUNS = {"classify": run_classify, "tag": run_tag, "qa": run_qa}
+
+
+def run_sides(kind: str, argv: list[str] | None, work: Path) -> dict:
+    """One kind's sides, each in a fresh Python process (ours, then the Trainer, then the peer on our
+    export in `work`): on a GPU the first process to meet a shape pays for its kernels' loading and
+    plans (cuDNN builds one per attention shape), which a later side in the same process would
+    inherit. Each child gets this run's arguments with `--kinds KIND --side SIDE`."""
+    import subprocess
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    got: dict = {}
+    for side in SIDES:
+        out = work / f"{side}.json"
+        subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv, "--kinds", kind, "--side", side,
+                        "--work", str(work), "--side-out", str(out)], check=True)
+        got.update(json.loads(out.read_text()))
+    return got
 
 
 def compare(kind: str, got: dict) -> dict:
@@ -554,6 +594,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, help="append one row per kind to this Markdown file "
                                                      "(bench/RESULTS.md)")
     parser.add_argument("--plan", action="store_true", help="print the steps and the sizes, run nothing")
+    parser.add_argument("--one-process", action="store_true",
+                        help="every side in this process (default: each side in a fresh process, so no side "
+                             "runs on the kernels, plans and caches an earlier side warmed)")
+    parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # run_sides' child: one side of one kind
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--side-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     limits = {k: args.limit or TRAIN_LIMIT[k] for k in args.kinds}
     dev_limits = {k: args.dev_limit or DEV_LIMIT[k] for k in args.kinds}
@@ -566,13 +612,19 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.side:  # one side of one kind, in this process: its record to --side-out
+        kind = args.kinds[0]
+        train, dev = (args.data / f for f in FILES[kind])
+        got = RUNS[kind](args, device, args.work, train, dev, limits[kind], dev_limits[kind], sides=(args.side,))
+        args.side_out.write_text(json.dumps(got) + "\n")
+        return 0
     kinds = {}
     for kind in args.kinds:
-        train, dev = (args.data / f for f in FILES[kind])
         with tempfile.TemporaryDirectory(prefix=f"bertheads-gpu-{kind}-") as tmp:
             log(f"{kind} on {device}")
-            kinds[kind] = compare(kind, RUNS[kind](args, device, Path(tmp), train, dev, limits[kind],
-                                                   dev_limits[kind]))
+            kinds[kind] = compare(kind, run_sides(kind, argv, Path(tmp)) if not args.one_process else
+                                  RUNS[kind](args, device, Path(tmp), *(args.data / f for f in FILES[kind]),
+                                             limits[kind], dev_limits[kind]))
             log(f"{kind}: " + json.dumps({k: v for k, v in kinds[kind].items() if k.endswith(("speedup", "points"))}))
     result = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "kinds": kinds,
               "batch_size": args.batch_size, "lr": args.lr, "environment": environment(),

@@ -369,3 +369,45 @@ def test_a_missing_input_is_refused_before_the_gate_runs(trained_dir, tmp_path, 
     assert code == 2 and err.endswith("missing.txt: no such file") and len(err.splitlines()) == 1
     assert not (target / "gate.json").exists()  # nothing was checked against fp32 for a run that cannot start
     assert not (tmp_path / "cache").exists()
+
+
+def test_cuda_attention_leaves_cudnn_out_for_the_pass_only():
+    from bertheads.encoder.pretrained import attention_kernels
+
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    with attention_kernels(torch.device("cuda")):  # cuDNN plans one kernel per shape: left out
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # the caller's setting back after the pass
+    with attention_kernels(torch.device("cpu")):
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_training_steps_leave_the_loss_on_the_device(tiny_bert, write, tmp_path, monkeypatch):
+    import bertheads
+    from bertheads.training import loop
+
+    reads, counting = [], []
+    real_float, real_epoch = torch.Tensor.__float__, loop.train_epoch
+
+    def counted_float(tensor):
+        if counting:
+            reads.append(tensor)
+        return real_float(tensor)
+
+    def epoch(*args, **kwargs):
+        counting.append(True)
+        try:
+            return real_epoch(*args, **kwargs)
+        finally:
+            counting.clear()
+
+    monkeypatch.setattr(torch.Tensor, "__float__", counted_float)
+    monkeypatch.setattr(loop, "train_epoch", epoch)
+    path = sentiment_file(write)  # 24 rows: 6 steps of 4
+    bertheads.train("classify", path, None, tmp_path / "m", model=tiny_bert, epochs=1, batch_size=4, progress=False)
+    assert len(reads) == 1  # the epoch's running loss, read once at its end (a GPU step never waits for one)
+    steps = []
+    bertheads.train("classify", path, None, tmp_path / "n", model=tiny_bert, epochs=1, batch_size=4, progress=False,
+                    on_step=lambda step, loss: steps.append(loss))
+    assert len(steps) == 6 and all(isinstance(v, float) for v in steps)  # a callback asked: it gets floats

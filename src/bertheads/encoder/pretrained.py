@@ -15,13 +15,14 @@ import logging
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bertheads.base.errors import SystemFault, UserError, first_line
 from bertheads.encoder.first_token import install_first_token_layer
@@ -30,6 +31,17 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "default"
 LAZY_LOAD = threading.Lock()  # a lazy encoder's weights load once, whichever thread asks first
+
+# Attention on CUDA without cuDNN's kernel: PyTorch may send attention with a padding mask to
+# cuDNN first, which builds a plan for every (batch, length) shape it meets (hundreds of ms each,
+# forward and backward), and batches padded to their own longest member meet many shapes. Flash
+# and memory-efficient attention have no per-shape cost.
+CUDA_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def attention_kernels(device: torch.device) -> AbstractContextManager:
+    """The attention kernels the encoder may use on `device`, for the duration of a pass."""
+    return sdpa_kernel(CUDA_ATTENTION) if device.type == "cuda" else nullcontext()
 
 
 def default_model_path() -> str:
@@ -438,15 +450,16 @@ class Encoder(nn.Module):
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None and self.info.uses_token_types:
             kwargs["token_type_ids"] = token_type_ids
-        if not layers or tuple(layers) in ((-1,), (self.info.num_layers,)):
-            self._first_token.on = first_token_only and self.first_token_ready
-            try:
-                out = self.model(**kwargs, return_dict=True)
-            finally:
-                self._first_token.on = False
-            return out.last_hidden_state
-        out = self.model(**kwargs, output_hidden_states=True, return_dict=True)
-        return [out.hidden_states[i] for i in layers]
+        with attention_kernels(input_ids.device):
+            if not layers or tuple(layers) in ((-1,), (self.info.num_layers,)):
+                self._first_token.on = first_token_only and self.first_token_ready
+                try:
+                    out = self.model(**kwargs, return_dict=True)
+                finally:
+                    self._first_token.on = False
+                return out.last_hidden_state
+            out = self.model(**kwargs, output_hidden_states=True, return_dict=True)
+            return [out.hidden_states[i] for i in layers]
 
     def save(self, directory: Path) -> None:
         """Write a directory that `AutoModel`/`AutoTokenizer.from_pretrained` load."""

@@ -205,13 +205,14 @@ def set_up(model: BertHeads, data: list[TaskData], settings: TrainSettings) -> R
                model.encoder.tokenizer.pad_token_id or 0, frozen, rank, world, DTYPES.get(precision))
 
 
-def train_step(run: Run, data: list[TaskData], settings: TrainSettings, t: int, idx: list[int]) -> float:
+def train_step(run: Run, data: list[TaskData], settings: TrainSettings, t: int, idx: list[int]) -> torch.Tensor:
     """One optimizer step on the batch `idx` of task `t`, in parts of `batch_size` examples
-    whose gradients add up (`grad_accum`); the batch's mean loss."""
+    whose gradients add up (`grad_accum`); the batch's mean loss, a tensor on the device (reading
+    its value waits for the step to finish, which on a GPU would stall the next step's launch)."""
     device = run.accelerator.device
     d = data[t]
     parts = [idx[i : i + settings.batch_size] for i in range(0, len(idx), settings.batch_size)]
-    total = 0.0
+    total = torch.zeros((), device=device)
     for j, part in enumerate(parts):
         last = j == len(parts) - 1
         with nullcontext() if last else run.accelerator.no_sync(run.wrapped):
@@ -229,7 +230,7 @@ def train_step(run: Run, data: list[TaskData], settings: TrainSettings, t: int, 
             loss = d.task.loss(logits, batch)
             share = len(part) / len(idx)
             run.accelerator.backward(loss if len(parts) == 1 else loss * share)
-        total += float(loss.detach()) * share
+        total += loss.detach().float() * share
     if settings.max_grad_norm:
         run.accelerator.clip_grad_norm_(run.trainable, settings.max_grad_norm)
     run.optimizer.step()
@@ -240,6 +241,7 @@ def train_step(run: Run, data: list[TaskData], settings: TrainSettings, t: int, 
 
 LOG_LINE_SECONDS = 60.0  # where no bar is drawn: a progress line this often, and one at the end
 LOG_FIRST_SECONDS = 10.0  # ... the first one this soon
+SHOW_LOSS_SECONDS = 0.5  # the bar's loss read from the device at most this often
 
 
 def progress_line(name: str, batch: int, batches: int, loss: float, seen: int, seconds: float,
@@ -265,21 +267,25 @@ def train_epoch(run: Run, model: BertHeads, data: list[TaskData], settings: Trai
     bar = progress_bar(len(plan), name, "batch", show=terminal, initial=start)
     seen, started, running = 0, time.perf_counter(), None
     last_line = started - (LOG_LINE_SECONDS - LOG_FIRST_SECONDS)
+    last_shown = started - SHOW_LOSS_SECONDS
     for number in range(start, len(plan)):
         t, idx = plan[number]
         value = train_step(run, data, settings, t, idx)
         seen += len(idx)
-        running = value if running is None else 0.98 * running + 0.02 * value
-        bar.set_postfix(loss=f"{running:.4f}", ex_s=f"{seen / (time.perf_counter() - started):.1f}", refresh=False)
+        running = value if running is None else 0.98 * running + 0.02 * value  # on the device, no wait
+        now = time.perf_counter()
+        if terminal and now - last_shown >= SHOW_LOSS_SECONDS:
+            bar.set_postfix(loss=f"{float(running):.4f}", ex_s=f"{seen / (now - started):.1f}", refresh=False)
+            last_shown = now
         bar.update(1)
-        if shown and not terminal and time.perf_counter() - last_line >= LOG_LINE_SECONDS:
-            log.info(progress_line(name, number + 1, len(plan), running, seen, time.perf_counter() - started,
-                                   start))
+        if shown and not terminal and now - last_line >= LOG_LINE_SECONDS:
+            log.info(progress_line(name, number + 1, len(plan), float(running), seen, now - started, start))
             last_line = time.perf_counter()
         if after_step is not None and after_step(number + 1, value, len(idx)):
             break
     bar.close()
     seconds = time.perf_counter() - started
+    running = None if running is None else float(running)
     if shown and not terminal and running is not None:
         log.info(progress_line(name, number + 1, len(plan), running, seen, seconds, start))
     return {"train_examples_per_second": round(seen * run.world / max(seconds, 1e-9), 2), "train_loss": running,
@@ -486,7 +492,8 @@ class Loop:
             self.log.close("FINISHED", result, self.out)
         return result
 
-    def after_step(self, number: int, loss: float, examples: int) -> bool:
+    def after_step(self, number: int, loss: torch.Tensor, examples: int) -> bool:
+        """The step's bookkeeping; `loss` stays a device tensor unless a callback asks for it."""
         s = self.settings
         self.batch, self.step = number, self.step + 1
         if self.log is not None:
@@ -494,7 +501,7 @@ class Loop:
                            examples * self.run.world, s.log_every)
         crash_point("train:step")
         if self.on_step is not None and self.main:
-            self.on_step(self.step, loss)
+            self.on_step(self.step, float(loss))
         if s.eval_every and self.step % s.eval_every == 0 and number < self.steps_per_epoch:
             self.evaluation(round(self.epoch - 1 + number / self.steps_per_epoch, 4), {})
         if s.save_every and self.step % s.save_every == 0:

@@ -46,13 +46,14 @@ class RunLog:
         for tracker in self.trackers:
             tracker.params(settings)
 
-    def train(self, step: int, epoch: float, loss: float, lr: float, examples: int, every: int) -> None:
+    def train(self, step: int, epoch: float, loss, lr: float, examples: int, every: int) -> None:
         self.losses.append(loss)
         self.examples += examples
         if step % every:
             return
         now = time.perf_counter()
-        record = {"type": "train", "step": step, "epoch": round(epoch, 6), "loss": sum(self.losses) / len(self.losses),
+        loss = sum(float(value) for value in self.losses) / len(self.losses)  # (device tensors read here only)
+        record = {"type": "train", "step": step, "epoch": round(epoch, 6), "loss": loss,
                   "lr": float(lr), "examples_per_second": round(self.examples / max(now - self.since, 1e-9), 3)}
         self.write(record)
         for tracker in self.trackers:
