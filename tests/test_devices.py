@@ -411,3 +411,13 @@ def test_training_steps_leave_the_loss_on_the_device(tiny_bert, write, tmp_path,
     bertheads.train("classify", path, None, tmp_path / "n", model=tiny_bert, epochs=1, batch_size=4, progress=False,
                     on_step=lambda step, loss: steps.append(loss))
     assert len(steps) == 6 and all(isinstance(v, float) for v in steps)  # a callback asked: it gets floats
+
+
+def test_to_device_moves_dicts_lists_and_tensors():
+    from bertheads.text.encoding import to_device
+
+    cpu = torch.device("cpu")
+    batch = {"input_ids": torch.ones(2, 3, dtype=torch.long), "states": [torch.zeros(2, 4), torch.ones(2, 4)]}
+    moved = to_device(batch, cpu)
+    assert set(moved) == {"input_ids", "states"} and isinstance(moved["states"], list)
+    assert torch.equal(moved["states"][1], batch["states"][1]) and moved["input_ids"].device == cpu

@@ -16,7 +16,7 @@ from bertheads.compute.runner import EncoderInputs, Runner, eval_mode, run_heads
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.encoder.pretrained import Encoder
 from bertheads.tasks.calibration import head_summary
-from bertheads.text.encoding import Feature, collate
+from bertheads.text.encoding import Feature, collate, to_device
 
 
 class BertHeads(EncoderInputs, nn.Module):
@@ -73,7 +73,7 @@ class BertHeads(EncoderInputs, nn.Module):
                   with_loss: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """Each head's outputs for a batch (and its loss on it, with `with_loss`)."""
         with torch.inference_mode():
-            batch = {k: v.to(self.device) for k, v in collate(features, self.pad_id).items()}
+            batch = to_device(collate(features, self.pad_id), self.device)
             out = self(batch, heads)
             losses = {name: float(self.tasks[name].dev_loss(out[name], batch)) for name in heads} if with_loss else {}
             return {name: out[name].float().cpu().numpy() for name in heads}, losses

@@ -155,12 +155,25 @@ def collate(features: Sequence[Feature], pad_id: int, label_pad: int = -100) -> 
     return batch
 
 
+def to_device(tensors, device: torch.device):
+    """A tensor, a list of tensors or a dict of them on `device`. To a GPU they go from pinned
+    memory without waiting: a plain copy from ordinary memory makes the host wait until the GPU
+    has finished everything queued before it, so the next batch could not be queued meanwhile."""
+    if isinstance(tensors, dict):
+        return {k: to_device(v, device) for k, v in tensors.items()}
+    if isinstance(tensors, list):
+        return [to_device(v, device) for v in tensors]
+    if device.type == "cuda" and tensors.device.type == "cpu":
+        return tensors.pin_memory().to(device, non_blocking=True)
+    return tensors.to(device)
+
+
 def encoder_batch(features: Sequence[Feature], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
     """The encoder's inputs alone (ids, segments, mask) for these features, padded, on `device`
     (labels and task fields are left out: for runs that need only the encoder's states)."""
     batch = collate([{"input_ids": f["input_ids"], "token_type_ids": f.get("token_type_ids")} for f in features],
                     pad_id)
-    return {k: v.to(device) for k, v in batch.items()}
+    return to_device(batch, device)
 
 
 

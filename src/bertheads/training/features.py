@@ -22,6 +22,7 @@ from bertheads.store.features_cache import (
     encoder_identity,
     ensure_cache,
 )
+from bertheads.text.encoding import to_device
 
 
 def attach_cache(net, data: list, options: dict, model_name: str | None = None, train_path: str | None = None,
@@ -84,8 +85,7 @@ class CachedHead:
         with torch.inference_mode():
             batch = self.dev.cached.batch(rows, self.dev.features)
             states = batch.pop("states")
-            states = [s.to(self.device) for s in states] if isinstance(states, list) else states.to(self.device)
-            batch = {k: v.to(self.device) for k, v in batch.items()}
+            states, batch = to_device(states, self.device), to_device(batch, self.device)
             logits = self.head(states, batch)
             losses = {self.name: float(self.task.dev_loss(logits, batch))} if with_loss else {}
             return {self.name: logits.float().cpu().numpy()}, losses

@@ -40,7 +40,7 @@ from bertheads.store import lock
 from bertheads.store.atomic import atomic_write_text
 from bertheads.store.crash import crash_point
 from bertheads.tasks.parts import learned_nothing_line
-from bertheads.text.encoding import collate
+from bertheads.text.encoding import collate, to_device
 from bertheads.training import checkpoint
 from bertheads.training.features import evaluate_cached
 from bertheads.training.runlog import RunLog
@@ -220,12 +220,11 @@ def train_step(run: Run, data: list[TaskData], settings: TrainSettings, t: int, 
                 if d.cached is not None:
                     batch = d.cached.batch(part, d.train_features)
                     states = batch.pop("states")
-                    states = [s.to(device) for s in states] if isinstance(states, list) else states.to(device)
-                    batch = {k: v.to(device) for k, v in batch.items()}
+                    states, batch = to_device(states, device), to_device(batch, device)
                     logits = float_outputs(run.wrapped(d.name, states, batch))
                 else:
                     batch = collate([d.train_features[i] for i in part], run.pad_id)
-                    batch = {k: v.to(device) for k, v in batch.items()}
+                    batch = to_device(batch, device)
                     logits = float_outputs(run.wrapped(batch, [d.name])[d.name])
             loss = d.task.loss(logits, batch)
             share = len(part) / len(idx)
