@@ -336,6 +336,17 @@ def test_predict_python_and_round_trip(v2_model):
         model.predict([{"question": "Q?"}])
 
 
+def test_short_passages_batched_with_a_longer_one(v2_model):
+    """Windows shorter than their batch's longest have fewer spans than n_best: each still gets
+    its answer from its own passage."""
+    model, _ = v2_model
+    contexts = ["a", "Yes.", "b c", "The capital is Rome and the river is long."]
+    got = model.predict([{"question": "Where?", "context": c} for c in contexts])
+    assert len(got) == 4
+    for g, context in zip(got, contexts):
+        assert context[g["start"]:g["end"]] == g["answer"] and g["end"] <= len(context)
+
+
 def test_cli_predict_question_context_and_jsonl(v2_model, write, capsys):
     model, root = v2_model
     context = "The old town has many bridges. The capital is Madrid. Rivers run through it."

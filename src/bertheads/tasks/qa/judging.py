@@ -73,7 +73,10 @@ class QAJudging(Judging):
             room = span_context(starts, ends, ctx, first[part.start:part.stop], last[part.start:part.stop])
             for j, i in enumerate(part):
                 offsets = features[i]["_offsets"]
-                keep = np.isfinite(scores[j]) & (offsets[ends[j], 1] > offsets[starts[j], 0])  # no empty text
+                # (a window shorter than the batch's longest has fewer spans than n_best: the rest
+                # score -inf and may point past its tokens, so they are looked up clipped, then dropped)
+                at_start, at_end = np.minimum(starts[j], len(offsets) - 1), np.minimum(ends[j], len(offsets) - 1)
+                keep = np.isfinite(scores[j]) & (offsets[at_end, 1] > offsets[at_start, 0])  # no empty text
                 chars = np.stack([offsets[starts[j][keep], 0], offsets[ends[j][keep], 1]], axis=1)
                 per_example[owner[i]].append((scores[j][keep], chars, float(null[j]),
                                               room[j][keep] if by_context else None, probs[j][keep],
