@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from forkserver import ForkServer
 from safetensors.torch import load_file
 
 import bertheads
@@ -44,13 +45,17 @@ def argv(tiny_bert, data, out, *extra):
             "--log-every", "1", "--save-every", "3", *extra]
 
 
-def run_cli(args, crash_at=None, **kwargs):
-    env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env.pop(checkpoint_env(), None)
-    if crash_at:
-        env[checkpoint_env()] = crash_at
-    return subprocess.run([sys.executable, "-m", "bertheads", *args], env=env, capture_output=True, text=True,
-                          timeout=600, **kwargs)
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory):
+    """Children forked from one process that imported everything (tests/forkserver.py)."""
+    server = ForkServer(tmp_path_factory.mktemp("forks"))
+    yield server
+    server.close()
+
+
+def run_cli(forks, args, crash_at=None):
+    """`python -m bertheads *args` in a child of its own (killed at `crash_at`, a crash point)."""
+    return forks.run(args, env={checkpoint_env(): crash_at} if crash_at else {}, unset=(checkpoint_env(),))
 
 
 def checkpoint_env():
@@ -70,27 +75,27 @@ def same_weights(a, b):
 
 
 @pytest.fixture(scope="module")
-def whole_run(tiny_bert, data):
+def whole_run(tiny_bert, data, forks):
     out = data / "whole"
-    proc = run_cli(argv(tiny_bert, data, out))
+    proc = run_cli(forks, argv(tiny_bert, data, out))
     assert proc.returncode == 0, proc.stderr
     return out
 
 
 @pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
-def test_kill_at_a_random_step_then_resume_equals_the_uninterrupted_run(tiny_bert, data, whole_run):
-    step = random.randrange(1, STEPS)
+def test_kill_at_a_random_step_then_resume_equals_the_uninterrupted_run(tiny_bert, data, whole_run, forks):
+    step = int(os.environ.get("RESUME_KILL_STEP", 0)) or random.randrange(1, STEPS)  # (a step to reproduce one)
     out = data / f"killed-{step}"
-    killed = run_cli(argv(tiny_bert, data, out), crash_at=f"train:step:{step}")
+    killed = run_cli(forks, argv(tiny_bert, data, out), crash_at=f"train:step:{step}")
     assert killed.returncode == -signal.SIGKILL, f"step {step}: {killed.stderr}"
     if step > 6:  # the first epoch's model was saved: a kill during training leaves it loadable
         assert bertheads.load(out).predict(["a great movie"])[0]["label"] in (0, 1)
-    if step >= 3:
+    if step > 3:  # (killed at step 3 before its checkpoint is written)
         assert checkpoint.exists(out)
-        resumed = run_cli(argv(tiny_bert, data, out, "--resume"))
+        resumed = run_cli(forks, argv(tiny_bert, data, out, "--resume"))
     else:  # killed before the first checkpoint: nothing to resume, a fresh start is refused without --overwrite
         assert not checkpoint.exists(out)
-        resumed = run_cli(argv(tiny_bert, data, out, "--overwrite"))
+        resumed = run_cli(forks, argv(tiny_bert, data, out, "--overwrite"))
     assert resumed.returncode == 0, f"step {step}: {resumed.stderr}"
     same_weights(whole_run, out)
     whole, again = train_losses(whole_run), train_losses(out)
@@ -100,9 +105,9 @@ def test_kill_at_a_random_step_then_resume_equals_the_uninterrupted_run(tiny_ber
 
 
 @pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
-def test_resume_refusals_leave_out_untouched(tiny_bert, data, capsys):
+def test_resume_refusals_leave_out_untouched(tiny_bert, data, capsys, forks):
     out = data / "refusals"
-    killed = run_cli(argv(tiny_bert, data, out), crash_at="train:step:4")
+    killed = run_cli(forks, argv(tiny_bert, data, out), crash_at="train:step:4")
     assert killed.returncode == -signal.SIGKILL
 
     def snapshot():
@@ -147,13 +152,11 @@ bundle.save(model, sys.argv[2], {"dev": {"new": True}})
                                        ("exchange", "model:swapped"), ("rename", "model:set-aside"),
                                        ("rename", "model:swapped")])
 @pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
-def test_kill_at_each_point_of_a_save_leaves_a_loadable_model(whole_run, tmp_path, how, point):
+def test_kill_at_each_point_of_a_save_leaves_a_loadable_model(whole_run, tmp_path, how, point, forks):
     out = tmp_path / "model"
     bundle.save(bundle.load(whole_run), out, {"dev": {"new": False}})
     (out / "log.jsonl").write_text("{}\n")
-    env = {**os.environ, "PYTHONPATH": SRC, checkpoint_env(): point}
-    proc = subprocess.run([sys.executable, "-c", SAVE_SCRIPT, str(whole_run), str(out), how], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = forks.run_script(SAVE_SCRIPT, [whole_run, out, how], env={checkpoint_env(): point})
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     if how == "exchange":  # at every moment OUT is a whole model, the old one or the new one
         model = bertheads.load(out)
@@ -168,32 +171,32 @@ def test_kill_at_each_point_of_a_save_leaves_a_loadable_model(whole_run, tmp_pat
 
 
 @pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
-def test_kill_while_a_checkpoint_is_written_keeps_one_to_resume(tiny_bert, data, whole_run):
+def test_kill_while_a_checkpoint_is_written_keeps_one_to_resume(tiny_bert, data, whole_run, forks):
     out = data / "ckpt-kill"
-    killed = run_cli(argv(tiny_bert, data, out), crash_at="checkpoint:synced:2")  # writing the second checkpoint
+    killed = run_cli(forks, argv(tiny_bert, data, out), crash_at="checkpoint:synced:2")  # writing the second checkpoint
     assert killed.returncode == -signal.SIGKILL
     state = json.loads((out / "checkpoint" / "state.json").read_text())
     assert state["progress"]["step"] == 3  # the first one is whole
-    resumed = run_cli(argv(tiny_bert, data, out, "--resume"))
+    resumed = run_cli(forks, argv(tiny_bert, data, out, "--resume"))
     assert resumed.returncode == 0, resumed.stderr
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # the half-written one is gone
     same_weights(whole_run, out)
 
 
 @pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
-def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tiny_bert, data):
+def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tiny_bert, data, forks):
     out = data / "interrupted"
     args = argv(tiny_bert, data, out)
     args[args.index("--epochs") + 1] = "50"
-    env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "bertheads", *args], env=env, stderr=subprocess.PIPE, text=True)
+    pid = forks.start(args, unset=(checkpoint_env(),))
     log = out / "log.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and not (log.is_file() and len(log.read_text().splitlines()) >= 2):
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 130, err
+    os.kill(pid, signal.SIGINT)
+    done = forks.finish()
+    err = done.stderr
+    assert done.returncode == 130, err
     assert "--resume" in err and "checkpoint saved" in err
     state = json.loads((out / "checkpoint" / "state.json").read_text())
     assert state["progress"]["step"] == train_losses(out)[-1]["step"]
