@@ -77,6 +77,65 @@ def test_python_errors_name_the_keyword(classifier, tiny_bert, tmp_path, capsys)
     assert code == 2 and "name one with --label-column" in capsys.readouterr().err
 
 
+
+def test_settings_errors_name_the_keyword_from_python_and_the_flag_from_the_cli(classifier, tmp_path, capsys):
+    from bertheads.serve.settings import ServeSettings
+    from bertheads.training import tune
+
+    data = str(classifier.directory.parent / "train.tsv")
+    space = tmp_path / "space.yaml"
+    space.write_text("lr: {low: 1.0e-5, high: 1.0e-4, log: true}\n")
+    with pytest.raises(UserError, match=r"^max_queue=: expected a positive integer, got 0$"):
+        ServeSettings(max_queue=0).check()
+    with pytest.raises(UserError, match=r"^host='0\.0\.0\.0' is not a loopback address: give token= .* or "
+                                        r"insecure=True to serve without one$"):
+        ServeSettings().check("0.0.0.0")
+    with pytest.raises(UserError, match=r"^tune needs dev=: trials are compared on it$"):
+        tune.tune("classify", data, "", tmp_path / "t")
+    with pytest.raises(UserError, match=r"space\.yaml: a space with ranges needs trials= \(a grid"):
+        tune.tune("classify", data, data, tmp_path / "t", search=tune.TuneSettings(space=str(space)))
+    with pytest.raises(UserError, match=r"^precision='int8' needs runtime='onnx' or openvino"):
+        bertheads.load(classifier.directory, runtime="torch", precision="int8")
+    # the same mistakes on the command line name the flags
+    capsys.readouterr()
+    for args, said in [(["serve", str(classifier.directory), "--host", "0.0.0.0"],
+                        "--host 0.0.0.0 is not a loopback address: give --token (or set BERTHEADS_TOKEN) so that "
+                        "clients must authenticate, or --insecure to serve without one"),
+                       (["tune", "classify", "--train", data, "--dev", data, "--out", str(tmp_path / "t"),
+                         "--space", str(space)], "a space with ranges needs --trials (a grid"),
+                       (["predict", str(classifier.directory), "--runtime", "torch", "--precision", "int8"],
+                        "--precision int8 needs --runtime onnx or openvino")]:
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, err
+
+
+def test_no_library_message_names_a_flag_literally():
+    """Every error, warning and log line outside the command line's own modules names a setting
+    through `said`, so Python callers read `name=` and the command line `--name`. Text in
+    backticks is a command to run (`bertheads export DIR --to onnx`), said as such."""
+    import ast
+
+    src = Path(bertheads.__file__).parent
+    flag = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
+    commands = ("export --to onnx",)  # require()'s name for the export command itself
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        if path.relative_to(src).parts[0] == "cli":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+            if name not in ("UserError", "NoEvidence", "require", "warn", "say", "warning", "info", "debug", "write"):
+                continue
+            text = "".join(n.value for a in node.args for n in ast.walk(a)
+                           if isinstance(n, ast.Constant) and isinstance(n.value, str))
+            for command in commands:
+                text = text.replace(command, "")
+            found += [f"{path.relative_to(src)}:{node.lineno}: {m}" for m in flag.findall(re.sub(r"`[^`]*`", "", text))]
+    assert not found, found
+
 # -- small frictions ----------------------------------------------------------------------
 def test_a_table_without_header_says_add_a_header_row_or_no_header(tiny_bert, tmp_path, capsys):
     (tmp_path / "t.tsv").write_text(sentiment_tsv(header=False))
