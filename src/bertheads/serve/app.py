@@ -263,7 +263,8 @@ def add_info_routes(app: FastAPI, heads: list[dict], settings: ServeSettings, ba
 
 def add_docs_routes(app: FastAPI) -> None:
     """`/docs` (Swagger UI) and `/redoc` (ReDoc) from their files shipped with the package,
-    gzip-compressed (`serve/static/`), never a CDN: they work offline."""
+    gzip-compressed (`serve/static/`), never a CDN: they work offline. Swagger UI's validator
+    badge (an image from validator.swagger.io for a schema not on localhost) is turned off."""
 
     @app.get(STATIC + "/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:
@@ -277,7 +278,8 @@ def add_docs_routes(app: FastAPI) -> None:
     async def swagger() -> HTMLResponse:
         return get_swagger_ui_html(openapi_url=app.openapi_url, title="bertheads: API",
                                    swagger_js_url=f"{STATIC}/swagger-ui-bundle.js",
-                                   swagger_css_url=f"{STATIC}/swagger-ui.css", swagger_favicon_url="data:,")
+                                   swagger_css_url=f"{STATIC}/swagger-ui.css", swagger_favicon_url="data:,",
+                                   swagger_ui_parameters={"validatorUrl": None})
 
     @app.get("/redoc", include_in_schema=False)
     async def redoc() -> HTMLResponse:
