@@ -247,6 +247,57 @@ def test_a_saved_and_logged_model_loads_with_mlflow_pyfunc(classifier, tmp_path,
         assert labels == [p["label"] for p in expected]
 
 
+
+def test_mlflow_scoring_server_serves_a_model_on_loopback(classifier, monkeypatch):
+    """What `mlflow models serve -m DIR --env-manager local` runs (uvicorn on
+    `mlflow.pyfunc.scoring_server.app`: `init(load_model_with_mlflow_config(DIR))`), started
+    here in the test's process on 127.0.0.1 (the command itself takes about 15 s to start on two
+    cores: two fresh Pythons importing torch). `params` reach the model: its MLmodel declares them."""
+    pytest.importorskip("mlflow")
+    import socket
+    import threading
+    import time
+    import urllib.error
+    import urllib.request
+
+    import uvicorn
+    from mlflow.pyfunc import scoring_server
+
+    monkeypatch.setenv("_MLFLOW_IS_IN_SERVING_ENVIRONMENT", "")  # init sets it; put back afterwards
+    app = scoring_server.init(scoring_server.load_model_with_mlflow_config(str(classifier.directory)))
+    texts = ["a wonderful film", "a dull film"]
+    expected = classifier.predict(texts)
+
+    def post(url: str, body: dict) -> tuple[int, dict]:
+        request = urllib.request.Request(url + "/invocations", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started and thread.is_alive():
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}"
+        assert urllib.request.urlopen(url + "/ping", timeout=10).status == 200
+        for body in ({"inputs": texts}, {"dataframe_split": {"columns": ["text"], "data": [[t] for t in texts]}},
+                     {"inputs": texts, "params": {"head": "classify", "calibrate": True}}):
+            status, answer = post(url, body)
+            assert status == 200 and answer["predictions"] == expected, (body, answer)
+        status, answer = post(url, {"inputs": texts, "params": {"head": "nope"}})
+        assert status == 400 and "no head named 'nope'" in json.dumps(answer), answer  # (its stack_trace)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
 # -- progress from Python -----------------------------------------------------------------
 SCRIPT = """
 import json, sys

@@ -99,7 +99,7 @@ def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: 
             (tmp / CONFIG).write_text(config_text(manifest["settings"], manifest.get("made_with")))
         if metrics is not None:
             (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        (tmp / MLMODEL).write_text(mlmodel_text())
+        (tmp / MLMODEL).write_text(mlmodel_text(model.tasks))
         card.write_card(tmp, lambda: card.build_card(model, manifest, metrics, out.name,
                                                      card.saved_usage(out.name, model.tasks)), out)
     return out
