@@ -5,8 +5,10 @@ and `export -q`."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -312,6 +314,26 @@ metrics = model.evaluate(sys.argv[1])
 print(json.dumps({"steps": steps, "evaluations": evaluations, "mode": metrics.get("mode")}))
 """
 
+
+
+class Terminal(io.StringIO):
+    """stderr as a terminal shows it: tqdm draws its bars here."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_evaluate_shows_a_bar_of_lines_and_one_of_each_chunk(classifier, tmp_path, monkeypatch):
+    from bertheads.inference.stream import StreamSettings
+
+    (tmp_path / "dev.tsv").write_text(sentiment_tsv(20))
+    screen = Terminal()
+    monkeypatch.setattr(sys, "stderr", screen)
+    metrics = classifier.evaluate(str(tmp_path / "dev.tsv"), settings=StreamSettings(chunk_size=12))
+    shown = screen.getvalue()
+    assert 0.0 <= metrics["accuracy"] <= 1.0
+    assert re.search(r"evaluate: +0%.*0/21 ", shown), shown  # the file's lines, its header included
+    assert re.search(r"chunk 1: +0%.*0/12 ", shown) and re.search(r"chunk 2: +0%.*0/8 ", shown), shown
 
 @pytest.mark.slow  # a Python process of its own each (as a script user runs it)
 @pytest.mark.parametrize("loudness", ["loud", "quiet"])

@@ -396,7 +396,8 @@ def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | 
     for chunk in read_chunks(task, path, settings, report, True, None, desc="evaluate"):
         features, owner = task.encode_for_inference(chunk, net.encoder.tokenizer, with_labels=True)
         losses: dict[str, list[float]] = {}
-        outputs = run_heads(net, features, [name], settings.batch_size, losses=losses)[name]
+        outputs = run_heads(net, features, [name], settings.batch_size, losses=losses,  # the chunk's own bar
+                            progress=f"chunk {report.chunks}" if settings.progress else None)[name]
         collected = task.collect(outputs, owner, chunk, features)
         parts.append(task.metric_part(collected, chunk, path, **options))
         scores.append(task.confidence_part(collected, chunk, path))
