@@ -176,7 +176,7 @@ def providers(device: str) -> list[str]:
     import onnxruntime
 
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
-        raise UserError(f"{said('runtime', 'onnx')} {said('device', device)}: this onnxruntime has no CUDA provider; "
+        raise UserError(f"{said('runtime', 'onnx')} {said('device', str(device))}: this onnxruntime has no CUDA provider; "
                         f"install onnxruntime-gpu, or use {said('runtime', 'torch')}")
     index = device.partition(":")[2] or "0"
     return [("CUDAExecutionProvider", {"device_id": int(index)}), "CPUExecutionProvider"]  # type: ignore[list-item]
