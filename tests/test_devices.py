@@ -97,7 +97,7 @@ def test_inference_auto_order_per_machine():
 
 
 @pytest.mark.parametrize("runtime, precision, fake, message", [
-    ("torch", "int8", AVX2, "needs --runtime onnx or openvino"),
+    ("torch", "int8", AVX2, "needs runtime='onnx' or openvino"),
     ("openvino", "bf16", AVX2, "neither AMX nor AVX512_BF16"),
     ("torch", "bf16", AVX2, "neither AMX nor AVX512_BF16"),
     ("torch", "fp16", AMX, "only on a CUDA device"),
