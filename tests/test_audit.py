@@ -94,7 +94,7 @@ def test_a_dataframe_is_audited_with_its_ids(tiny_bert, tmp_path):
 
 def test_audit_refusals_are_one_line(tiny_bert, write, tmp_path):
     train = write("t.tsv", "sentence\tlabel\nfine\t1\nbad\t0\nok\t1\n")
-    with pytest.raises(UserError, match="--folds 5: only 3 training examples"):
+    with pytest.raises(UserError, match="^folds=5: only 3 training examples"):
         bertheads.audit("classify", train, model=tiny_bert)
     with pytest.raises(UserError, match="unknown setting 'fold'"):
         bertheads.audit("classify", train, model=tiny_bert, fold=2)

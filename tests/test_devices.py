@@ -97,7 +97,7 @@ def test_inference_auto_order_per_machine():
 
 
 @pytest.mark.parametrize("runtime, precision, fake, message", [
-    ("torch", "int8", AVX2, "needs --runtime onnx or openvino"),
+    ("torch", "int8", AVX2, "needs runtime='onnx' or openvino"),
     ("openvino", "bf16", AVX2, "neither AMX nor AVX512_BF16"),
     ("torch", "bf16", AVX2, "neither AMX nor AVX512_BF16"),
     ("torch", "fp16", AMX, "only on a CUDA device"),
@@ -278,6 +278,14 @@ def test_the_gate_refuses_a_broken_mode(trained_dir, tmp_path, monkeypatch, caps
     assert any(r.levelno == logging.WARNING and "force=True: running torch bf16, which the gate refused"
                in r.getMessage() for r in caplog.records)
     assert forced.evaluate(str(trained_dir.parent / "train.tsv"))["mode"] == "torch bf16 on cpu"  # says in what
+    (tmp_path / "in.txt").write_text("a great film\n")
+    asked = ["predict", str(target), "--input", str(tmp_path / "in.txt"), "--runtime", "torch", "--precision", "bf16"]
+    capsys.readouterr()
+    with pretend(AMX):  # the same from the command line, in its words
+        assert main(asked) == 2 and "; --force runs it anyway" in capsys.readouterr().err
+        assert main([*asked, "--force"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["label"] is not None and "--force: running torch bf16, which the gate refused" in err
     with pretend(AMX):  # a verdict belongs to the machine that made it
         assert gate.read_records(target)["torch/bf16"]["passed"] is False
     assert "torch/bf16" not in gate.read_records(target)

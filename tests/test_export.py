@@ -238,7 +238,7 @@ def test_missing_export_and_torch_int8(model_dir, tmp_path, capsys):
     code, err = run_cli(capsys, "predict", target, "--head", "qa", "--question", "q", "--context", "c",
                         "--runtime", "onnx")
     assert code == 2 and "run `bertheads export" in err and len(err.splitlines()) == 1
-    with pytest.raises(UserError, match="needs --runtime onnx"):
+    with pytest.raises(UserError, match="^precision='int8' needs runtime='onnx'"):
         bertheads.load(model_dir, runtime="torch", precision="int8")
     # the runtime left to auto: int8 is the ONNX Runtime graph
     assert bertheads.load(model_dir, precision="int8").mode.key == "onnx/int8"

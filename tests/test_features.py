@@ -212,7 +212,7 @@ def test_every_part_of_the_key_counts(tiny_bert):
 def test_cache_cap_and_a_failed_build_leave_nothing_behind(tiny_bert, write, tmp_path, monkeypatch):
     train = sentiment(write)
     cache = tmp_path / "cache"
-    with pytest.raises(UserError, match="--cache-max-gb"):
+    with pytest.raises(UserError, match="^cache_max_gb="):
         bertheads.train("classify", train, None, None, model=tiny_bert, settings=QUICK, mode="features",
                         cache_dir=str(cache), cache_max_gb=1e-7)
 

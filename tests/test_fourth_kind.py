@@ -256,7 +256,7 @@ def test_unknown_options_are_one_line_user_errors(longest_model):
     model = longest_model[0]
     with pytest.raises(UserError, match=r"^unknown option 'min_wrds' \(did you mean 'min_words'\?\)$"):
         model.predict(INPUTS[:1], min_wrds=3)
-    with pytest.raises(UserError, match=r"^--threshold is for classify heads, not longest$"):
+    with pytest.raises(UserError, match=r"^threshold= is for classify heads, not longest$"):
         model.predict(INPUTS[:1], threshold=0.5)
     with pytest.raises(UserError, match=r"^min_words=-1: "):
         model.predict(INPUTS[:1], min_words=-1)
@@ -349,7 +349,7 @@ def test_serve_options_are_fixed_per_head(longest_model):
     try:
         assert model.predict(INPUTS[:1]) == [{"longest": None, "sentence": None}]
         assert model.predict(INPUTS[:1], min_words=0)[0]["longest"] is not None  # a call's own option wins
-        with pytest.raises(UserError, match="--null-threshold is for qa heads"):
+        with pytest.raises(UserError, match="^null_threshold= is for qa heads"):
             model.set_options(null_threshold=1.0)
     finally:
         model.task().fixed_options.clear()

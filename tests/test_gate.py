@@ -105,7 +105,7 @@ def test_too_few_inputs_keep_fp32_and_say_how_to_give_more(trained, tmp_path, mo
         out, err = capsys.readouterr()
         assert code == 0 and json.loads(out)["label"] == 1
         assert "torch bf16 not used" in err and "3 labelled inputs" not in err and "6 labelled inputs" in err
-        assert "at least 200" in err and "--gate-data FILE" in err
+        assert "at least 200" in err and "--gate-data gives more" in err
         assert gate.read_records(target) == {}  # nothing judged on six inputs
         code = main(["predict", str(target), "--input", str(inputs), "--gate-data", str(trained / "dev.tsv")])
         assert code == 0 and "checking torch bf16 against fp32" in capsys.readouterr().err

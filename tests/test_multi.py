@@ -146,7 +146,7 @@ def test_train_multi_features_mode_keeps_the_encoder(tiny_bert, tmp_path):
 
 def test_mixed_modes_refused(tmp_path, tiny_bert):
     text = GOOD.replace("    limit: 12\n", "    limit: 12\n    mode: features\n")
-    with pytest.raises(UserError, match="mix --mode finetune and features"):
+    with pytest.raises(UserError, match="mix mode='finetune' and features"):
         bertheads.train_multi(write_config(tmp_path, text), tmp_path / "m", model=tiny_bert)
 
 
@@ -281,7 +281,7 @@ def test_combine_refuses_different_encoders(tiny_bert, tmp_path, write):
     assert bundle.read_manifest(a)["encoder_hash"] != bundle.read_manifest(tuned)["encoder_hash"]
     with pytest.raises(UserError, match="encoder differs") as info:
         combine([a, tuned], tmp_path / "ab", ["x", "y"])
-    assert "--mode features" in str(info.value)
+    assert "mode='features'" in str(info.value)
     assert not (tmp_path / "ab").exists()
 
 

@@ -5,8 +5,10 @@ and `export -q`."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,6 +78,65 @@ def test_python_errors_name_the_keyword(classifier, tiny_bert, tmp_path, capsys)
                  "--model", tiny_bert, "--epochs", "1"])
     assert code == 2 and "name one with --label-column" in capsys.readouterr().err
 
+
+
+def test_settings_errors_name_the_keyword_from_python_and_the_flag_from_the_cli(classifier, tmp_path, capsys):
+    from bertheads.serve.settings import ServeSettings
+    from bertheads.training import tune
+
+    data = str(classifier.directory.parent / "train.tsv")
+    space = tmp_path / "space.yaml"
+    space.write_text("lr: {low: 1.0e-5, high: 1.0e-4, log: true}\n")
+    with pytest.raises(UserError, match=r"^max_queue=: expected a positive integer, got 0$"):
+        ServeSettings(max_queue=0).check()
+    with pytest.raises(UserError, match=r"^host='0\.0\.0\.0' is not a loopback address: give token= .* or "
+                                        r"insecure=True to serve without one$"):
+        ServeSettings().check("0.0.0.0")
+    with pytest.raises(UserError, match=r"^tune needs dev=: trials are compared on it$"):
+        tune.tune("classify", data, "", tmp_path / "t")
+    with pytest.raises(UserError, match=r"space\.yaml: a space with ranges needs trials= \(a grid"):
+        tune.tune("classify", data, data, tmp_path / "t", search=tune.TuneSettings(space=str(space)))
+    with pytest.raises(UserError, match=r"^precision='int8' needs runtime='onnx' or openvino"):
+        bertheads.load(classifier.directory, runtime="torch", precision="int8")
+    # the same mistakes on the command line name the flags
+    capsys.readouterr()
+    for args, said in [(["serve", str(classifier.directory), "--host", "0.0.0.0"],
+                        "--host 0.0.0.0 is not a loopback address: give --token (or set BERTHEADS_TOKEN) so that "
+                        "clients must authenticate, or --insecure to serve without one"),
+                       (["tune", "classify", "--train", data, "--dev", data, "--out", str(tmp_path / "t"),
+                         "--space", str(space)], "a space with ranges needs --trials (a grid"),
+                       (["predict", str(classifier.directory), "--runtime", "torch", "--precision", "int8"],
+                        "--precision int8 needs --runtime onnx or openvino")]:
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, err
+
+
+def test_no_library_message_names_a_flag_literally():
+    """Every error, warning and log line outside the command line's own modules names a setting
+    through `said`, so Python callers read `name=` and the command line `--name`. Text in
+    backticks is a command to run (`bertheads export DIR --to onnx`), said as such."""
+    import ast
+
+    src = Path(bertheads.__file__).parent
+    flag = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
+    commands = ("export --to onnx",)  # require()'s name for the export command itself
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        if path.relative_to(src).parts[0] == "cli":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+            if name not in ("UserError", "NoEvidence", "require", "warn", "say", "warning", "info", "debug", "write"):
+                continue
+            text = "".join(n.value for a in node.args for n in ast.walk(a)
+                           if isinstance(n, ast.Constant) and isinstance(n.value, str))
+            for command in commands:
+                text = text.replace(command, "")
+            found += [f"{path.relative_to(src)}:{node.lineno}: {m}" for m in flag.findall(re.sub(r"`[^`]*`", "", text))]
+    assert not found, found
 
 # -- small frictions ----------------------------------------------------------------------
 def test_a_table_without_header_says_add_a_header_row_or_no_header(tiny_bert, tmp_path, capsys):
@@ -188,6 +249,57 @@ def test_a_saved_and_logged_model_loads_with_mlflow_pyfunc(classifier, tmp_path,
         assert labels == [p["label"] for p in expected]
 
 
+
+def test_mlflow_scoring_server_serves_a_model_on_loopback(classifier, monkeypatch):
+    """What `mlflow models serve -m DIR --env-manager local` runs (uvicorn on
+    `mlflow.pyfunc.scoring_server.app`: `init(load_model_with_mlflow_config(DIR))`), started
+    here in the test's process on 127.0.0.1 (the command itself takes about 15 s to start on two
+    cores: two fresh Pythons importing torch). `params` reach the model: its MLmodel declares them."""
+    pytest.importorskip("mlflow")
+    import socket
+    import threading
+    import time
+    import urllib.error
+    import urllib.request
+
+    import uvicorn
+    from mlflow.pyfunc import scoring_server
+
+    monkeypatch.setenv("_MLFLOW_IS_IN_SERVING_ENVIRONMENT", "")  # init sets it; put back afterwards
+    app = scoring_server.init(scoring_server.load_model_with_mlflow_config(str(classifier.directory)))
+    texts = ["a wonderful film", "a dull film"]
+    expected = classifier.predict(texts)
+
+    def post(url: str, body: dict) -> tuple[int, dict]:
+        request = urllib.request.Request(url + "/invocations", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started and thread.is_alive():
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}"
+        assert urllib.request.urlopen(url + "/ping", timeout=10).status == 200
+        for body in ({"inputs": texts}, {"dataframe_split": {"columns": ["text"], "data": [[t] for t in texts]}},
+                     {"inputs": texts, "params": {"head": "classify", "calibrate": True}}):
+            status, answer = post(url, body)
+            assert status == 200 and answer["predictions"] == expected, (body, answer)
+        status, answer = post(url, {"inputs": texts, "params": {"head": "nope"}})
+        assert status == 400 and "no head named 'nope'" in json.dumps(answer), answer  # (its stack_trace)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
 # -- progress from Python -----------------------------------------------------------------
 SCRIPT = """
 import json, sys
@@ -202,6 +314,26 @@ metrics = model.evaluate(sys.argv[1])
 print(json.dumps({"steps": steps, "evaluations": evaluations, "mode": metrics.get("mode")}))
 """
 
+
+
+class Terminal(io.StringIO):
+    """stderr as a terminal shows it: tqdm draws its bars here."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_evaluate_shows_a_bar_of_lines_and_one_of_each_chunk(classifier, tmp_path, monkeypatch):
+    from bertheads.inference.stream import StreamSettings
+
+    (tmp_path / "dev.tsv").write_text(sentiment_tsv(20))
+    screen = Terminal()
+    monkeypatch.setattr(sys, "stderr", screen)
+    metrics = classifier.evaluate(str(tmp_path / "dev.tsv"), settings=StreamSettings(chunk_size=12))
+    shown = screen.getvalue()
+    assert 0.0 <= metrics["accuracy"] <= 1.0
+    assert re.search(r"evaluate: +0%.*0/21 ", shown), shown  # the file's lines, its header included
+    assert re.search(r"chunk 1: +0%.*0/12 ", shown) and re.search(r"chunk 2: +0%.*0/8 ", shown), shown
 
 @pytest.mark.slow  # a Python process of its own each (as a script user runs it)
 @pytest.mark.parametrize("loudness", ["loud", "quiet"])

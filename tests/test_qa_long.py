@@ -277,7 +277,7 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     assert main(["evaluate", str(out), "--data", str(train), "--window-choice", "context",
                  "--no-paragraph-windows", "--paragraph-match", "0"]) == 0
     assert used == [("relative", True, 2.5), ("context", False, 0.0)]
-    with pytest.raises(UserError, match="--paragraph-match is for qa heads"):
+    with pytest.raises(UserError, match="^paragraph_match= is for qa heads"):
         classify = bertheads.load(out)
         classify.task().kind = "classify"
         classify.set_options(paragraph_match=1.0)

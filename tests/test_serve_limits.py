@@ -250,7 +250,7 @@ def test_non_loopback_address_needs_a_token(model_dir, capsys):
     ServeSettings(token="t").check("0.0.0.0")
     ServeSettings(insecure=True).check("0.0.0.0")
     ServeSettings().check("::1")
-    with pytest.raises(UserError, match="--timeout"):
+    with pytest.raises(UserError, match="^timeout=: expected a positive number"):
         ServeSettings(timeout=0).check()
 
 

@@ -80,7 +80,7 @@ def test_resume_continues_an_interrupted_search(tiny_bert, data, tmp_path, scrip
     with pytest.raises(KeyboardInterrupt):
         run(tiny_bert, data, out, search=tune.TuneSettings(pruning=False))
     assert (out / "bertheads.json").is_file()  # the best so far is a whole model already
-    with pytest.raises(UserError, match="--resume"):
+    with pytest.raises(UserError, match="resume=True"):
         run(tiny_bert, data, out, search=tune.TuneSettings(pruning=False))
     scripted["stop_at"] = None
     before = scripted["trials"]

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
 FLAGS_VARIABLE = "BERTHEADS_CPU_FLAGS"
@@ -163,19 +164,19 @@ def resolve_device(name: str | torch.device | None, fake: Machine | None = None)
         return torch.device("cpu")
     if text == "mps":
         if not m.mps:
-            raise UserError("--device mps: this machine has no MPS device (Apple GPU)")
+            raise UserError(f"{said('device', 'mps')}: this machine has no MPS device (Apple GPU)")
         return torch.device("mps")
     kind, _, index = text.partition(":")
     if kind == "cuda" and (not index or index.isdigit()):
         number = int(index or 0)
         if not m.cuda:
-            raise UserError(f"--device {text}: this machine has no CUDA device (torch {torch.__version__}"
+            raise UserError(f"{said('device', text)}: this machine has no CUDA device (torch {torch.__version__}"
                             f"{'' if torch.version.cuda else ', a CPU-only build'})")
         if number >= len(m.cuda):
-            raise UserError(f"--device {text}: this machine has {len(m.cuda)} CUDA device(s) (cuda:0 to "
+            raise UserError(f"{said('device', text)}: this machine has {len(m.cuda)} CUDA device(s) (cuda:0 to "
                             f"cuda:{len(m.cuda) - 1})")
         return torch.device("cuda", number)
-    raise UserError(f"--device: expected one of {', '.join(DEVICES)}, got {name!r}")
+    raise UserError(f"{said('device')}: expected one of {', '.join(DEVICES)}, got {name!r}")
 
 
 TRAIN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -187,7 +188,7 @@ def training_precision(requested: str, device: torch.device, fake: Machine | Non
     fp32 elsewhere. bf16 asked for on a CPU without them, or fp16 off CUDA, is a UserError."""
     m = fake or machine()
     if requested not in TRAIN_PRECISIONS:
-        raise UserError(f"--precision: expected one of {', '.join(TRAIN_PRECISIONS)}, got {requested!r}")
+        raise UserError(f"{said('precision')}: expected one of {', '.join(TRAIN_PRECISIONS)}, got {requested!r}")
     kind = device.type
     if requested == "auto":
         if kind == "cuda":
@@ -200,14 +201,14 @@ def training_precision(requested: str, device: torch.device, fake: Machine | Non
                         else f"{kind}: fp32")
     if requested == "bf16":
         if kind == "cpu" and not m.cpu_bf16:
-            raise UserError("--precision bf16: this CPU has neither AMX nor AVX512_BF16 (flags: "
+            raise UserError(f"{said('precision', 'bf16')}: this CPU has neither AMX nor AVX512_BF16 (flags: "
                             f"{m.flag_text()}); bf16 would run slower than fp32 here; use fp32 or auto")
         if kind == "cuda" and not m.cuda_bf16:
-            raise UserError("--precision bf16: this GPU has no bf16; use fp16 or auto")
+            raise UserError(f"{said('precision', 'bf16')}: this GPU has no bf16; use fp16 or auto")
         if kind == "mps":
-            raise UserError("--precision bf16: not on mps; use fp32")
+            raise UserError(f"{said('precision', 'bf16')}: not on mps; use fp32")
     if requested == "fp16" and kind != "cuda":
-        raise UserError(f"--precision fp16: only on CUDA (a gradient scaler keeps fp16 gradients from "
+        raise UserError(f"{said('precision', 'fp16')}: only on CUDA (a gradient scaler keeps fp16 gradients from "
                         f"underflowing); this run is on {kind}; use fp32 or auto")
     return requested, "asked for"
 

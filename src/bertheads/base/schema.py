@@ -23,6 +23,7 @@ import argparse
 import contextvars
 import dataclasses
 import difflib
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -118,15 +119,20 @@ FACE: contextvars.ContextVar[str] = contextvars.ContextVar("bertheads_face", def
 a setting as that caller wrote it (`said`)."""
 
 
-def said(name: str, value: Any = MISSING) -> str:
+def said(name: str, value: Any = MISSING, flag: str | None = None) -> str:
     """A setting as the caller names it: `--label-column` (or `--max-length 512`) on the command
     line, `label_column=` (or `max_length=512`) from Python. `name` is the field's name, or a
-    flag (`--label-column`), which is turned into the field's."""
+    flag (`--label-column`), which is turned into the field's; `flag`: the field's own flag
+    where it is not `--name` (a tag head's `head_type` is `--head`)."""
     name = name.lstrip("-").replace("-", "_")
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
     if FACE.get() == "cli":
+        if flag and isinstance(value, bool):
+            return flag
         if isinstance(value, bool):  # a switch: --name, --no-name
             return "--" + ("" if value else "no-") + name.replace("_", "-")
-        flag = "--" + name.replace("_", "-")
+        flag = flag or "--" + name.replace("_", "-")
         return flag if value is MISSING else f"{flag} {value}"
     return f"{name}=" if value is MISSING else f"{name}={value!r}"
 

@@ -52,7 +52,7 @@ class EncoderStates(EncoderInputs):
             if isinstance(states, torch.Tensor):
                 states = [states]
             if self.dtype == torch.float16 and any(s.abs().max() > 65000 for s in states):
-                raise UserError("the encoder's hidden states exceed the float16 range; use --cache-dtype float32")
+                raise UserError(f"the encoder's hidden states exceed the float16 range; use {said('cache_dtype', 'float32')}")
             out = {}
             for position in positions:
                 if position == "tokens":

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 
 COMBINES = ("concat", "sum", "mean", "scalar-mix")
 POOLINGS = ("cls", "mean", "max")  # how a sequence head reads the tokens
@@ -24,10 +25,10 @@ def parse_layers(text: str | None, num_layers: int) -> tuple[int, ...]:
     try:
         layers = tuple(int(p) for p in str(text).split(",") if p.strip())
     except ValueError:
-        raise UserError(f"--layers: expected comma-separated integers or 'all', got {text!r}") from None
+        raise UserError(f"{said('layers')}: expected comma-separated integers or 'all', got {text!r}") from None
     for i in layers:
         if not -(num_layers + 1) <= i <= num_layers:
-            raise UserError(f"--layers: layer {i} does not exist (the encoder has layers 0..{num_layers})")
+            raise UserError(f"{said('layers')}: layer {i} does not exist (the encoder has layers 0..{num_layers})")
     return layers
 
 
@@ -41,7 +42,7 @@ class LayerCombine(nn.Module):
     def __init__(self, num_layers: int, mode: str = "concat") -> None:
         super().__init__()
         if mode not in COMBINES:
-            raise UserError(f"--combine: expected one of {', '.join(COMBINES)}, got {mode!r}")
+            raise UserError(f"{said('layer_combine')}: expected one of {', '.join(COMBINES)}, got {mode!r}")
         self.mode = mode
         self.num_layers = num_layers
         if mode == "scalar-mix":
@@ -86,7 +87,7 @@ def pool_tokens(states: torch.Tensor, mask: torch.Tensor | None, pooling: str) -
         return (states * weights).sum(1) / weights.sum(1).clamp(min=1.0)
     if pooling == "max":
         return states.masked_fill(~keep, torch.finfo(states.dtype).min).max(1).values
-    raise UserError(f"--pooling: expected one of {', '.join(POOLINGS)}, got {pooling!r}")
+    raise UserError(f"{said('pooling')}: expected one of {', '.join(POOLINGS)}, got {pooling!r}")
 
 
 def head_pooling(head: nn.Module) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from bertheads.api import Model, load
 from bertheads.base.errors import UserError
-from bertheads.base.schema import from_mapping, setting
+from bertheads.base.schema import from_mapping, said, setting
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.export.modes import RuntimeSettings
 from bertheads.inference.analyze import analyze
@@ -137,7 +137,7 @@ class BatchPredictor:
                 if errors[i] is None and not (isinstance(v, str) and v.strip()):
                     errors[i] = f"{where(i)}: column {column!r} is {describe_value(v)}, expected a text"
         if any(errors) and not self.settings.skip_bad_rows:
-            raise UserError(next(e for e in errors if e) + " (skip_bad_rows=True / --skip-bad-lines skips it)")
+            raise UserError(next(e for e in errors if e) + f" ({said('skip_bad_rows', True, flag='--skip-bad-lines')} skips it)")
         good = [i for i, e in enumerate(errors) if e is None]
         texts = [values[TEXT][i] for i in good]
         extras = {model.net.tasks[h].form.extra.request: [values[model.net.tasks[h].form.extra.key][i] for i in good]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
-from bertheads.base.schema import setting
+from bertheads.base.schema import said, setting
 from bertheads.base.values import positive_int
 from bertheads.engines.batches import ERROR, FILE, ROW, BatchPredictor
 from bertheads.export.modes import RuntimeSettings
@@ -57,7 +57,7 @@ def read_groups(batch):
 def start_ray(settings: EngineSettings):
     """The Ray this job runs on: one already started in this process, `--address`/`$RAY_ADDRESS`,
     else a local one with a CPU per worker."""
-    require("ray", "--engine ray")
+    require("ray", said("engine", "ray"))
     import ray
 
     if not ray.is_initialized():
@@ -70,10 +70,10 @@ def start_ray(settings: EngineSettings):
 def ray_predict(model_dir: str, source: str, output: str, heads: list[str] | None, runtime: RuntimeSettings,
                 settings: EngineSettings, skip_bad_lines: bool = False, batch_size: int | None = None) -> dict:
     """Predict Parquet input on Ray Data into the folder `output`; the job's summary."""
-    require("ray", "--engine ray")
+    require("ray", said("engine", "ray"))
     out = Path(output)
     if out.exists():
-        raise UserError(f"--output {output}: exists; --engine ray writes a new folder")
+        raise UserError(f"{said('output', output)}: exists; {said('engine', 'ray')} writes a new folder")
     groups = row_groups(source)
     ray = start_ray(settings)
     predictor_args = {"model": str(Path(model_dir).absolute()), "heads": heads, "skip_bad_rows": skip_bad_lines,
@@ -139,7 +139,7 @@ def job_summary(folder: Path, groups: list, seconds: float, settings: EngineSett
                 log.warning(f"skipped: {e}")
     expected = sum(g[3] for g in groups)
     if rows != expected:
-        raise UserError(f"--engine ray: wrote {rows} rows of {expected} in {source}; the output is not kept")
+        raise UserError(f"{said('engine', 'ray')}: wrote {rows} rows of {expected} in {source}; the output is not kept")
     return {"input": str(source), "rows": rows, "failures": failures, "failed_rows": named,
             "seconds": round(seconds, 3), "rows_per_second": round(rows / seconds, 1) if seconds else None,
             "workers": settings.workers, "parts": len(parts)}

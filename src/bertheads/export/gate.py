@@ -34,6 +34,7 @@ import torch
 from bertheads.base.errors import SystemFault, UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine, resolve_device
+from bertheads.base.schema import said
 from bertheads.export.modes import AGREEMENT, GRAPH_OF, MIN_INPUTS, TOLERANCE, Mode, check_mode
 from bertheads.export.onnx import META, ONNX_DIR, export_onnx, manifest_digest
 from bertheads.export.runtimes import has_graph, open_runner
@@ -154,7 +155,7 @@ def labelled(task, name: str, path: str, limit: int = GATE_EXAMPLES) -> list:
     examples = task.read(path, need_labels=True)[:limit]
     if len(examples) < MIN_INPUTS:
         raise NoEvidence(f"{path}: {len(examples)} labelled input{'s' * (len(examples) != 1)} for head {name}; the "
-                         f"gate needs at least {MIN_INPUTS} to judge a lower precision (--gate-data FILE gives more)")
+                         f"gate needs at least {MIN_INPUTS} to judge a lower precision ({said('gate_data')} gives more)")
     return examples
 
 
@@ -250,7 +251,7 @@ class Gate:
             heads = bundle.read_manifest(self.directory)["heads"]
             found = gate_data(self.directory, heads, self.given)
             if found is None:
-                raise NoEvidence("no dev data recorded with the model (--gate-data FILE gives some)")
+                raise NoEvidence(f"no dev data recorded with the model ({said('gate_data')} gives some)")
             self._data = found
         return self._data
 

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.model import pick_head
 from bertheads.saved import bundle, card
 from bertheads.store.atomic import atomic_directory, check_replaceable
@@ -95,7 +96,7 @@ def export_hf(directory: str | Path, out: str | Path, head: str | None = None) -
     out = Path(out)
     check_replaceable(out, MARKER, "a bertheads export")
     if out.resolve() == directory.resolve() or directory.resolve() in out.resolve().parents:
-        raise UserError(f"--out {out}: choose a directory outside the model")
+        raise UserError(f"{said('out', out)}: choose a directory outside the model")
     net = bundle.load(directory)
     name = pick_head(net, head)
     task = net.tasks[name]

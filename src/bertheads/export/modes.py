@@ -14,7 +14,7 @@ import torch
 
 from bertheads.base.errors import UserError
 from bertheads.base.machine import Machine, machine
-from bertheads.base.schema import setting
+from bertheads.base.schema import said, setting
 
 RUNTIMES = ("auto", "torch", "onnx", "openvino")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
@@ -71,7 +71,7 @@ class Mode:
         return f"{self.runtime}/{self.precision}"
 
     def text(self) -> str:
-        return f"--runtime {self.runtime} --precision {self.precision} on {self.device}"
+        return f"{said('runtime', self.runtime)} {said('precision', self.precision)} on {self.device}"
 
 
 def fastest_first(device: torch.device, fake: Machine | None = None) -> list[tuple[str, str, str]]:
@@ -116,32 +116,32 @@ def check_mode(runtime: str, precision: str, device: torch.device, fake: Machine
     """Refuse, with one line, a mode this machine (or the runtime) cannot run."""
     m = fake or machine()
     if runtime not in RUNTIMES:
-        raise UserError(f"--runtime: expected one of {', '.join(RUNTIMES)}, got {runtime!r}")
+        raise UserError(f"{said('runtime')}: expected one of {', '.join(RUNTIMES)}, got {runtime!r}")
     if precision not in PRECISIONS:
-        raise UserError(f"--precision: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
+        raise UserError(f"{said('precision')}: expected one of {', '.join(PRECISIONS)}, got {precision!r}")
     if runtime == "torch":
         if precision == "int8":
-            raise UserError("--precision int8 needs --runtime onnx or openvino (the torch runtime runs fp32, bf16 "
-                            "or fp16)")
+            raise UserError(f"{said('precision', 'int8')} needs {said('runtime', 'onnx')} or openvino (the torch runtime "
+                            f"runs fp32, bf16 or fp16)")
         if precision == "fp16" and device.type != "cuda":
-            raise UserError(f"--precision fp16: only on a CUDA device (this runs on {device})")
+            raise UserError(f"{said('precision', 'fp16')}: only on a CUDA device (this runs on {device})")
     if runtime == "onnx" and precision in ("bf16", "fp16"):
-        raise UserError(f"--precision {precision}: the ONNX Runtime graphs are fp32 and int8; use --runtime "
-                        f"openvino or torch")
+        raise UserError(f"{said('precision', precision)}: the ONNX Runtime graphs are fp32 and int8; use "
+                        f"{said('runtime', 'openvino')} or torch")
     if runtime == "openvino":
         if device.type != "cpu":
-            raise UserError(f"--runtime openvino: runs on the CPU here, not {device}; use --device cpu")
+            raise UserError(f"{said('runtime', 'openvino')}: runs on the CPU here, not {device}; use {said('device', 'cpu')}")
         if precision == "fp16":
-            raise UserError("--precision fp16: not with --runtime openvino on a CPU; use bf16 or int8")
+            raise UserError(f"{said('precision', 'fp16')}: not with {said('runtime', 'openvino')} on a CPU; use bf16 or int8")
         if "openvino" not in m.installed:
-            raise UserError("--runtime openvino needs the openvino package: pip install 'bertheads[export]'")
+            raise UserError(f"{said('runtime', 'openvino')} needs the openvino package: pip install 'bertheads[export]'")
     if runtime == "onnx" and "onnxruntime" not in m.installed:
-        raise UserError("--runtime onnx needs the export extra: pip install 'bertheads[export]'")
+        raise UserError(f"{said('runtime', 'onnx')} needs the export extra: pip install 'bertheads[export]'")
     if precision == "bf16" and device.type == "cpu" and not m.cpu_bf16:
-        raise UserError(f"--precision bf16: this CPU has neither AMX nor AVX512_BF16 (flags: {m.flag_text()}); bf16 "
+        raise UserError(f"{said('precision', 'bf16')}: this CPU has neither AMX nor AVX512_BF16 (flags: {m.flag_text()}); bf16 "
                         f"would be emulated, slower than fp32; use fp32 or auto")
     if precision == "bf16" and device.type == "cuda" and not m.cuda_bf16:
-        raise UserError("--precision bf16: this GPU has no bf16; use fp16 or auto")
+        raise UserError(f"{said('precision', 'bf16')}: this GPU has no bf16; use fp16 or auto")
 
 
 def candidates(runtime: str, precision: str, device: torch.device,
@@ -151,7 +151,7 @@ def candidates(runtime: str, precision: str, device: torch.device,
     if runtime != "auto" and precision != "auto":
         check_mode(runtime, precision, device, fake)
         if runtime != "torch" and (runtime, precision) not in GRAPH_OF:
-            raise UserError(f"--runtime {runtime} --precision {precision}: not a mode bertheads has")
+            raise UserError(f"{said('runtime', runtime)} {said('precision', precision)}: not a mode bertheads has")
         return [(runtime, precision, "asked for")]
     if runtime != "auto":
         check_mode(runtime, "fp32", device, fake)

@@ -34,6 +34,7 @@ from torch import nn
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine
+from bertheads.base.schema import said
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.export.quiet import tools_quiet
 from bertheads.saved import bundle, card
@@ -352,7 +353,7 @@ def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_t
     directory = Path(directory)
     manifest = bundle.read_manifest(directory)
     if quantize_to not in (None, "int8"):
-        raise UserError(f"--quantize: expected int8, got {quantize_to!r}")
+        raise UserError(f"{said('quantize')}: expected int8, got {quantize_to!r}")
     out = Path(out) if out else directory / ONNX_DIR
     check_replaceable(out, META, "a bertheads ONNX export")
     say = log or (lambda _msg: None)
@@ -395,9 +396,9 @@ def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_t
                 info = quantize_qdq(fp32, qdq, batches, QdqSettings())
                 meta["graphs"]["qdq"] = {"file": GRAPHS["qdq"], "quantization": info, "bytes": qdq.stat().st_size}
                 say(f"int8 QDQ (static, {len(batches)} calibration batches of "
-                    f"{', '.join(sorted(set(calibration.values())))}): for --runtime openvino --precision int8")
+                    f"{', '.join(sorted(set(calibration.values())))}): for {said('runtime', 'openvino')} {said('precision', 'int8')}")
             else:
-                say("int8 QDQ graph (OpenVINO) not written: no dev data to calibrate on (--gate-data FILE)")
+                say(f"int8 QDQ graph (OpenVINO) not written: no dev data to calibrate on ({said('gate_data')})")
         import onnxruntime
 
         meta["onnxruntime"] = onnxruntime.__version__

@@ -22,6 +22,7 @@ import torch
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine
+from bertheads.base.schema import said
 from bertheads.compute.batching import MAX_CPU_WORKERS
 from bertheads.compute.runner import EncoderInputs
 from bertheads.encoder.pretrained import EncoderShape
@@ -98,7 +99,7 @@ def check_export_encoder(directory: Path, meta: dict, meta_path: Path, export_cm
                         f"bertheads); run `{export_cmd}` again")
     if recorded != encoder_digest(directory):
         raise UserError(f"{meta_path}: the encoder's weight files in {directory / 'encoder'} changed since the "
-                        f"export was made; run `{export_cmd}` again (--runtime torch checks the weights "
+                        f"export was made; run `{export_cmd}` again ({said('runtime', 'torch')} checks the weights "
                         f"themselves against the manifest)")
 
 
@@ -175,8 +176,8 @@ def providers(device: str) -> list[str]:
     import onnxruntime
 
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
-        raise UserError(f"--runtime onnx --device {device}: this onnxruntime has no CUDA provider; install "
-                        f"onnxruntime-gpu, or use --runtime torch")
+        raise UserError(f"{said('runtime', 'onnx')} {said('device', str(device))}: this onnxruntime has no CUDA provider; "
+                        f"install onnxruntime-gpu, or use {said('runtime', 'torch')}")
     index = device.partition(":")[2] or "0"
     return [("CUDAExecutionProvider", {"device_id": int(index)}), "CPUExecutionProvider"]  # type: ignore[list-item]
 
@@ -184,8 +185,8 @@ def providers(device: str) -> list[str]:
 def load_onnx(directory: str | Path, precision: str = "fp32", settings: OnnxSettings | None = None) -> OnnxNet:
     """The ONNX Runtime model of a saved model directory (its `DIR/onnx/` export)."""
     if precision not in PRECISIONS:
-        raise UserError(f"--runtime onnx --precision {precision}: the ONNX Runtime graphs are fp32 and int8")
-    require("export", "--runtime onnx")
+        raise UserError(f"{said('runtime', 'onnx')} {said('precision', precision)}: the ONNX Runtime graphs are fp32 and int8")
+    require("export", said("runtime", "onnx"))
     settings = settings or OnnxSettings()
     settings.precision = precision
     return OnnxNet(directory, settings)

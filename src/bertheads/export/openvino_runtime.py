@@ -20,6 +20,7 @@ import torch
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine
+from bertheads.base.schema import said
 from bertheads.export.onnx_runtime import OnnxNet, OnnxSettings
 from bertheads.text.encoding import Feature, encoder_batch
 
@@ -51,7 +52,7 @@ class OpenVinoNet(OnnxNet):
         pool; requests filled from several Python threads at once can deadlock in its input
         dispatcher)."""
         if self.settings.workers not in (None, 1):
-            raise UserError("--runtime openvino runs one batch at a time (its threads are its own)")
+            raise UserError(f"{said('runtime', 'openvino')} runs one batch at a time (its threads are its own)")
         return 1, self.settings.threads or torch.get_num_threads() or 1
 
     def open(self, path: Path) -> set[str]:
@@ -85,10 +86,10 @@ class OpenVinoNet(OnnxNet):
 def load_openvino(directory: str | Path, precision: str = "fp32", settings: OnnxSettings | None = None) -> OpenVinoNet:
     """The OpenVINO model of a saved model directory (its `DIR/onnx/` export)."""
     if precision not in GRAPHS:
-        raise UserError(f"--runtime openvino --precision {precision}: expected fp32, bf16 or int8")
-    require("export", "--runtime openvino")
+        raise UserError(f"{said('runtime', 'openvino')} {said('precision', precision)}: expected fp32, bf16 or int8")
+    require("export", said("runtime", "openvino"))
     if importlib.util.find_spec("openvino") is None:
-        raise UserError("--runtime openvino needs the openvino package: pip install 'bertheads[export]'")
+        raise UserError(f"{said('runtime', 'openvino')} needs the openvino package: pip install 'bertheads[export]'")
     settings = settings or OnnxSettings()
     settings.precision = precision
     return OpenVinoNet(directory, settings)

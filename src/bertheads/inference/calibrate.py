@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.model import head_outputs, pick_head
 from bertheads.saved import bundle
@@ -23,9 +24,9 @@ def recalibrate(directory: str | Path, data: str, out: str | Path, head: str | N
     `data`) and the file. Returns that."""
     directory, out = Path(directory), Path(out)
     if out.resolve() == directory.resolve() or directory.resolve() in out.resolve().parents:
-        raise UserError(f"--out {out}: choose a directory outside the model (calibrate writes a new model)")
+        raise UserError(f"{said('out', out)}: choose a directory outside the model (calibrate writes a new model)")
     if not Path(data).is_file():
-        raise UserError(f"--data {data}: no such file")
+        raise UserError(f"{said('data', data)}: no such file")
     bundle.check_writable_out(out)
     net = bundle.load(directory)
     names = [pick_head(net, head)] if head is not None or len(net.tasks) == 1 else list(net.tasks)

@@ -99,7 +99,7 @@ def read_inputs(path: str | None, fmt: str = "auto") -> list[TextInput]:
     tables (TSV/CSV/JSONL), tag files (CoNLL, JSONL with "tokens"), qa files (SQuAD JSON,
     JSONL with question/context). Each kind says which formats and records are its own."""
     if fmt not in input_formats():
-        raise UserError(f"--input-format: expected one of {', '.join(input_formats())}, got {fmt!r}")
+        raise UserError(f"{said('input_format')}: expected one of {', '.join(input_formats())}, got {fmt!r}")
     fmt = detect_format(path) if fmt == "auto" else fmt
     if fmt == "lines":
         out = []
@@ -170,7 +170,8 @@ def check_out(out: Path) -> None:
         meta = out / "meta.json"
         ours = meta.is_file() and MARKER in meta.read_text(errors="replace")
         if any(out.iterdir()) and not ours:
-            raise UserError(f"{out}: exists, is not empty and is not a bertheads extract output; choose another --out")
+            raise UserError(f"{out}: exists, is not empty and is not a bertheads extract output; choose another "
+                            f"{said('out')}")
 
 
 def extract(model: str, path: str | None, out: str | Path, settings: ExtractSettings | None = None,
@@ -180,23 +181,23 @@ def extract(model: str, path: str | None, out: str | Path, settings: ExtractSett
     out = Path(out)
     check_out(out)
     if settings.vector_pool not in POOLS:
-        raise UserError(f"--vector-pool: expected one of {', '.join(POOLS)}, got {settings.vector_pool!r}")
+        raise UserError(f"{said('vector_pool')}: expected one of {', '.join(POOLS)}, got {settings.vector_pool!r}")
     if settings.layer_combine not in EXTRACT_COMBINES:
         raise UserError(f"{said('layer_combine')}: extract takes concat, sum or mean (scalar-mix is learned), "
                         f"got {settings.layer_combine!r}")
     if settings.output_format not in OUTPUT_FORMATS:
-        raise UserError(f"--output-format: expected safetensors or npy, got {settings.output_format!r}")
+        raise UserError(f"{said('output_format')}: expected safetensors or npy, got {settings.output_format!r}")
     if settings.dtype not in ("float32", "float16"):
-        raise UserError(f"--dtype: expected float32 or float16, got {settings.dtype!r}")
+        raise UserError(f"{said('dtype')}: expected float32 or float16, got {settings.dtype!r}")
     if settings.vector_pool == "none" and not settings.tokens:
-        raise UserError("--vector-pool none with --no-tokens leaves nothing to write")
+        raise UserError(f"{said('vector_pool', 'none')} with {said('tokens', False)} leaves nothing to write")
     inputs = read_inputs(path, input_format)
     if not inputs:
         raise UserError(f"{where(path)}: no inputs")
     encoder = encoder or Encoder.load(model)
     limit = model_max_length(encoder)
     if not 2 < settings.max_length <= (limit or settings.max_length):
-        raise UserError(f"--max-length: expected 3..{limit or 'any'} (the model's limit), got {settings.max_length}")
+        raise UserError(f"{said('max_length')}: expected 3..{limit or 'any'} (the model's limit), got {settings.max_length}")
     layers = parse_layers(settings.layers, encoder.info.num_layers)
     combine = LayerCombine(len(layers), settings.layer_combine)
     dim = combine.output_size(encoder.info.hidden_size)

@@ -63,7 +63,7 @@ def open_model(directory: str | Path, device: str | torch.device | None = "auto"
                                record.get("inputs_per_s")))
                 continue
             if asked:
-                raise UserError(f"--runtime {r} --precision {p}: refused by the gate: {record['why']}; see "
+                raise UserError(f"{said('runtime', r)} {said('precision', p)}: refused by the gate: {record['why']}; see "
                                 f"{directory / gate.GATE} or the user's cache; {said('force', True)} runs it anyway")
             passed_over.append(f"{r} {p}: refused by the gate ({record['why']})")
             continue
@@ -74,7 +74,7 @@ def open_model(directory: str | Path, device: str | torch.device | None = "auto"
     mode, rate = fastest(usable)
     net = open_runner(directory, mode, verify, checks.reference if mode.runtime == "torch" else None)
     if unchecked:
-        say(f"--precision {mode.precision}: {unchecked}")
+        say(f"{said('precision', mode.precision)}: {unchecked}")
     if not asked and (len(ladder) > 1 or passed_over):
         say(choice_line(mode, rate, usable))
         for line in passed_over:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.model import head_outputs
 from bertheads.saved import bundle
@@ -218,7 +219,7 @@ def audit_section(audit: str | Path) -> Section:
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError(f"--audit {audit}: no summary.json (write one with `bertheads audit`)") from None
+        raise UserError(f"{said('audit', audit)}: no summary.json (write one with `bertheads audit`)") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: malformed JSON ({exc.msg})") from None
     section = Section(f"Label audit: {summary.get('train')}")
@@ -251,7 +252,7 @@ def report(model_dir: str | Path, data: str | None = None, out: str | Path | Non
     names = list(net.tasks)
     if head is not None:
         if head not in net.tasks:
-            raise UserError(f"--head {head}: no such head (heads: {', '.join(names)})")
+            raise UserError(f"{said('head', head)}: no such head (heads: {', '.join(names)})")
         names = [head]
     curves = training_figures(directory, names)
     evaluated: dict[str, tuple] = {}
@@ -306,7 +307,7 @@ def report(model_dir: str | Path, data: str | None = None, out: str | Path | Non
     page_dir = Path(out) if out else directory / "report"
     if page_dir.exists() and (not page_dir.is_dir() or (any(page_dir.iterdir())
                                                         and not (page_dir / "index.html").is_file())):
-        raise UserError(f"--out {page_dir}: exists and is not a report page directory; choose another")
+        raise UserError(f"{said('out', page_dir)}: exists and is not a report page directory; choose another")
     intro = [f"model: {directory.resolve()}", f"heads: {', '.join(f'{n} ({t.kind})' for n, t in net.tasks.items())}"]
     if data:
         intro.append(f"data: {Path(data).resolve()}")

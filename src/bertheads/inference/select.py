@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from bertheads.base.errors import UserError
-from bertheads.base.schema import setting
+from bertheads.base.schema import said, setting
 from bertheads.base.values import positive_int
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import run_heads
@@ -95,7 +95,8 @@ def pooled_vectors(net, task, examples: list, batch_size: int) -> np.ndarray:
     """Per example, the mean of the encoder's last-layer token states (its windows averaged)."""
     encoder = getattr(net, "encoder", None)
     if encoder is None or not hasattr(encoder, "model"):
-        raise UserError("--strategy diverse: needs the torch runtime (--runtime torch), whose encoder gives the vectors")
+        raise UserError(f"{said('strategy', 'diverse')}: needs the torch runtime ({said('runtime', 'torch')}), whose encoder "
+                        f"gives the vectors")
     features, owner = task.encode_for_inference(examples, encoder.tokenizer)
     runner = EncoderStates(encoder, normalise_layers((-1,), encoder.info.num_layers), ["mean"])
     rows = run_heads(runner, features, ["mean"], batch_size)["mean"]
@@ -142,7 +143,7 @@ def select(net, name: str, pool, settings: SelectSettings | None = None, out: st
     `settings.k` by `settings.strategy`, and write them as JSON lines to `out` (atomically)."""
     settings = settings or SelectSettings()
     if settings.strategy not in STRATEGIES:
-        raise UserError(f"--strategy: expected one of {', '.join(STRATEGIES)}, got {settings.strategy!r}")
+        raise UserError(f"{said('strategy')}: expected one of {', '.join(STRATEGIES)}, got {settings.strategy!r}")
     task = net.tasks[name]
     examples = list(task.iter_read(pool, need_labels=False, fmt=fmt))
     if not examples:

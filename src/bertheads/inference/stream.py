@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bertheads.base.errors import UserError, where
 from bertheads.base.progress import bars_shown, progress_bar
-from bertheads.base.schema import setting
+from bertheads.base.schema import said, setting
 from bertheads.base.values import field_list, positive_int
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import run_heads
@@ -151,8 +151,8 @@ def predict_stream(net: BertHeads, name: str, path, output: str | None = None, s
     rank, world = distributed()
     if world > 1:
         if output is None:
-            raise UserError("under torchrun, name the output file with --output (the processes' parts are "
-                            "joined there)")
+            raise UserError(f"under torchrun, name the output file with {said('output')} (the processes' parts "
+                            f"are joined there)")
         return predict_sharded(net, name, path, Path(output), settings, fmt, rank, world, **options)
     task = net.tasks[name]
     report = StreamReport()
@@ -323,9 +323,9 @@ def predict_sharded(net: BertHeads, name: str, path, output: Path, settings: Str
     0 joins the parts in chunk order into `output` (atomically) when all went well. A process
     that failed makes every process fail with its rank and message."""
     if output.is_dir():
-        raise UserError(f"--output {output}: is a directory; name a file")
+        raise UserError(f"{said('output', output)}: is a directory; name a file")
     if source_name(path) is None:
-        raise UserError("under torchrun, give the input as a file with --input (every process reads it)")
+        raise UserError(f"under torchrun, give the input as a file with {said('input')} (every process reads it)")
     output.parent.mkdir(parents=True, exist_ok=True)
     task = net.tasks[name]
     report = StreamReport()
@@ -396,7 +396,8 @@ def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | 
     for chunk in read_chunks(task, path, settings, report, True, None, desc="evaluate"):
         features, owner = task.encode_for_inference(chunk, net.encoder.tokenizer, with_labels=True)
         losses: dict[str, list[float]] = {}
-        outputs = run_heads(net, features, [name], settings.batch_size, losses=losses)[name]
+        outputs = run_heads(net, features, [name], settings.batch_size, losses=losses,  # the chunk's own bar
+                            progress=f"chunk {report.chunks}" if settings.progress else None)[name]
         collected = task.collect(outputs, owner, chunk, features)
         parts.append(task.metric_part(collected, chunk, path, **options))
         scores.append(task.confidence_part(collected, chunk, path))

@@ -35,6 +35,7 @@ import yaml
 from safetensors.torch import save_file
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.encoder.pretrained import Encoder, encoder_hash, weights_hash
 from bertheads.model import BertHeads
 from bertheads.saved import card
@@ -70,7 +71,8 @@ def check_writable_out(out: str | Path) -> Path:
             raise UserError(f"{out}: exists and is not a directory")
         if any(not p.name.startswith(".checkpoint.") and p.name not in RUN_FILES for p in out.iterdir()) \
                 and not (out / MANIFEST).is_file():
-            raise UserError(f"{out}: exists, is not empty and is not a bertheads model; choose another --out")
+            raise UserError(f"{out}: exists, is not empty and is not a bertheads model; choose another "
+                            f"{said('out')}")
     return out
 
 
@@ -97,7 +99,7 @@ def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: 
             (tmp / CONFIG).write_text(config_text(manifest["settings"], manifest.get("made_with")))
         if metrics is not None:
             (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-        (tmp / MLMODEL).write_text(mlmodel_text())
+        (tmp / MLMODEL).write_text(mlmodel_text(model.tasks))
         card.write_card(tmp, lambda: card.build_card(model, manifest, metrics, out.name,
                                                      card.saved_usage(out.name, model.tasks)), out)
     return out
@@ -155,7 +157,7 @@ def load(directory: str | Path, device: str | torch.device | None = None, verify
             if digest != expected_hash:
                 raise UserError(f"{directory / 'encoder'}: weights do not match the manifest's encoder_hash "
                                 f"({digest[:12]}... vs {expected_hash[:12]}...): changed after saving; "
-                                f"--no-verify loads them anyway")
+                                f"{said('verify', False)} loads them anyway")
     tasks = {}
     for name, entry in manifest["heads"].items():
         cls = task_class(entry["kind"])

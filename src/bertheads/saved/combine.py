@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.encoder.pretrained import encoder_hash
 from bertheads.model import BertHeads
 from bertheads.saved import bundle, card
@@ -26,21 +27,21 @@ def combine(directories: list[str | Path], out: str | Path, names: list[str] | N
             raise UserError(
                 f"{directory}: its encoder differs from {directories[0]}'s (encoder_hash {digest[:12]}... vs "
                 f"{hashes[0][:12]}...); only models sharing one encoder can be combined: heads trained with "
-                f"--mode features on the same checkpoint, or a model trained jointly with `train multi`")
+                f"{said('mode', 'features')} on the same checkpoint, or a model trained jointly with `train multi`")
     heads = [(str(d), name) for d, m in zip(directories, manifests) for name in m["heads"]]
     if names is not None:
         if len(names) != len(heads):
-            raise UserError(f"--names: expected {len(heads)} names, one per head in order "
+            raise UserError(f"{said('names')}: expected {len(heads)} names, one per head in order "
                             f"({', '.join(f'{d}:{n}' for d, n in heads)}), got {len(names)}")
         for name in names:
             if not bundle.HEAD_NAME.match(name):
-                raise UserError(f"--names: {name!r} is not a valid head name (letters, digits, '_', '.', '-')")
+                raise UserError(f"{said('names')}: {name!r} is not a valid head name (letters, digits, '_', '.', '-')")
     new_names = names or [n for _, n in heads]
     seen: dict[str, str] = {}
     for (directory, _), name in zip(heads, new_names):
         if name in seen:
             raise UserError(f"head name {name!r} is in both {seen[name]} and {directory}; rename heads with "
-                            f"--names (one per head, in order: {', '.join(f'{d}:{n}' for d, n in heads)})")
+                            f"{said('names')} (one per head, in order: {', '.join(f'{d}:{n}' for d, n in heads)})")
         seen[name] = directory
     models = [bundle.load(d) for d in directories]
     tasks, metrics, renamed = {}, {}, iter(new_names)

@@ -36,6 +36,7 @@ from pydantic import BaseModel
 
 from bertheads.api import load
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.inference.analyze import analyze_inputs, extras_of
 from bertheads.serve.access import AccessLog, open_access_log
@@ -262,7 +263,8 @@ def add_info_routes(app: FastAPI, heads: list[dict], settings: ServeSettings, ba
 
 def add_docs_routes(app: FastAPI) -> None:
     """`/docs` (Swagger UI) and `/redoc` (ReDoc) from their files shipped with the package,
-    gzip-compressed (`serve/static/`), never a CDN: they work offline."""
+    gzip-compressed (`serve/static/`), never a CDN: they work offline. Swagger UI's validator
+    badge (an image from validator.swagger.io for a schema not on localhost) is turned off."""
 
     @app.get(STATIC + "/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:
@@ -276,7 +278,8 @@ def add_docs_routes(app: FastAPI) -> None:
     async def swagger() -> HTMLResponse:
         return get_swagger_ui_html(openapi_url=app.openapi_url, title="bertheads: API",
                                    swagger_js_url=f"{STATIC}/swagger-ui-bundle.js",
-                                   swagger_css_url=f"{STATIC}/swagger-ui.css", swagger_favicon_url="data:,")
+                                   swagger_css_url=f"{STATIC}/swagger-ui.css", swagger_favicon_url="data:,",
+                                   swagger_ui_parameters={"validatorUrl": None})
 
     @app.get("/redoc", include_in_schema=False)
     async def redoc() -> HTMLResponse:
@@ -390,18 +393,19 @@ def serve(directory: str, host: str = "127.0.0.1", port: int = 8000, settings: S
 def check_port(host: str, port: int) -> None:
     """A clear error when the address cannot be served on (in use, not ours, bad port)."""
     if not 0 <= port <= 65535:
-        raise UserError(f"--port: expected 0..65535, got {port}")
+        raise UserError(f"{said('port')}: expected 0..65535, got {port}")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        raise UserError(f"--host {host}: {exc.strerror}") from None
+        raise UserError(f"{said('host', host)}: {exc.strerror}") from None
     family, _, _, _, address = infos[0]
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(address)
         except OSError as exc:
-            raise UserError(f"cannot serve on {host}:{port}: {exc.strerror}; choose another --port or --host") from None
+            raise UserError(f"cannot serve on {host}:{port}: {exc.strerror}; choose another "
+                            f"{said('port')} or {said('host')}") from None
 
 
 @contextmanager

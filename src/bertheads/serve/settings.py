@@ -7,7 +7,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from bertheads.base.errors import UserError
-from bertheads.base.schema import setting, vars_for
+from bertheads.base.schema import said, setting, vars_for
 from bertheads.base.values import positive_float, positive_int
 from bertheads.compute.batching import INFERENCE_BATCH
 
@@ -74,16 +74,16 @@ class ServeSettings:
         for name in ("max_batch", "max_texts", "max_text_chars", "max_batch_tokens", "max_queue", "max_connections",
                      "max_client_connections"):
             if getattr(self, name) < 1:
-                raise UserError(f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(self, name)}")
+                raise UserError(f"{said(name)}: expected a positive integer, got {getattr(self, name)}")
         for name in ("timeout", "header_timeout", "keep_alive"):
             if not getattr(self, name) > 0:
-                raise UserError(f"--{name.replace('_', '-')}: expected a positive number of seconds, got "
-                                f"{getattr(self, name)}")
+                raise UserError(f"{said(name)}: expected a positive number of seconds, got {getattr(self, name)}")
         if self.token is not None and not self.token.strip():
-            raise UserError("--token: empty")
+            raise UserError(f"{said('token')}: empty")
         if host is not None and not is_loopback(host) and not self.token and not self.insecure:
-            raise UserError(f"--host {host} is not a loopback address: give --token (or set BERTHEADS_TOKEN) so "
-                            f"that clients must authenticate, or --insecure to serve without one")
+            raise UserError(f"{said('host', host)} is not a loopback address: give {said('token')} (or set "
+                            f"BERTHEADS_TOKEN) so that clients must authenticate, or {said('insecure', True)} to "
+                            f"serve without one")
 
 
 def settings_from_args(args) -> ServeSettings:

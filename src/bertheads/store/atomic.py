@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.store.crash import crash_point
 from bertheads.store.faults import system_fault, tree_bytes
 
@@ -163,7 +164,7 @@ def check_replaceable(out: Path, marker: str, what: str) -> None:
         if not out.is_dir():
             raise UserError(f"{out}: exists and is not a directory")
         if any(out.iterdir()) and not (out / marker).is_file():
-            raise UserError(f"{out}: exists, is not empty and is not {what}; choose another --out")
+            raise UserError(f"{out}: exists, is not empty and is not {what}; choose another {said('out')}")
 
 
 @contextmanager

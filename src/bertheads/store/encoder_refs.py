@@ -17,6 +17,7 @@ from contextvars import ContextVar
 from pathlib import Path
 
 from bertheads.base.errors import SystemFault, UserError
+from bertheads.base.schema import said
 from bertheads.encoder.pretrained import DEFAULT_MODEL, Encoder, encoder_hash, resolve_model
 from bertheads.store.atomic import atomic_write_text
 
@@ -125,13 +126,13 @@ def reference_location(directory: Path, ref: dict) -> Path:
     if named:
         path = Path(resolve_model(named))
         if not (path / "config.json").is_file():
-            raise UserError(f"--encoder {named}: not a checkpoint directory (no config.json)")
+            raise UserError(f"{said('encoder', named)}: not a checkpoint directory (no config.json)")
         return path
     copy = directory / "encoder"
     if (copy / "config.json").is_file():
         if not inside(copy, directory):
             raise UserError(f"{copy}: leads outside the model folder (to {copy.resolve()}); put the checkpoint "
-                            f"itself there, or name it with --encoder")
+                            f"itself there, or name it with {said('encoder')}")
         return copy
     source = ref.get("source")
     default = Path(resolve_model(DEFAULT_MODEL)).resolve() if source in (None, "", DEFAULT_MODEL) else None
@@ -150,10 +151,10 @@ def reference_location(directory: Path, ref: dict) -> Path:
     if outside is not None:
         raise UserError(f"{directory}: holds heads only; its manifest names the encoder at {outside}, outside the "
                         f"model folder, which bertheads has not read before; if you trust that checkpoint, name it: "
-                        f"--encoder {outside} (or copy it to {directory / 'encoder'})")
+                        f"{said('encoder', outside)} (or copy it to {directory / 'encoder'})")
     raise UserError(f"{directory}: holds heads only; its encoder, {source!r} at {ref.get('path')}, "
                     f"is not on this machine; copy that checkpoint to {directory / 'encoder'} (or name it with "
-                    f"--encoder)")
+                    f"{said('encoder')})")
 
 
 def load_reference(directory: Path, ref: dict) -> Encoder:

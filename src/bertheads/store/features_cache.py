@@ -70,7 +70,7 @@ class CacheSettings:
             raise UserError(f"{said('cache_dtype')}: expected float16 or float32, got {dtype!r}")
         max_gb = options.get("cache_max_gb")
         if max_gb is not None and max_gb <= 0:
-            raise UserError(f"--cache-max-gb: expected a positive number, got {max_gb}")
+            raise UserError(f"{said('cache_max_gb')}: expected a positive number, got {max_gb}")
         return cls(cache_root(options.get("cache_dir")), dtype, max_gb, progress)
 
 
@@ -217,17 +217,18 @@ def check_space(settings: CacheSettings, entries: Path, nbytes: int, rows: int, 
     if settings.max_gb is not None:
         cap = settings.max_gb * 1e9
         if nbytes > cap:
-            raise UserError(f"--cache-max-gb {settings.max_gb:g}: the feature cache would need {need}; "
-                            f"raise the cap, keep fewer --layers, use --cache-dtype float16 or --limit the data")
+            raise UserError(f"{said('cache_max_gb', settings.max_gb)}: the feature cache would need {need}; raise the "
+                            f"cap, keep fewer {said('layers')}, use {said('cache_dtype', 'float16')} or "
+                            f"{said('limit')} the data")
         used = directory_bytes(entries)
         if used + nbytes > cap:
-            raise UserError(f"--cache-max-gb {settings.max_gb:g}: {entries} already holds {used / 1e9:.3f} GB "
+            raise UserError(f"{said('cache_max_gb', settings.max_gb)}: {entries} already holds {used / 1e9:.3f} GB "
                             f"and this entry needs {need}; delete old entries there or raise the cap")
     probe = entries if entries.exists() else next((p for p in entries.parents if p.exists()), Path("/"))
     free = shutil.disk_usage(probe).free
     if nbytes > free:
         raise UserError(f"{entries}: the feature cache needs {need} but only {free / 1e9:.3f} GB are free; "
-                        f"choose another --cache-dir")
+                        f"choose another {said('cache_dir')}")
 
 
 def say(settings: CacheSettings, message: str) -> None:

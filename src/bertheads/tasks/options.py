@@ -89,8 +89,8 @@ class Options:
         others = {kind: cls.option_fields() for kind, cls in TASKS.items() if kind != self.kind}
         takers = [kind for kind, fs in others.items() if name in fs]
         if takers:
-            flag = schema.flag_of(others[takers[0]][name])
-            return f"{flag} is for {' or '.join(takers)} heads, not {self.kind}"
+            shown = schema.said(name, flag=schema.flag_of(others[takers[0]][name]))
+            return f"{shown} is for {' or '.join(takers)} heads, not {self.kind}"
         known = list(own) or [n for fs in others.values() for n in fs]
         close = schema.suggest(name, own) or schema.suggest(name, known)
         return f"unknown option {name!r}{close}"

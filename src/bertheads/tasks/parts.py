@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.tasks.calibration import confidence_pairs, cross_fitted
 from bertheads.tasks.forms import InputForm
 
@@ -125,7 +126,8 @@ class Modeling:
 def learned_nothing_line(head: str, why: str) -> str:
     """The one-line warning of a head that learned nothing: what it means and what to try."""
     return (f"head {head!r} learned nothing: {why}; its outputs are no better than a guess. With a few hundred "
-            f"examples or fewer, try --mode features, --batch-size 8 or more --epochs (docs/little-data.md)")
+            f"examples or fewer, try {said('mode', 'features')}, {said('batch_size', 8)} or more epochs ({said('epochs')}) "
+            f"(docs/little-data.md)")
 
 
 class Judging:

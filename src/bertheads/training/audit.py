@@ -21,7 +21,7 @@ import torch
 
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
-from bertheads.base.schema import setting
+from bertheads.base.schema import said, setting
 from bertheads.base.values import positive_int
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import run_heads
@@ -80,9 +80,9 @@ class OutOfFold:
 def fold_numbers(count: int, folds: int, seed: int) -> np.ndarray:
     """Each example's fold: a seeded shuffle cut into `folds` near-equal parts."""
     if folds < 2:
-        raise UserError(f"--folds {folds}: needs at least 2 (each row is predicted by a head that never saw it)")
+        raise UserError(f"{said('folds', folds)}: needs at least 2 (each row is predicted by a head that never saw it)")
     if count < folds:
-        raise UserError(f"--folds {folds}: only {count} training examples")
+        raise UserError(f"{said('folds', folds)}: only {count} training examples")
     order = np.random.default_rng(seed).permutation(count)
     numbers = np.empty(count, dtype=np.int64)
     numbers[order] = np.arange(count) % folds
@@ -259,11 +259,11 @@ def audit_task(config: MultiConfig, out: str | Path | None, model: str = "defaul
     settings = settings or TrainSettings()
     audit = audit or AuditSettings()
     if out is not None and Path(out).exists() and not Path(out).is_dir():
-        raise UserError(f"--out {out}: is a file, not a directory")
+        raise UserError(f"{said('out', out)}: is a file, not a directory")
     if not config.single or len(config.tasks) != 1:
         raise UserError(f"{config.path}: audit reads one task")
     if audit.rows not in ROWS:
-        raise UserError(f"--rows: expected one of {', '.join(ROWS)}, got {audit.rows!r}")
+        raise UserError(f"{said('rows')}: expected one of {', '.join(ROWS)}, got {audit.rows!r}")
     oof = out_of_fold(config, model, settings, audit, limit, cli_options)
     task, examples = oof.task, oof.examples
     disputes = task.disputes(oof.outputs, examples, config.tasks[0].train)

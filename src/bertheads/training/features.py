@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import eval_mode, run_heads
 from bertheads.encoder.layers import cached_positions, normalise_layers
@@ -33,7 +34,7 @@ def attach_cache(net, data: list, options: dict, model_name: str | None = None, 
 
     modes = {d.task.spec.mode for d in data}
     if modes != {"features"}:
-        raise UserError("--mode features must be set for every head of a run (the encoder is either "
+        raise UserError(f"{said('mode', 'features')} must be set for every head of a run (the encoder is either "
                         "frozen for all of them or fine-tuned)")
     settings = CacheSettings.from_options(options, progress)
     encoder = net.encoder

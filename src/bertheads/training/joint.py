@@ -72,7 +72,7 @@ def fit_max_length(spec, encoder: Encoder, given: bool = True) -> None:
     kind = getattr(encoder.config, "model_type", None) or "this"
     if given:
         raise UserError(f"{said('max_length', spec.max_length)}: the {kind} encoder reads at most {limit} tokens")
-    log.warning(f"--max-length: the {kind} encoder reads at most {limit} tokens; using {limit} "
+    log.warning(f"{said('max_length')}: the {kind} encoder reads at most {limit} tokens; using {limit} "
                 f"(not the default {spec.max_length})")
     spec.max_length = limit
 
@@ -117,7 +117,7 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
         options = {t.name: task_settings(t, cli_options or {}, config.options) for t in config.tasks}
         modes = {opts.get("mode") or "finetune" for opts in options.values()}
         if len(modes) > 1:
-            raise UserError(f"{config.path}: tasks mix --mode finetune and features; train them apart and "
+            raise UserError(f"{config.path}: tasks mix {said('mode', 'finetune')} and features; train them apart and "
                             f"`bertheads combine` features-mode models, or use one mode")
         torch.manual_seed(settings.seed)
         saved = bundle.load(model) if bundle.is_model(model) else None

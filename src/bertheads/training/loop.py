@@ -159,7 +159,7 @@ def resolved_settings(settings: TrainSettings, frozen: bool) -> TrainSettings:
     that would train in another precision is told apart)."""
     precision, why = training_precision(settings.precision, resolve_device(settings.device))
     if settings.precision == "auto":
-        log.debug(f"--precision auto: {precision} ({why})")
+        log.debug(f"{said('precision', 'auto')}: {precision} ({why})")
     lr = settings.lr if settings.lr is not None else (FEATURES_LR if frozen else FINETUNE_LR)
     return replace(settings, lr=lr, precision=precision)
 
@@ -508,7 +508,7 @@ class Loop:
         if self.agreed(self.interrupted):
             self.save_checkpoint()
             where = f"; checkpoint saved in {self.out / checkpoint.DIRECTORY}, continue with the same " \
-                    f"command and --resume" if self.out is not None else ""
+                    f"command and {said('resume', True)}" if self.out is not None else ""
             raise KeyboardInterrupt(f"stopped at step {self.step}{where}")
         return self.stop
 
@@ -534,7 +534,7 @@ class Loop:
                     self.waited += 1
                     if self.waited >= self.settings.patience:
                         self.stop = True
-                        tqdm.write(f"no improvement in {self.waited} evaluations (--patience): stopping")
+                        tqdm.write(f"no improvement in {self.waited} evaluations ({said('patience')}): stopping")
         self.stop = self.agreed(self.stop, from_main=True)
         self.run.accelerator.wait_for_everyone()
 

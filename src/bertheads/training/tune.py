@@ -49,6 +49,7 @@ from bertheads.base.schema import (
     from_mapping,
     names,
     renamed,
+    said,
     setting,
     suggest,
     tagged,
@@ -304,15 +305,16 @@ def prepare_out(out: Path, identity: dict, resume: bool) -> None:
     marker = out / "tune.json"
     if resume:
         if not marker.is_file():
-            raise UserError(f"{out}: no search to resume (no tune.json); run without --resume")
+            raise UserError(f"{out}: no search to resume (no tune.json); run without {said('resume', True)}")
         saved = json.loads(marker.read_text())
         if saved != identity:
             changed = sorted(k for k in identity if saved.get(k) != identity[k])
-            raise UserError(f"{out}: --resume with other settings than the interrupted search "
+            raise UserError(f"{out}: {said('resume', True)} with other settings than the interrupted search "
                             f"(changed: {', '.join(changed)})")
         return
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out}: exists and is not empty; choose another --out, or --resume the search there")
+        raise UserError(f"{out}: exists and is not empty; choose another {said('out')}, or "
+                        f"{said('resume', True)} the search there")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(marker, json.dumps(identity, indent=2) + "\n")
 
@@ -329,10 +331,10 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
     options = convert_options(kind, options)
     base = from_mapping(TrainSettings, training, base=settings or TrainSettings(epochs=4))
     if not dev:
-        raise UserError("tune needs --dev: trials are compared on it")
+        raise UserError(f"tune needs {said('dev')}: trials are compared on it")
     space = read_space(search.space, kind) if search.space else default_search(kind)
     if search.trials is None and not space.is_grid:
-        raise UserError(f"{search.space}: a space with ranges needs --trials N (a grid takes lists only)")
+        raise UserError(f"{search.space}: a space with ranges needs {said('trials')} (a grid takes lists only)")
     out = Path(out)
     options = {**kind_defaults(kind), **{k: v for k, v in options.items() if v is not None}}
     identity = {"kind": kind, "train": str(Path(train).resolve()), "dev": str(Path(dev).resolve()),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.tasks.calibration import fold_into_output_layer
 from bertheads.tasks.classify.report import classify_section
 from bertheads.tasks.families import FAMILIES, copy_into
@@ -101,7 +102,7 @@ class ClassifyPublishing(Publishing):
             raise UserError(f"head {name!r} reads the {self.head.pooling} of its tokens (pooling {self.head.pooling}), "
                             f"but the transformers {self.hf_auto_class} of its family reads "
                             f"{'the first token' if self.head.family_pooling == 'cls' else 'their ' + self.head.family_pooling}, "
-                            f"so it has no transformers equivalent; export it with --to onnx")
+                            f"so it has no transformers equivalent; export it with {said('to', 'onnx')}")
 
     def hf_configure(self, config) -> None:
         """The labels as predictions show them (their `--label-names` when given), so the

@@ -102,6 +102,6 @@ def settle_pooling(spec: ClassifySpec, encoder, family: Family) -> None:
         spec.pooling = declared or own
         if declared and declared != own:
             log.info(f"the head reads the {declared} of the tokens, the pooling the checkpoint declares "
-                     f"(--pooling cls: [CLS])")
+                     f"({said('pooling', 'cls')}: [CLS])")
     if spec.pooling not in POOLINGS:
         raise UserError(f"{said('pooling')}: expected auto, {', '.join(POOLINGS)}, got {spec.pooling!r}")

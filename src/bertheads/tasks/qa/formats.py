@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from bertheads.base.errors import UserError, where
+from bertheads.base.schema import said
 from bertheads.text.readers import BadLine, open_lines, parse_json, read_jsonl, required_text, source_name
 from bertheads.text.rows import Rows
 
@@ -50,7 +51,7 @@ def iter_examples(path, need_labels: bool = True, strict: bool = True, fmt: str 
     document is one JSON value, so its text is read and parsed whole first (its questions are
     then encoded and predicted a chunk at a time). Records carry the `keep` fields."""
     if fmt not in (None, "auto", "json", "jsonl", "squad"):
-        raise UserError(f"--format {fmt}: the qa task reads SQuAD JSON or JSON lines")
+        raise UserError(f"{said('format', fmt)}: the qa task reads SQuAD JSON or JSON lines")
     name = source_name(path)
     if isinstance(path, Rows):
         yield from question_examples(jsonl_records(path, name, bad), need_labels, strict, keep, bad, skipped)
@@ -65,7 +66,7 @@ def iter_examples(path, need_labels: bool = True, strict: bool = True, fmt: str 
         raise UserError(f"{where(name)}: file is empty")
     if is_squad_document(head[-1], fmt):
         if keep:
-            raise UserError("--keep-fields: SQuAD JSON questions have only their id; use JSON lines")
+            raise UserError(f"{said('keep_fields')}: SQuAD JSON questions have only their id; use JSON lines")
         records = squad_records("".join(head) + "".join(lines), name)
     else:
         records = jsonl_records(itertools.chain(head, lines), name, bad)

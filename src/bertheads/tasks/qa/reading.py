@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.tasks.base import TextInput
 from bertheads.tasks.parts import Reading
 from bertheads.tasks.qa.formats import QAExample, check_text, iter_examples, read_examples
@@ -28,7 +29,7 @@ class QAReading(Reading):
              question: str | None = None, context: str | None = None, **_) -> list[QAExample]:
         if question is not None or context is not None:
             if path is not None:
-                raise UserError("give either --input or --question/--context, not both")
+                raise UserError(f"give either {said('input')} or {said('question')} and {said('context')}, not both")
             return self.from_inputs([{"question": question, "context": context}], source="--question/--context")
         return read_examples(path, need_labels, fmt=fmt)
 

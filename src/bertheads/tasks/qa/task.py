@@ -100,7 +100,7 @@ def check_settings(spec: QASpec, encoder) -> None:
             raise UserError(f"{said(name)}: must be at least 0, got {getattr(spec, name)}")
     room = spec.max_length - spec.max_question_length - tokenizer.num_special_tokens_to_add(pair=True)
     if room <= spec.stride:
-        raise UserError(f"--stride {spec.stride} must be smaller than the passage room in a window "
-                        f"({room} tokens: --max-length {spec.max_length} minus --max-question-length "
-                        f"{spec.max_question_length} and the special tokens)")
+        raise UserError(f"{said('stride', spec.stride)} must be smaller than the passage room in a window "
+                        f"({room} tokens: {said('max_length', spec.max_length)} minus "
+                        f"{said('max_question_length', spec.max_question_length)} and the special tokens)")
 

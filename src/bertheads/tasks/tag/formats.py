@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from bertheads.base.errors import UserError, where
+from bertheads.base.schema import said
 from bertheads.tasks.tag.scheme import TAG_RE, check_tag
 from bertheads.text.readers import (
     BadLine,
@@ -76,7 +77,7 @@ def iter_tagged(path, spec, fmt: str | None, need_labels: bool, keep: tuple[str,
         yield from iter_tag_jsonl(path, need_labels, keep, bad)
         return
     if keep:
-        raise UserError(f"--keep-fields: {kind} input has no fields; use JSONL")
+        raise UserError(f"{said('keep_fields')}: {kind} input has no fields; use JSONL")
     if kind == "conll":
         yield from iter_conll(path, spec, need_labels, bad)
         return
@@ -211,7 +212,7 @@ def column_index(tag_column: int | None, columns: int, path, line_no: int) -> in
         return columns - 1
     index = tag_column - 1 if tag_column > 0 else columns + tag_column
     if tag_column == 0 or not 1 <= index < columns:
-        raise UserError(f"{where(path, line_no)}: --tag-column {tag_column} is not a tag column "
+        raise UserError(f"{where(path, line_no)}: {said('tag_column', tag_column)} is not a tag column "
                         f"(the line has {columns} columns; the word is column 1)")
     return index
 

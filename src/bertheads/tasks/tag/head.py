@@ -9,6 +9,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from bertheads.base.errors import UserError
+from bertheads.base.schema import said
 from bertheads.encoder.layers import LayerCombine
 from bertheads.tasks.base import init_linear
 from bertheads.tasks.families import Family, activation, init_head_linear, token_block
@@ -103,7 +104,7 @@ class TagModeling(Modeling):
         n_prefix, n_suffix = special_layout(tokenizer)
         capacity = spec.max_length - n_prefix - n_suffix
         if not 0 <= spec.stride < capacity:
-            raise UserError(f"--stride {spec.stride} must be at least 0 and below --max-length minus "
+            raise UserError(f"{said('stride', spec.stride)} must be at least 0 and below {said('max_length')} minus "
                             f"{n_prefix + n_suffix}")
         tag_index = {t: i for i, t in enumerate(spec.tags)}
         joined = [e.text if e.text is not None else " ".join(e.words) for e in examples]

@@ -17,6 +17,7 @@ settings are `spec.py`.
 from __future__ import annotations
 
 from bertheads.base.errors import UserError, where
+from bertheads.base.schema import said
 from bertheads.tasks.base import Task
 from bertheads.tasks.families import copy_start, settle_family, start_weights
 from bertheads.tasks.tag.formats import read_tagged
@@ -58,10 +59,10 @@ class TagTask(TagReading, TagModeling, TagJudging, TagPublishing, Task):
 
 def check_settings(spec: TagSpec, tokenizer) -> None:
     if spec.label_subwords not in ("first", "all"):
-        raise UserError(f"--label-subwords: expected first or all, got {spec.label_subwords!r}")
+        raise UserError(f"{said('label_subwords')}: expected first or all, got {spec.label_subwords!r}")
     if spec.head_type not in ("linear", "bilstm"):
-        raise UserError(f"--head: expected linear or bilstm, got {spec.head_type!r}")
+        raise UserError(f"{said('head_type', flag='--head')}: expected linear or bilstm, got {spec.head_type!r}")
     n_prefix, n_suffix = special_layout(tokenizer)
     if spec.max_length <= n_prefix + n_suffix + 1:
-        raise UserError(f"--max-length {spec.max_length} is too small")
+        raise UserError(f"{said('max_length', spec.max_length)} is too small")
 

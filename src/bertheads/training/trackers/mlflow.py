@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bertheads.base.errors import UserError, first_line
 from bertheads.base.extras import require
+from bertheads.base.schema import said
 from bertheads.store.atomic import atomic_write_text
 from bertheads.training.trackers.base import Tracker, flat, numbers, register, safe_key
 
@@ -28,7 +29,7 @@ class MLflowTracker(Tracker):
 
     @classmethod
     def check(cls) -> None:
-        require("track", "--track mlflow")
+        require("track", said("track", "mlflow"))
 
     def __init__(self, out: Path, settings, after_step: int | None) -> None:
         self.check()
@@ -57,7 +58,7 @@ class MLflowTracker(Tracker):
         except Exception as exc:  # a tracking store that cannot be opened is the user's to fix
             if isinstance(exc, UserError):
                 raise
-            raise UserError(f"--track mlflow: {self.uri}: {first_line(exc)}") from None
+            raise UserError(f"{said('track', 'mlflow')}: {self.uri}: {first_line(exc)}") from None
 
     def metrics(self, values: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric

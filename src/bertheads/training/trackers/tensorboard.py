@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertheads.base.extras import require
+from bertheads.base.schema import said
 from bertheads.training.trackers.base import Tracker, numbers, register
 
 
@@ -14,7 +15,7 @@ class TensorBoardTracker(Tracker):
 
     @classmethod
     def check(cls) -> None:
-        require("track", "--track tensorboard")
+        require("track", said("track", "tensorboard"))
 
     def __init__(self, out: Path, settings, after_step: int | None) -> None:
         self.check()
