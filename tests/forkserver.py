@@ -21,6 +21,8 @@ import json, os, signal, sys, traceback
 import torch, transformers, safetensors.torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer, BertModel
 import bertheads, bertheads.api, bertheads.cli.main, bertheads.cli.commands
+for name in sys.argv[1:]:  # what the caller's children import besides (mlflow, ...)
+    __import__(name)
 replies = os.dup(1)
 os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the server's own output would mix with the replies
 
@@ -86,13 +88,13 @@ class ForkServer:
     each in a fresh child forked from a server that imported everything once; `start` and
     `finish` split a run for a test that signals the child meanwhile."""
 
-    def __init__(self, work: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, work: Path, env: dict[str, str] | None = None, preload: tuple[str, ...] = ()) -> None:
         self.work, self.count = Path(work), 0
         self.work.mkdir(parents=True, exist_ok=True)
         base = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                 **(env or {})}
         self.base = base
-        self.server = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.server = subprocess.Popen([sys.executable, "-c", SERVER, *preload], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        env=base, text=True, bufsize=1)
         self.current: tuple[list[str], Path, Path] | None = None
 

@@ -53,9 +53,9 @@ def forks(tmp_path_factory):
     server.close()
 
 
-def run_cli(forks, args, crash_at=None):
+def run_cli(forks, args, crash_at=None, cwd=None):
     """`python -m bertheads *args` in a child of its own (killed at `crash_at`, a crash point)."""
-    return forks.run(args, env={checkpoint_env(): crash_at} if crash_at else {}, unset=(checkpoint_env(),))
+    return forks.run(args, env={checkpoint_env(): crash_at} if crash_at else {}, unset=(checkpoint_env(),), cwd=cwd)
 
 
 def checkpoint_env():

@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from forkserver import ForkServer
 from test_resume import argv, data, run_cli  # noqa: F401  (data: the fixture)
 
 import bertheads
@@ -16,6 +17,14 @@ from bertheads.base.errors import UserError
 from bertheads.training.trackers import TRACKERS, Tracker, chosen, register
 
 mlflow = pytest.importorskip("mlflow")
+
+
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory):
+    """Children forked from one process that imported everything, mlflow too (tests/forkserver.py)."""
+    server = ForkServer(tmp_path_factory.mktemp("forks"), preload=("mlflow",))
+    yield server
+    server.close()
 
 
 def runs_of(uri: str, experiment: str = "bertheads"):
@@ -59,15 +68,15 @@ def test_mlflow_run_has_params_metrics_kept_epoch_and_model(tiny_bert, data, tmp
 
 
 @pytest.mark.slow  # runs extra processes (a SIGKILL, then --resume)
-def test_killed_then_resumed_run_continues_its_mlflow_run(tiny_bert, data, tmp_path):  # noqa: F811
+def test_killed_then_resumed_run_continues_its_mlflow_run(tiny_bert, data, tmp_path, forks):  # noqa: F811
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     out = tmp_path / "run"
     extra = ["--track", "mlflow", "--track-uri", uri]
-    killed = run_cli(argv(tiny_bert, data, out, *extra), crash_at="train:step:5", cwd=tmp_path)
+    killed = run_cli(forks, argv(tiny_bert, data, out, *extra), crash_at="train:step:5", cwd=tmp_path)
     assert killed.returncode == -signal.SIGKILL
     client, runs = runs_of(uri)
     assert [r.info.status for r in runs] == ["RUNNING"]  # killed: nobody could say otherwise
-    resumed = run_cli(argv(tiny_bert, data, out, *extra, "--resume"), cwd=tmp_path)
+    resumed = run_cli(forks, argv(tiny_bert, data, out, *extra, "--resume"), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     client, again = runs_of(uri)
     assert [r.info.run_id for r in again] == [runs[0].info.run_id]  # the same run, continued
