@@ -335,17 +335,21 @@ def test_evaluate_shows_a_bar_of_lines_and_one_of_each_chunk(classifier, tmp_pat
     assert re.search(r"evaluate: +0%.*0/21 ", shown), shown  # the file's lines, its header included
     assert re.search(r"chunk 1: +0%.*0/12 ", shown) and re.search(r"chunk 2: +0%.*0/8 ", shown), shown
 
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory):
+    """Script processes forked from one that imported everything (tests/forkserver.py)."""
+    from forkserver import ForkServer
+
+    server = ForkServer(tmp_path_factory.mktemp("forks"))
+    yield server
+    server.close()
+
+
 @pytest.mark.slow  # a Python process of its own each (as a script user runs it)
 @pytest.mark.parametrize("loudness", ["loud", "quiet"])
-def test_a_script_hears_progress_and_callbacks_see_every_step(tiny_bert, tmp_path, loudness):
-    import os
-    import subprocess
-    import sys
-
+def test_a_script_hears_progress_and_callbacks_see_every_step(tiny_bert, tmp_path, loudness, forks):
     (tmp_path / "t.tsv").write_text(sentiment_tsv())
-    env = {**os.environ, "PYTHONPATH": str(Path(bertheads.__file__).parents[1])}
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "t.tsv"), str(tmp_path / "m"), tiny_bert,
-                           loudness], capture_output=True, text=True, env=env, timeout=300)
+    done = forks.run_script(SCRIPT, [tmp_path / "t.tsv", tmp_path / "m", tiny_bert, loudness])
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.splitlines()[-1])
     assert [s for s, _ in result["steps"]] == list(range(1, 9))  # 16 rows, batches of 4, 2 epochs
