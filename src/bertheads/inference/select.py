@@ -7,6 +7,7 @@ kind's own training format with the label left empty, each with its `id` and `sc
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ log = logging.getLogger("bertheads")
 
 STRATEGIES = ("margin", "entropy", "diverse", "random")
 CANDIDATES_PER_PICK = 10  # diverse: the clusters are drawn from the k * this most uncertain inputs
+SCORE_CHUNK = 4096  # inputs scored at a time (a pool of any size is read once, a chunk at a time)
 
 
 @dataclass
@@ -137,30 +139,68 @@ class Selection:
     strategy: str
 
 
+def kept_candidates(net, name: str, examples, settings: SelectSettings, keep: int,
+                    batch_size: int) -> tuple[list[tuple[float, int, object]], int]:
+    """Score the pool a chunk at a time and keep only the `keep` best (score, position, example),
+    best first, ties to the earlier input: memory holds a chunk and the kept ones, whatever the
+    pool's size. `random` keeps those of the highest seeded uniform draws instead (a uniform
+    sample), each with its margin score."""
+    task, rng = net.tasks[name], np.random.default_rng(settings.seed)
+    kept: list[tuple] = []  # a min-heap on (key, -position)
+    seen = 0
+    for chunk in chunked(examples, SCORE_CHUNK):
+        units = task.uncertainty(head_outputs(net, name, chunk, batch_size))
+        scores = entropy_scores(units) if settings.strategy == "entropy" else margin_scores(units)
+        keys = rng.random(len(chunk)) if settings.strategy == "random" else scores
+        for position, (example, key, score) in enumerate(zip(chunk, keys, scores), seen):
+            item = ((float(key), -position), position, example, float(score))
+            if len(kept) < keep:
+                heapq.heappush(kept, item)
+            elif item[0] > kept[0][0]:
+                heapq.heapreplace(kept, item)
+        seen += len(chunk)
+    return [(score, position, example) for _, position, example, score in sorted(kept, reverse=True)], seen
+
+
+def chunked(items, size: int):
+    chunk: list = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 def select(net, name: str, pool, settings: SelectSettings | None = None, out: str | Path | None = None,
            batch_size: int = INFERENCE_BATCH, fmt: str | None = None) -> Selection:
-    """Score every input of `pool` (a file or rows) with head `name` of `net`, choose
-    `settings.k` by `settings.strategy`, and write them as JSON lines to `out` (atomically)."""
+    """Score every input of `pool` (a file or rows, read a chunk at a time) with head `name` of
+    `net`, choose `settings.k` by `settings.strategy`, and write them as JSON lines to `out`
+    (atomically)."""
     settings = settings or SelectSettings()
     if settings.strategy not in STRATEGIES:
         raise UserError(f"{said('strategy')}: expected one of {', '.join(STRATEGIES)}, got {settings.strategy!r}")
     task = net.tasks[name]
-    examples = list(task.iter_read(pool, need_labels=False, fmt=fmt))
-    if not examples:
+    keep = settings.k * (CANDIDATES_PER_PICK if settings.strategy == "diverse" else 1)
+    kept, total = kept_candidates(net, name, task.iter_read(pool, need_labels=False, fmt=fmt), settings, keep,
+                                  batch_size)
+    if not kept:
         raise UserError(f"{source_name(pool) or '<stdin>'}: no inputs in the pool")
-    outputs = head_outputs(net, name, examples, batch_size)
-    units = task.uncertainty(outputs)
-    scores = entropy_scores(units) if settings.strategy == "entropy" else margin_scores(units)
-    chosen = choose(scores, settings.k, settings.strategy, settings.seed,
-                    lambda idx: pooled_vectors(net, task, [examples[i] for i in idx], batch_size))
+    scores = np.array([score for score, _, _ in kept])
+    if settings.strategy == "diverse":  # (kept: the most uncertain, in score order)
+        picks = choose(scores, settings.k, "diverse", settings.seed,
+                       lambda idx: pooled_vectors(net, task, [kept[i][2] for i in idx], batch_size))
+    else:
+        picks = np.arange(min(settings.k, len(kept)))
     records = []
-    for i in chosen:
-        e = examples[i]
+    for i in picks:
+        score, position, e = kept[i]
         given = (getattr(e, "extra", None) or {}).get("id") or getattr(e, "id", None)
         line = getattr(e, "line", None)
-        record = {**task.blank_record(e), "id": given if given is not None else (line if line is not None else int(i)),
-                  "score": round(float(scores[i]), 6)}
+        record = {**task.blank_record(e), "id": given if given is not None else (line if line is not None else position),
+                  "score": round(float(score), 6)}
         records.append(record)
     if out is not None:
         atomic_write_text(Path(out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-    return Selection(records, len(examples), settings.strategy)
+    return Selection(records, total, settings.strategy)
