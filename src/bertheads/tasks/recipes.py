@@ -8,10 +8,15 @@ for any size, and the one `recipe: fixed` always takes. Measured on SST-2 (bench
 docs/little-data.md); the kinds whose small-data runs are not measured yet keep one row, their
 fixed defaults.
 
-| row | mode | batch | epochs |
+classify's table (`tasks/classify/task.py`):
+
+| examples | mode | batch | epochs |
 |---|---|---|---|
-| `Recipe(200, "features", 8, steps=400, epochs=(5, 40))` | head only, on cached states | 8 | for about 400 steps, 5 to 40 |
-| `Recipe(None, "finetune", 32)` | fine-tuning | 32 | 3 |
+| up to 200 | features (the head alone, on cached states) | 8 | for about 300 steps, 3 to 20 |
+| up to 2,000 | fine-tuning | 8 | for about 300 steps, 3 to 20 |
+| more | fine-tuning | 32 | 3 |
+
+tag: fine-tuning, batch 32, 3 epochs; qa: fine-tuning, batch 16, 3 epochs (`FIXED`).
 """
 
 from __future__ import annotations
