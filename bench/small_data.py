@@ -70,9 +70,9 @@ def ours(arm: str, train: Path, dev: Path, n: int, seed: int, cache: Path) -> di
 
     options: dict = {"seed": seed, "progress": False, "verbose": False}
     if arm == "old":
-        options.update(batch_size=32, epochs=3)
+        options.update(batch_size=32, epochs=3, mode="finetune")
     elif arm == "ft8":
-        options.update(batch_size=8, epochs=budget_epochs(n, 8))
+        options.update(batch_size=8, epochs=budget_epochs(n, 8), mode="finetune")
     elif arm == "feat":
         options.update(batch_size=8, epochs=budget_epochs(n, 8), mode="features", cache_dir=str(cache))
     elif arm == "feat32":
@@ -85,7 +85,7 @@ def ours(arm: str, train: Path, dev: Path, n: int, seed: int, cache: Path) -> di
     m = model.metrics
     return {"accuracy": m["dev"]["accuracy"], "mcc": m["dev"].get("mcc"), "seconds": seconds,
             "kept_epoch": m.get("best_epoch"), "learned_nothing": bool(m.get("learned_nothing")),
-            "recipe": (m.get("recipe") or {})}
+            "chosen": m.get("chosen")}
 
 
 def trainer(train_rows: list[dict], dev_rows: list[dict], seed: int, work: Path) -> dict:

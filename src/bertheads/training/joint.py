@@ -152,7 +152,8 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
         if auto and not given_modes and saved is None and recipe.mode != "finetune":
             for name in auto:
                 options[name]["mode"] = recipe.mode
-            data = [prepared(t) if t.name in auto else d for t, d in zip(config.tasks, data)]
+            torch.manual_seed(settings.seed)  # the heads start as they would with the mode given
+            data = [prepared(t) for t in config.tasks]
         modes = {d.task.spec.mode for d in data}
         if modes != {"features"}:
             encoder.model  # noqa: B018  (a lazy encoder's weights load now: they are trained)
