@@ -158,7 +158,6 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
         if modes != {"features"}:
             encoder.model  # noqa: B018  (a lazy encoder's weights load now: they are trained)
         settings, line = settle_recipe(settings, recipe, data, how, auto)
-        log.info(line)
         if saved is not None:
             continue_heads(saved, data, model)
         net = BertHeads(encoder, {d.name: d.task for d in data})
