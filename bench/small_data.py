@@ -192,7 +192,7 @@ def main() -> None:
     args = p.parse_args()
     args.arms = args.arms.split(",")
     if args.table:
-        print(f"CPU: {cpu_line()}\n")
+        print(f"{cpu_line()}\n")
         print(table(args.results, args.arms if "--arms" in sys.argv else None))
         return
     args.sizes = [int(s) for s in args.sizes.split(",")]
