@@ -410,8 +410,6 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
         raise UserError(f"{said('resume')}: needs the {said('out')} directory that holds the checkpoint")
     settings = resolved_settings(fixed_recipe(settings, data), frozen=all(d.cached is not None for d in data))
     run = set_up(model, data, settings)
-    if run.accelerator.is_main_process and (extra_manifest or {}).get("chosen"):
-        log.info(extra_manifest["chosen"])  # what the recipe for the data's size chose, once
     threads = torch.get_num_threads()
     # heads on cached [CLS] (or pooled) states are a few small matrices: on CPU, one thread runs
     # them without waiting on the others (which a busy machine schedules late)
@@ -460,6 +458,8 @@ class Loop:
             self.resume()
         elif self.out is not None and self.main:
             checkpoint.start_fresh(self.out)
+        if self.main and (self.extra_manifest or {}).get("chosen"):
+            log.info(self.extra_manifest["chosen"])  # what the recipe for the data's size chose, once
         if self.out is not None and self.main:
             self.log = RunLog(self.out, s, after_step=self.step if s.resume else None)
             self.log.params((self.extra_manifest or {}).get("settings") or asdict(s))
