@@ -13,7 +13,7 @@ classify's table (`tasks/classify/task.py`):
 | examples | mode | batch | epochs |
 |---|---|---|---|
 | up to 200 | features (the head alone, on cached states) | 8 | for about 300 steps, 3 to 20 |
-| up to 2,000 | fine-tuning | 8 | for about 300 steps, 3 to 20 |
+| up to 1,000 | fine-tuning | 8 | for about 300 steps, 3 to 20 |
 | more | fine-tuning | 32 | 3 |
 
 tag: fine-tuning, batch 32, 3 epochs; qa: fine-tuning, batch 16, 3 epochs (`FIXED`).

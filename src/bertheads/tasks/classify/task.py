@@ -43,7 +43,7 @@ class ClassifyTask(ClassifyReading, ClassifyModeling, ClassifyJudging, ClassifyP
     prepare_options = ("limit",)
     # by the training data's size, as measured on SST-2 (bench/small_data.py, docs/little-data.md)
     recipes = (Recipe(200, "features", 8, steps=300, epochs=(3, 20)),
-               Recipe(2000, "finetune", 8, steps=300, epochs=(3, 20)),
+               Recipe(1000, "finetune", 8, steps=300, epochs=(3, 20)),
                Recipe(None, "finetune", 32))
     help = "labels or scores for a text or a text pair, read from [CLS] (or the tokens' mean or max)"
     options_type = ClassifyOptions
