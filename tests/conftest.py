@@ -14,6 +14,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # torch fp32 on each kind of CPU the suite meets (AVX2, AVX512_BF16, AMX); tests of the other
 # choices pretend to be those machines (`base.machine.pretend`), or read the real flags.
 os.environ["BERTHEADS_CPU_FLAGS"] = "avx2"
+# The suite trains with the kinds' fixed defaults (3 epochs, batch 32, fine-tuning, no held-out
+# slice) whatever its tiny data's size; the tests of the recipe by size set `recipe` themselves.
+os.environ["BERTHEADS_RECIPE"] = "fixed"
 # the suite's caches (features, remembered hashes, the gate's verdicts) are its own, never the user's
 os.environ["BERTHEADS_CACHE"] = tempfile.mkdtemp(prefix="bertheads-cache-")
 # Under `make test` two worker processes share the cores: each, and the commands it starts, runs

@@ -70,7 +70,8 @@ def test_help_shows_each_kinds_defaults(capsys):
     assert stop.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "--max-length MAX_LENGTH tokens per input (pairs are cut longest-first) (default: 384)" in text
-    assert "--batch-size BATCH_SIZE training examples per step (default: 16)" in text
+    assert "--batch-size N training examples per step (default auto: by the training data's size, 8 for small " \
+           "sets, 32 for large ones; qa 16)" in text
 
 
 @pytest.mark.parametrize("argv, message", [

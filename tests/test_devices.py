@@ -115,7 +115,8 @@ def test_env_prints_the_machine_and_what_auto_picks(capsys):
         assert main(["env", "--json"]) == 0
     facts = json.loads(capsys.readouterr().out)
     assert facts["machine"]["flags"] == ["avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8"]
-    assert facts["training"] == {"device": "cpu", "precision": "bf16", "why": "the CPU has AMX"}
+    assert facts["training"] == {"device": "cpu", "precision": "bf16", "why": "the CPU has AMX",
+                                 "recipe": "fixed"}  # (the suite's $BERTHEADS_RECIPE)
     assert facts["inference"]["tried_in_order"][0]["runtime"] == "openvino"
     assert "torch" in facts["runtimes"]
     with pretend(AVX2):

@@ -145,7 +145,8 @@ def test_train_multi_features_mode_keeps_the_encoder(tiny_bert, tmp_path):
 
 
 def test_mixed_modes_refused(tmp_path, tiny_bert):
-    text = GOOD.replace("    limit: 12\n", "    limit: 12\n    mode: features\n")
+    text = GOOD.replace("    limit: 12\n", "    limit: 12\n    mode: features\n").replace(
+        "dev: data/sent.tsv}", "dev: data/sent.tsv, mode: finetune}")  # (a task without a mode follows the other's)
     with pytest.raises(UserError, match="mix mode='finetune' and features"):
         bertheads.train_multi(write_config(tmp_path, text), tmp_path / "m", model=tiny_bert)
 

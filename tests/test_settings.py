@@ -14,6 +14,7 @@ from bertheads.base.errors import UserError
 from bertheads.cli.main import main
 from bertheads.cli.parser import build_parser
 from bertheads.saved import bundle
+from bertheads.tasks import TASKS
 from bertheads.training import checkpoint, flags, tune
 from bertheads.training.config import read_config, run_settings
 
@@ -74,9 +75,9 @@ def test_a_config_holds_every_setting_yaml_and_toml(write, data, tmp_path):
     assert config.training == {"epochs": 2, "seed": 7}
     with pytest.raises(UserError, match=r"c2.toml: epoch: unknown setting 'epoch' \(did you mean 'epochs'\?\)"):
         read_config(write("c2.toml", 'kind = "classify"\ntrain = "t.tsv"\nepoch = 2\n'))
-    # the kind's own training defaults (qa: batch size 16) unless the file or a flag says otherwise
+    # the batch size is left to the kind's recipe (qa: batches of 16) unless the file or a flag says otherwise
     qa = read_config(write("q.yaml", "kind: qa\ntrain: t.tsv\n"))
-    assert run_settings(qa)[0].batch_size == 16
+    assert run_settings(qa)[0].batch_size is None and TASKS["qa"].recipes[-1].batch_size == 16
 
 
 def test_the_old_combine_key_is_read_with_a_warning(write, data, capsys):
@@ -97,7 +98,8 @@ def test_a_saved_config_trains_the_same_model_again(tiny_bert, data, tmp_path, c
     assert saved["kind"] == "classify" and saved["train"] == str(tmp_path / "t.tsv")
     assert (saved["epochs"], saved["batch_size"], saved["lr"], saved["seed"], saved["max_length"]) == (2, 4, 1e-3, 7, 24)
     assert saved["model"] == tiny_bert and "resume" not in saved and saved["made_with"] == manifest["made_with"]
-    assert {k: v for k, v in saved.items() if k != "made_with"} == manifest["settings"]
+    assert {k: v for k, v in saved.items() if k not in ("made_with", "chosen")} == manifest["settings"]
+    assert saved["chosen"] == manifest["chosen"] and "batch 4 (given)" in saved["chosen"]
 
     assert main(["train", "--config", str(first / "config.yaml"), "--out", str(again), "--no-progress", "-q"]) == 0
     assert bundle.read_manifest(again)["settings"] == manifest["settings"]
@@ -183,7 +185,8 @@ def test_an_unknown_flag_is_refused_with_the_closest_one(argv, hint, capsys):
 
 
 def test_python_train_takes_the_kinds_own_defaults(monkeypatch):
-    """`bertheads.train("qa", ...)` trains with the batch size `bertheads train qa` has."""
+    """`bertheads.train("qa", ...)` leaves the batch size to the kind's recipe, as `bertheads train qa`
+    does, unless it is given."""
     import bertheads.api as api
 
     seen = {}
@@ -193,7 +196,7 @@ def test_python_train_takes_the_kinds_own_defaults(monkeypatch):
         raise RuntimeError("stop")
 
     monkeypatch.setattr(api, "train_tasks", fake_train_tasks)
-    for kind, given, batch in (("qa", {}, 16), ("classify", {}, 32), ("qa", {"batch_size": 4}, 4)):
+    for kind, given, batch in (("qa", {}, None), ("classify", {}, None), ("qa", {"batch_size": 4}, 4)):
         with pytest.raises(RuntimeError):
             api.train(kind, "train.json", **given)
         assert seen["settings"].batch_size == batch, kind

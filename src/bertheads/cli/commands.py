@@ -31,6 +31,7 @@ from bertheads.training.flags import (
     settings_from,
     task_options,
 )
+from bertheads.training.settings import TrainSettings, recipe_of
 
 log = logging.getLogger("bertheads")
 
@@ -310,7 +311,8 @@ def environment_facts() -> dict:
     precision, why = training_precision("auto", device)
     ladder = candidates("auto", "auto", device)
     return {"machine": m.to_dict(), "line": m.line(), "runtimes": runtimes(),
-            "training": {"device": str(device), "precision": precision, "why": why},
+            "training": {"device": str(device), "precision": precision, "why": why,
+                         "recipe": recipe_of(TrainSettings())},
             "inference": {"device": str(device), "tried_in_order": [
                 {"runtime": r, "precision": p, "why": w} for r, p, w in ladder],
                 "without_export": ladder[-1][:2]}}
@@ -330,6 +332,9 @@ def cmd_env(args) -> int:
                                                      if more else ""))
     t = facts["training"]
     print(f"train --device auto --precision auto: {t['device']}, {t['precision']} ({t['why']})")
+    print("train --epochs, --batch-size, --mode and --holdout auto: " + (
+        "by the training data's size (--recipe auto; docs/little-data.md)" if t["recipe"] == "auto" else
+        "the kinds' fixed defaults (--recipe fixed, from $BERTHEADS_RECIPE)"))
     print(f"predict --device auto --runtime auto --precision auto, on {facts['inference']['device']}, tries in order "
           f"(a lower precision only once it passed the gate on the model's dev data):")
     for step in facts["inference"]["tried_in_order"]:

@@ -96,7 +96,7 @@ def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: 
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
         if manifest.get("settings"):
-            (tmp / CONFIG).write_text(config_text(manifest["settings"], manifest.get("made_with")))
+            (tmp / CONFIG).write_text(config_text(manifest["settings"], manifest.get("made_with"), manifest.get("chosen")))
         if metrics is not None:
             (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         (tmp / MLMODEL).write_text(mlmodel_text(model.tasks))
@@ -105,10 +105,13 @@ def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: 
     return out
 
 
-def config_text(settings: dict, made_with: dict | None = None) -> str:
-    """A saved model's config.yaml: its settings, then the versions that made it."""
+def config_text(settings: dict, made_with: dict | None = None, chosen: str | None = None) -> str:
+    """A saved model's config.yaml: its settings, what the recipe for the data's size chose
+    (the line training printed), then the versions that made it."""
     text = "# how this model was made; `bertheads train --config THIS_FILE --out DIR` trains it again\n"
     text += yaml.safe_dump(settings, sort_keys=False, allow_unicode=True)
+    if chosen:
+        text += yaml.safe_dump({"chosen": chosen}, sort_keys=False, allow_unicode=True, width=1000)
     if made_with:
         text += yaml.safe_dump({"made_with": made_with}, sort_keys=False)
     return text

@@ -26,6 +26,7 @@ from bertheads.base.errors import UserError
 from bertheads.tasks.forms import TEXT, InputForm
 from bertheads.tasks.options import NoOptions, Options, option
 from bertheads.tasks.parts import CardText, Judging, Modeling, Publishing, Reading, TextInput, softmax
+from bertheads.tasks.recipes import FIXED, Recipe
 from bertheads.tasks.registry import COMMANDS, TASKS
 from bertheads.text.encoding import MAX_LENGTH
 
@@ -63,7 +64,8 @@ class Task(Options, Reading, Modeling, Judging, Publishing):
     help: ClassVar[str] = ""
     spec_type: ClassVar[type]
     form: InputForm = TEXT  # a kind may make it a property of the spec (classify: pairs)
-    training_defaults: ClassVar[dict] = {}  # `train KIND` defaults of run settings that differ (qa's batch size)
+    training_defaults: ClassVar[dict] = {}  # `train KIND` defaults of run settings that differ
+    recipes: ClassVar[tuple[Recipe, ...]] = FIXED  # the training recipe by the data's size (`tasks/recipes.py`)
     prepare_options: ClassVar[tuple[str, ...]] = ()  # run settings `prepare` takes (classify: limit)
 
     def __init__(self, spec: Any, head: nn.Module) -> None:

@@ -89,14 +89,20 @@ def fold_numbers(count: int, folds: int, seed: int) -> np.ndarray:
     return numbers
 
 
+def fold_options(task, cli_options: dict | None, config: MultiConfig) -> dict:
+    """The task's options for the folds: its mode features or finetune (auto: the folds fine-tune)."""
+    options = task_settings(task, cli_options or {}, config.options)
+    return {**options, "mode": "features" if options.get("mode") == "features" else "finetune"}
+
+
 def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit: AuditSettings,
                 limit: int | None = None, cli_options: dict | None = None) -> OutOfFold:
     """Train `audit.folds` heads on the task of `config` (one task), each on all but one fold,
     and predict the fold it left out."""
     started = time.perf_counter()
     t = config.tasks[0]
-    options = task_settings(t, cli_options or {}, config.options)
-    frozen = options.get("mode") == "features"
+    options = fold_options(t, cli_options, config)
+    frozen = options["mode"] == "features"
     torch.manual_seed(settings.seed)
     encoder = Encoder.load(model, lazy=frozen)
     task, examples = read_task(t.kind, t.train, encoder, options, t.limit or limit)
@@ -287,7 +293,7 @@ def audit_task(config: MultiConfig, out: str | Path | None, model: str = "defaul
         "settings": plain({"model": model, "audit": dataclasses.asdict(audit),
                            "training": {k: v for k, v in dataclasses.asdict(settings).items()
                                         if k in ("epochs", "lr", "batch_size", "seed", "max_grad_norm", "warmup_ratio")},
-                           "task": {k: v for k, v in task_settings(t, cli_options or {}, config.options).items()
+                           "task": {k: v for k, v in fold_options(t, cli_options, config).items()
                                     if v is not None}}),
     }
     if out is not None:

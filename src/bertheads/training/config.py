@@ -48,8 +48,8 @@ from bertheads.training.settings import HeadOptions, RunSettings
 log = logging.getLogger("bertheads")
 TASK_FIELDS = ("kind", "train", "dev", "limit")
 # a config's own fields (besides the settings): the tasks, or one task's fields at the top;
-# `made_with` (versions, in a saved model's config) is read and ignored
-TOP_FIELDS = ("tasks", "kind", "train", "dev", "made_with")
+# `made_with` (versions) and `chosen` (what the recipe chose), in a saved model's config, are read and ignored
+TOP_FIELDS = ("tasks", "kind", "train", "dev", "made_with", "chosen")
 SETTINGS = (RunSettings, TrainSettings, HeadOptions)
 
 

@@ -63,7 +63,8 @@ def kind_defaults(kind: str) -> dict:
     that setting where the spec has one (qa's max_length 384), else the option's own."""
     spec = {f.name: default_of(f) for f in dataclasses.fields(task_class(kind).spec_type)}
     held = {n: spec[spec_name(n)] for n in names(HeadOptions)
-            if spec_name(n) in spec and n != "layers"}  # (the spec holds layers parsed, the flag their text)
+            if spec_name(n) in spec and n not in ("layers", "mode")}
+    # (the spec holds layers parsed, the flag their text; a run's mode is auto until the data is read)
     return {**{n: default_of(f) for n, f in kind_options(kind).items()}, **held}
 
 

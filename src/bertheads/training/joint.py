@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -27,13 +28,14 @@ from bertheads.model import BertHeads
 from bertheads.saved import bundle
 from bertheads.store import lock
 from bertheads.store.encoder_refs import cache_root, reference
+from bertheads.tasks.recipes import HOLDOUT, Recipe, holdout_size, recipe_for
 from bertheads.text.rows import Rows
 from bertheads.training import checkpoint
 from bertheads.training.config import MultiConfig, TaskConfig
 from bertheads.training.features import attach_cache
 from bertheads.training.flags import kind_defaults, task_class
 from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit, resolved_settings
-from bertheads.training.settings import HeadOptions, spec_name
+from bertheads.training.settings import AUTO, HeadOptions, recipe_of, spec_name
 from bertheads.training.trackers import check_trackers
 
 log = logging.getLogger("bertheads")
@@ -56,6 +58,8 @@ def make_spec(cls, options: dict, encoder: Encoder):
     spec = cls.spec_type(**{k: v for k, v in options.items() if k in names and v is not None})
     if isinstance(spec.layers, str) or spec.layers is None:
         spec.layers = list(parse_layers(spec.layers, encoder.info.num_layers))
+    if spec.mode == AUTO:  # a run whose data is not read yet (`settle_recipe` decides): fine-tuning for now
+        spec.mode = "finetune"
     if spec.mode not in ("finetune", "features"):
         raise UserError(f"{said('mode')}: expected finetune or features, got {spec.mode!r}")
     fit_max_length(spec, encoder, given=options.get("max_length") != kind_defaults(cls.kind).get("max_length"))
@@ -90,14 +94,24 @@ def read_task(kind: str, train_path: str, encoder: Encoder, options: dict, limit
 
 
 def prepare_task(kind: str, train_path: str, dev_path: str | None, encoder: Encoder, options: dict,
-                 limit: int | None = None, name: str | None = None) -> TaskData:
-    """Read and encode one task's training (and dev) data and build its head."""
+                 limit: int | None = None, name: str | None = None, holdout: float = 0.0,
+                 seed: int = 0) -> TaskData:
+    """Read and encode one task's training (and dev) data and build its head. Without a dev
+    file, `holdout` (a share) of the training examples, drawn with `seed`, is the dev set."""
     task, examples = read_task(kind, train_path, encoder, options, limit)
+    given, dev = len(examples), None
+    if dev_path is None and (count := holdout_size(len(examples), holdout)):
+        order = list(range(len(examples)))
+        random.Random(seed).shuffle(order)
+        held = set(order[:count])
+        dev = [e for i, e in enumerate(examples) if i in held]
+        examples = [e for i, e in enumerate(examples) if i not in held]
     features = task.encode(examples, encoder.tokenizer, with_labels=True, path=train_path)
     if not features:
         raise UserError(f"{train_path}: no usable training examples")
-    dev = task.read(dev_path, need_labels=True) if dev_path else None
-    return TaskData(name or kind, task, features, dev, dev_path)
+    if dev_path:
+        dev = task.read(dev_path, need_labels=True)
+    return TaskData(name or kind, task, features, dev, dev_path, examples=given, held_out=len(dev or ()) * (not dev_path))
 
 
 def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "default",
@@ -115,16 +129,35 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
         checkpoint.claim_out(out, settings.resume, settings.overwrite)
     try:
         options = {t.name: task_settings(t, cli_options or {}, config.options) for t in config.tasks}
-        modes = {opts.get("mode") or "finetune" for opts in options.values()}
-        if len(modes) > 1:
+        given_modes = {opts.get("mode") for opts in options.values()} - {None, AUTO}
+        if len(given_modes) > 1:
             raise UserError(f"{config.path}: tasks mix {said('mode', 'finetune')} and features; train them apart and "
                             f"`bertheads combine` features-mode models, or use one mode")
+        auto = [name for name, opts in options.items() if opts.get("mode") in (None, AUTO)]
+        how = recipe_of(settings)
+        holdout = settings.holdout if settings.holdout is not None else (0.0 if how == "fixed" else HOLDOUT)
         torch.manual_seed(settings.seed)
         saved = bundle.load(model) if bundle.is_model(model) else None
-        # features mode: the weights load only if some states are not cached yet
-        encoder = saved.encoder if saved is not None else Encoder.load(model, lazy=modes == {"features"})
-        data = [prepare_task(t.kind, t.train, t.dev, encoder, options[t.name], t.limit or limit, t.name)
-                for t in config.tasks]
+        # features mode (or a mode still to be decided): the weights load only if needed
+        encoder = saved.encoder if saved is not None else Encoder.load(model, lazy="finetune" not in given_modes)
+
+        def prepared(t):
+            return prepare_task(t.kind, t.train, t.dev, encoder, options[t.name], t.limit or limit, t.name,
+                                holdout, settings.seed)
+
+        for name in auto:  # fine-tuning until the data's size says otherwise
+            options[name]["mode"] = next(iter(given_modes), "finetune")
+        data = [prepared(t) for t in config.tasks]
+        recipe = recipe_of_data(data, how)
+        if auto and not given_modes and saved is None and recipe.mode != "finetune":
+            for name in auto:
+                options[name]["mode"] = recipe.mode
+            torch.manual_seed(settings.seed)  # the heads start as they would with the mode given
+            data = [prepared(t) for t in config.tasks]
+        modes = {d.task.spec.mode for d in data}
+        if modes != {"features"}:
+            encoder.model  # noqa: B018  (a lazy encoder's weights load now: they are trained)
+        settings, line = settle_recipe(settings, recipe, data, how, auto)
         if saved is not None:
             continue_heads(saved, data, model)
         net = BertHeads(encoder, {d.name: d.task for d in data})
@@ -134,13 +167,58 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
             encoder.reference = reference(encoder, model, cache_root(options[config.tasks[0].name].get("cache_dir")))
             for d, t in zip(data, config.tasks):
                 attach_cache(net, [d], options[t.name], model, t.train, progress=settings.progress)
-        extra = {"source_model": model, **(extra_manifest or {}), "made_with": made_with(),
-                 "settings": made_from(config, model, resolved_settings(settings, modes == {"features"}), limit, options)}
+        extra = {"source_model": model, **(extra_manifest or {}), "made_with": made_with(), "chosen": line,
+                 "settings": made_from(config, model, resolved_settings(settings, modes == {"features"}), limit,
+                                       options)}
         result = fit(net, data, settings, out, evaluate_task, extra, on_epoch, on_step, on_evaluate)
+        result["chosen"] = line
         return net, result
     finally:  # a run that failed before its loop gives the folder back too
         if out is not None:
             lock.release(out)
+
+
+# -- the recipe for the data's size ------------------------------------------------------
+def recipe_of_data(data: list[TaskData], how: str) -> Recipe:
+    """The recipe of the run's largest task (its batches are most of the steps), from its kind's table."""
+    largest = max(data, key=lambda d: d.examples)
+    return recipe_for(type(largest.task).recipes, largest.examples, how)
+
+
+def settle_recipe(settings: TrainSettings, recipe: Recipe, data: list[TaskData], how: str,
+                  auto_mode: list[str]) -> tuple[TrainSettings, str]:
+    """The run's settings with what was left to the recipe filled in (what was given stays), and
+    the one line that says what was chosen: `200 examples: --mode features, batch 8, up to 38
+    epochs, keeping the best on dev`."""
+    batch = settings.batch_size or recipe.batch_size
+    features = sum(len(d.train_features) for d in data)
+    epochs = settings.epochs or recipe.epochs_for(features, batch * settings.grad_accum)
+    settled = dataclasses.replace(settings, batch_size=batch, epochs=epochs, recipe=how,
+                                  holdout=settings.holdout if settings.holdout is not None else
+                                  (0.0 if how == "fixed" else HOLDOUT))
+    examples = sum(d.examples for d in data)
+    mode = data[0].task.spec.mode
+    parts = [("--mode features (the head alone, on the frozen encoder's states)" if mode == "features"
+              else "fine-tuning") + ("" if auto_mode else " (given)"),
+             f"batch {batch}" + ("" if settings.batch_size is None else " (given)")]
+    held = sum(d.held_out for d in data)
+    given = "" if settings.epochs is None else " (given)"
+
+    def count(n: int) -> str:
+        return f"{n} epoch{'' if n == 1 else 's'}"
+
+    dev = any(d.dev_path for d in data)
+    if settings.keep == "last":
+        parts.append(f"{count(epochs)}{given}, keeping the last ({said('keep')} last)")
+    elif dev or held:
+        where = "dev" if dev else f"{held} held-out training examples (no {said('dev')}; {said('holdout')} 0 for none)"
+        parts.append(f"{'' if epochs == 1 else 'up to '}{count(epochs)}{given}, keeping the best on {where}")
+    else:
+        why = (f"{said('holdout')} 0" if settings.holdout == 0 else "none held out with a fixed recipe"
+               if how == "fixed" else "too few examples to hold some out")
+        parts.append(f"{count(epochs)}{given}, keeping the last (no {said('dev')}; {why})")
+    fixed = f" ({said('recipe')} fixed)" if how == "fixed" else ""
+    return settled, f"{examples} training examples{fixed}: {', '.join(parts)}"
 
 
 def continue_heads(saved: BertHeads, data: list[TaskData], source: str) -> None:

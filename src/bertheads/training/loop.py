@@ -68,6 +68,8 @@ class TaskData:
     cached: object = None  # store.features_cache.CachedFeatures when the encoder is frozen and cached
     dev_cached: object = None  # store.features_cache.CachedDev: the dev set's states, likewise
     extra: dict = field(default_factory=dict)
+    examples: int = 0  # training examples given (before a held-out slice)
+    held_out: int = 0  # ... of which held out as the dev set (no dev file)
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -162,6 +164,17 @@ def resolved_settings(settings: TrainSettings, frozen: bool) -> TrainSettings:
         log.debug(f"{said('precision', 'auto')}: {precision} ({why})")
     lr = settings.lr if settings.lr is not None else (FEATURES_LR if frozen else FINETUNE_LR)
     return replace(settings, lr=lr, precision=precision)
+
+
+def fixed_recipe(settings: TrainSettings, data: list[TaskData]) -> TrainSettings:
+    """Batch size and epochs a caller left open (`training.joint` settles them by the data's
+    size first): the first task's kind's recipe for any size."""
+    if settings.batch_size is not None and settings.epochs is not None:
+        return settings
+    recipe = type(data[0].task).recipes[-1]
+    batch = settings.batch_size or recipe.batch_size
+    features = sum(len(d.train_features) for d in data)
+    return replace(settings, batch_size=batch, epochs=settings.epochs or recipe.epochs_for(features, batch))
 
 
 def float_outputs(out):
@@ -400,7 +413,7 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
         raise UserError(f"{said('patience')}: needs a dev set ({said('dev')}) to tell whether evaluations improve")
     if settings.resume and out is None:
         raise UserError(f"{said('resume')}: needs the {said('out')} directory that holds the checkpoint")
-    settings = resolved_settings(settings, frozen=all(d.cached is not None for d in data))
+    settings = resolved_settings(fixed_recipe(settings, data), frozen=all(d.cached is not None for d in data))
     run = set_up(model, data, settings)
     threads = torch.get_num_threads()
     # heads on cached [CLS] (or pooled) states are a few small matrices: on CPU, one thread runs
@@ -450,6 +463,8 @@ class Loop:
             self.resume()
         elif self.out is not None and self.main:
             checkpoint.start_fresh(self.out)
+        if self.main and (self.extra_manifest or {}).get("chosen"):
+            log.info(self.extra_manifest["chosen"])  # what the recipe for the data's size chose, once
         if self.out is not None and self.main:
             self.log = RunLog(self.out, s, after_step=self.step if s.resume else None)
             self.log.params((self.extra_manifest or {}).get("settings") or asdict(s))

@@ -13,20 +13,24 @@ kept, not what is trained: neither searched nor part of a search's identity).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+from bertheads.base.errors import UserError
 from bertheads.base.machine import TRAIN_PRECISIONS
 from bertheads.base.schema import setting
 from bertheads.base.values import fraction, non_negative_float, positive_float, positive_int
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.encoder.layers import COMBINES, POOLINGS
 from bertheads.tasks.base import HeadSettings
+from bertheads.tasks.recipes import RECIPE_CHOICES
 
 SAMPLINGS = ("proportional", "temperature", "round-robin")
 KEEP_CHOICES = ("best", "last")
 FINETUNE_LR = 5e-5  # the learning rate when the encoder learns too
 FEATURES_LR = 1e-3  # ... and when only heads learn, on a frozen encoder's cached states
 MODES = ("finetune", "features")
+AUTO = "auto"  # a setting left to the recipe for the data's size (`tasks/recipes.py`)
 # a head option whose Python name differs from its spec field's
 SPEC_FIELD = {"layer_combine": "combine"}
 
@@ -51,10 +55,15 @@ class RunSettings:
 class TrainSettings:
     """How a run trains (the same for every task of a multi-task run)."""
 
-    epochs: int = setting(3, "passes over the training data", type=positive_int, group="training",
-                          tags=("searched",))
-    batch_size: int = setting(32, "training examples per step", type=positive_int, group="training",
-                              tags=("searched",))
+    # auto (None): the recipe for the training data's size (`tasks/recipes.py`), settled in
+    # training.joint.settle_recipe and recorded in the saved model's config.yaml
+    epochs: int | None = setting(None, "passes over the training data (default auto: by the training data's size, "
+                                       "from 3 for large sets to many more for a few hundred examples, the best "
+                                       "kept on dev; see docs/little-data.md)", type=positive_int,
+                                 group="training", tags=("searched",), metavar="N")
+    batch_size: int | None = setting(None, "training examples per step (default auto: by the training data's "
+                                           "size, 8 for small sets, 32 for large ones; qa 16)", type=positive_int,
+                                     group="training", tags=("searched",), metavar="N")
     # no default shown by argparse (the help names both): the mode decides it, in loop.resolved_settings
     lr: float | None = setting(None, f"peak learning rate (AdamW, linear decay); default {FINETUNE_LR:g} when "
                                      f"fine-tuning, {FEATURES_LR:g} with --mode features (only the head learns)",
@@ -73,6 +82,14 @@ class TrainSettings:
     keep: str = setting("best", "which model is saved: the best dev evaluation (by --select-metric; an equal score "
                                 "with a lower dev loss wins) or the last epoch's", choices=KEEP_CHOICES,
                         group="training")
+    holdout: float | None = setting(None, "without --dev: the share of the training data held out to choose the "
+                                          "kept epoch on (default auto: a tenth, at least 4 examples and at most a fifth; "
+                                          "none under 20 examples); 0: none, the last epoch is kept",
+                                    type=fraction, group="training", metavar="SHARE")
+    recipe: str | None = setting(None, "what the auto settings (batch size, epochs, mode, holdout) follow: auto, "
+                                       "the training data's size; fixed, the kind's fixed defaults whatever the "
+                                       "size (batch 32, qa 16; 3 epochs; fine-tuning; no holdout); default: "
+                                       "$BERTHEADS_RECIPE, else auto", choices=RECIPE_CHOICES, group="training")
     select_metric: str | None = setting(None, "dev metric that chooses the best evaluation (default: the task's main "
                                               "one: accuracy, f1, pearson, ...)", group="training")
     grad_accum: int = setting(1, "add the gradients of N batches before each step (a step sees N * --batch-size "
@@ -117,6 +134,14 @@ class TrainSettings:
                                   tags=("not-compared",))
 
 
+def recipe_of(settings: TrainSettings) -> str:
+    """What the auto settings follow: `recipe`, else $BERTHEADS_RECIPE, else auto."""
+    how = settings.recipe or os.environ.get("BERTHEADS_RECIPE") or AUTO
+    if how not in RECIPE_CHOICES:
+        raise UserError(f"BERTHEADS_RECIPE: expected one of {', '.join(RECIPE_CHOICES)}, got {how!r}")
+    return how
+
+
 def layer_text(value):
     """A config's `layers` (-1, [-1, -2], "all") as the flag's text."""
     if isinstance(value, list):
@@ -134,8 +159,10 @@ class HeadOptions:
 
     max_length: int = setting(HeadSettings.max_length, "tokens per input (pairs are cut longest-first)",
                               type=positive_int, group="training", after="lr")
-    mode: str = setting(HeadSettings.mode, "fine-tune the encoder with the head, or train the head alone on frozen, "
-                                           "cached features", choices=MODES, group="feature extraction")
+    mode: str = setting(AUTO, "fine-tune the encoder with the head, or train the head alone on frozen, cached "
+                              "features; auto: by the training data's size (features for a few hundred examples "
+                              "or fewer, where the kind's measurements say so)", choices=(AUTO, *MODES),
+                        group="feature extraction")
     layers: str | None = setting(None, "hidden layers the head reads: -1 (the last; default), -1,-2,-3,-4, all; 0 is "
                                        "the embeddings", coerce=layer_text, group="feature extraction")
     layer_combine: str = setting(HeadSettings.combine, "how several --layers are merged", choices=COMBINES,

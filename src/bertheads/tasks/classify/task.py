@@ -24,6 +24,7 @@ from bertheads.tasks.classify.reading import ClassifyReading
 from bertheads.tasks.classify.spec import ClassifySpec
 from bertheads.tasks.families import Family, pooling, settle_family, start_weights
 from bertheads.tasks.forms import PAIR, TEXT, InputForm
+from bertheads.tasks.recipes import Recipe
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,10 @@ class ClassifyTask(ClassifyReading, ClassifyModeling, ClassifyJudging, ClassifyP
     kind = "classify"
     spec_type = ClassifySpec
     prepare_options = ("limit",)
+    # by the training data's size, as measured on SST-2 (bench/small_data.py, docs/little-data.md)
+    recipes = (Recipe(200, "features", 8, steps=300, epochs=(3, 20)),
+               Recipe(1000, "finetune", 8, steps=300, epochs=(3, 20)),
+               Recipe(None, "finetune", 32))
     help = "labels or scores for a text or a text pair, read from [CLS] (or the tokens' mean or max)"
     options_type = ClassifyOptions
 

@@ -33,6 +33,7 @@ from bertheads.tasks.qa.publishing import QAPublishing
 from bertheads.tasks.qa.reading import QAReading
 from bertheads.tasks.qa.spans import window_choice_parts
 from bertheads.tasks.qa.spec import QASpec
+from bertheads.tasks.recipes import Recipe
 
 
 @dataclass
@@ -49,7 +50,7 @@ class QATask(QAReading, QAModeling, QAJudging, QAPublishing, Task):
     kind = "qa"
     spec_type = QASpec
     help = "answer spans in a passage for a question (SQuAD v1.1 / v2.0)"
-    training_defaults = {"batch_size": 16}
+    recipes = (Recipe(None, "finetune", 16),)  # small-data runs not measured yet: batches of 16, 3 epochs
     form = QUESTION
     options_type = QAOptions
 

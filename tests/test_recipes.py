@@ -1,0 +1,80 @@
+"""Settings left to bertheads follow the training data's size (each kind's recipe table): the
+choice said in one line and saved in config.yaml, what the user gives wins, and without --dev a
+held-out slice of the training data chooses the kept epoch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from bertheads.cli.main import main
+from bertheads.tasks import TASKS
+from bertheads.tasks.recipes import holdout_size, recipe_for
+
+
+def test_each_kind_s_table_chooses_by_the_number_of_examples():
+    table = TASKS["classify"].recipes
+    few, some, many = recipe_for(table, 32), recipe_for(table, 1000), recipe_for(table, 60000)
+    assert (few.mode, few.batch_size) == ("features", 8)  # a few hundred or fewer: the head alone
+    assert (some.mode, some.batch_size) == ("finetune", 8)
+    assert (many.mode, many.batch_size, many.epochs_for(60000, 32)) == ("finetune", 32, 3)  # as before
+    # a step budget, not a fixed epoch count: fewer examples, more epochs, within the row's bounds
+    assert few.epochs_for(32, 8) > few.epochs_for(200, 8) >= few.epochs[0]
+    assert few.epochs_for(32, 8) == few.epochs[1]
+    assert some.epochs_for(400, 8) > some.epochs_for(2000, 8) == 3
+    assert recipe_for(table, 32, "fixed") == table[-1]
+    assert recipe_for(TASKS["qa"].recipes, 50).batch_size == 16  # qa's fixed batches of 16, whatever the size
+    assert recipe_for(TASKS["tag"].recipes, 50).mode == "finetune"
+    assert [holdout_size(n, 0.1) for n in (19, 20, 40, 200, 10**6)] == [0, 4, 4, 20, 2000]
+    assert holdout_size(200, 0.0) == 0
+
+
+@pytest.fixture
+def sentences(write):
+    words = ["a good film", "great acting", "a bad plot", "an awful film", "a fine story", "a dull film"]
+    return write("train.tsv", "sentence\tlabel\n" + "".join(
+        f"{words[i % 6]} {i}\t{'pos' if i % 6 in (0, 1, 4) else 'neg'}\n" for i in range(40)))
+
+
+def test_little_data_without_dev_trains_features_and_chooses_on_a_held_out_slice(tiny_bert, sentences, tmp_path,
+                                                                                 capsys, monkeypatch):
+    monkeypatch.setenv("BERTHEADS_RECIPE", "auto")
+    out = tmp_path / "m"
+    assert main(["train", "classify", "--train", sentences, "--out", str(out), "--model", tiny_bert,
+                 "--epochs", "2", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if "training examples:" in x]
+    assert len(lines) == 1  # said once
+    line = lines[0].removeprefix("bertheads: ")
+    assert line == ("40 training examples: --mode features (the head alone, on the frozen encoder's states), "
+                    "batch 8, up to 2 epochs (given), keeping the best on 4 held-out training examples "
+                    "(no --dev; --holdout 0 for none)")
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert (config["mode"], config["batch_size"], config["epochs"]) == ("features", 8, 2)
+    assert (config["holdout"], config["recipe"], config["chosen"]) == (0.1, "auto", line)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["dev"]["examples"] == 4 and all(h["dev"] for h in metrics["history"])  # chosen on the slice
+    # the saved config trains the same way again: what it records is given now
+    assert main(["train", "--config", str(out / "config.yaml"), "--out", str(tmp_path / "again"), "--no-progress",
+                 "-q"]) == 0
+    again = yaml.safe_load((tmp_path / "again" / "config.yaml").read_text())
+    assert {k: again[k] for k in ("mode", "batch_size", "epochs", "holdout")} == \
+        {k: config[k] for k in ("mode", "batch_size", "epochs", "holdout")}
+
+
+def test_what_the_user_gives_wins_and_holdout_0_keeps_the_last_epoch(tiny_bert, sentences, tmp_path, capsys,
+                                                                      monkeypatch):
+    monkeypatch.setenv("BERTHEADS_RECIPE", "auto")
+    out = tmp_path / "m"
+    assert main(["train", "classify", "--train", sentences, "--out", str(out), "--model", tiny_bert,
+                 "--mode", "finetune", "--batch-size", "16", "--epochs", "1", "--holdout", "0",
+                 "--no-progress"]) == 0
+    line = next(x for x in capsys.readouterr().err.splitlines() if "training examples:" in x)
+    assert line.endswith("40 training examples: fine-tuning (given), batch 16 (given), 1 epoch (given), "
+                         "keeping the last (no --dev; --holdout 0)")
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert (config["mode"], config["batch_size"], config["epochs"], config["holdout"]) == ("finetune", 16, 1, 0.0)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["kept"]["by"] == "last epoch (no dev set)" and metrics["dev"] == {}
