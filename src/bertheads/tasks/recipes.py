@@ -2,21 +2,11 @@
 size, epochs, fine-tuning or features mode, and without a dev file a held-out slice of the
 training data to choose the kept epoch on) picked by the number of training examples.
 
-Each kind holds its table (`Task.recipes`), rows in order of size; the first row whose `up_to`
-is at least the number of examples is the run's. The last row (`up_to` None) is the recipe
-for any size, and the one `recipe: fixed` always takes. Measured on SST-2 (bench/small_data.py,
-docs/little-data.md); the kinds whose small-data runs are not measured yet keep one row, their
-fixed defaults.
-
-classify's table (`tasks/classify/task.py`):
-
-| examples | mode | batch | epochs |
-|---|---|---|---|
-| up to 200 | features (the head alone, on cached states) | 8 | for about 300 steps, 3 to 20 |
-| up to 1,000 | fine-tuning | 8 | for about 300 steps, 3 to 20 |
-| more | fine-tuning | 32 | 3 |
-
-tag: fine-tuning, batch 32, 3 epochs; qa: fine-tuning, batch 16, 3 epochs (`FIXED`).
+Each kind holds its table (`Task.recipes`, e.g. `tasks/classify/task.py`), rows in order of
+size; the first row whose `up_to` is at least the number of examples is the run's. The last
+row (`up_to` None) is the recipe for any size, and the one `recipe: fixed` always takes. A
+kind whose small-data runs are not measured yet keeps one row, its fixed defaults (`FIXED`).
+The measurements behind each row: docs/little-data.md and bench/RESULTS.md.
 """
 
 from __future__ import annotations
