@@ -78,3 +78,21 @@ def test_what_the_user_gives_wins_and_holdout_0_keeps_the_last_epoch(tiny_bert, 
     assert (config["mode"], config["batch_size"], config["epochs"], config["holdout"]) == ("finetune", 16, 1, 0.0)
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["kept"]["by"] == "last epoch (no dev set)" and metrics["dev"] == {}
+
+
+def test_several_kinds_fine_tune_unless_every_table_agrees(tiny_bert, tmp_path, capsys, monkeypatch):
+    """The demo's three small tasks: classify's table alone would take features mode, tag's and
+    qa's fine-tune, so the joint run fine-tunes (a tagger on frozen features learned nothing)."""
+    import shutil
+    from pathlib import Path
+
+    monkeypatch.setenv("BERTHEADS_RECIPE", "auto")
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    shutil.copytree(examples, tmp_path / "examples", ignore=shutil.ignore_patterns("*.ipynb", "__pycache__"))
+    out = tmp_path / "demo"
+    assert main(["train", "multi", "--config", str(tmp_path / "examples" / "demo.yaml"), "--out", str(out),
+                 "--model", tiny_bert, "--epochs", "1", "--no-progress"]) == 0
+    line = next(x for x in capsys.readouterr().err.splitlines() if "training examples:" in x)
+    assert "fine-tuning" in line and "features" not in line
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    assert {task.get("mode", config.get("mode")) for task in config["tasks"].values()} == {"finetune"}

@@ -180,9 +180,13 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
 
 # -- the recipe for the data's size ------------------------------------------------------
 def recipe_of_data(data: list[TaskData], how: str) -> Recipe:
-    """The recipe of the run's largest task (its batches are most of the steps), from its kind's table."""
-    largest = max(data, key=lambda d: d.examples)
-    return recipe_for(type(largest.task).recipes, largest.examples, how)
+    """The recipe of the run's largest task (its batches are most of the steps), from its kind's
+    table; its mode only when every task's own recipe (its kind's table, its own size) has that
+    mode too, else fine-tuning, which every kind's fixed recipe uses (a tagger on a classifier's
+    small-data features mode would learn next to nothing)."""
+    own = [recipe_for(type(d.task).recipes, d.examples, how) for d in data]
+    largest = own[max(range(len(data)), key=lambda i: data[i].examples)]
+    return largest if len({r.mode for r in own}) == 1 else dataclasses.replace(largest, mode="finetune")
 
 
 def settle_recipe(settings: TrainSettings, recipe: Recipe, data: list[TaskData], how: str,
@@ -198,7 +202,7 @@ def settle_recipe(settings: TrainSettings, recipe: Recipe, data: list[TaskData],
                                   (0.0 if how == "fixed" else HOLDOUT))
     examples = sum(d.examples for d in data)
     mode = data[0].task.spec.mode
-    parts = [("--mode features (the head alone, on the frozen encoder's states)" if mode == "features"
+    parts = [(f"{said('mode', 'features')} (the head alone, on the frozen encoder's states)" if mode == "features"
               else "fine-tuning") + ("" if auto_mode else " (given)"),
              f"batch {batch}" + ("" if settings.batch_size is None else " (given)")]
     held = sum(d.held_out for d in data)
