@@ -177,6 +177,21 @@ def load_ours(out: Path, device: str):
     return bertheads.load(out, device=device, runtime="torch", precision=ours_precision(device))
 
 
+def ours_side(kind: str, args, device: str, train_path: Path, limit, work: Path, inputs: list, score,
+              **options) -> dict:
+    """Our side of a kind: trained into `work/ours` (`train_ours`), loaded, warmed up on the first
+    inputs, then `inputs` predicted, timed; the record with `score(model, predictions)` added."""
+    record = train_ours(kind, args, device, train_path, limit, work / "ours", **options)
+    model = load_ours(work / "ours", device)
+    model.predict(inputs[:WARM_UP])
+    with timed(device, record, "predict_seconds"):
+        predictions = model.predict(inputs)
+    record.update(score(model, predictions), mode=mode_of(model))
+    del model
+    release(device)
+    return record
+
+
 def mode_of(model) -> str:
     return f"{model.mode.runtime} {model.mode.precision} on {model.mode.device}"
 
@@ -263,15 +278,9 @@ def run_classify(args, device: str, work: Path, train_path: Path, dev_path: Path
 
     if "ours" in sides:
         log("classify: ours")
-        ours = train_ours("classify", args, device, train_path, limit, work / "ours", max_length=MAX_LENGTH)
-        model = load_ours(work / "ours", device)
-        model.predict(dev_texts[:WARM_UP])
-        with timed(device, ours, "predict_seconds"):
-            predicted = [p["label"] for p in model.predict(dev_texts)]
-        ours.update(accuracy=accuracy(predicted), mode=mode_of(model))
-        del model
-        release(device)
-        got["ours"] = ours
+        got["ours"] = ours_side("classify", args, device, train_path, limit, work, dev_texts,
+                                lambda model, out: {"accuracy": accuracy([p["label"] for p in out])},
+                                max_length=MAX_LENGTH)
     if "trainer" in sides:
         log("classify: Trainer")
         source = resolve_model(args.model)
@@ -347,17 +356,12 @@ def run_tag(args, device: str, work: Path, train_path: Path, dev_path: Path, lim
 
     if "ours" in sides:
         log("tag: ours")
-        ours = train_ours("tag", args, device, train_path, limit, work / "ours", max_length=MAX_LENGTH)
-        model = load_ours(work / "ours", device)
-        model.predict(texts[:WARM_UP])
-        with timed(device, ours, "predict_seconds"):
-            found = model.predict(texts)
-        raw = [word_tags(w, [(e["type"], e["start"], e["end"]) for e in f["entities"]]) for (w, _), f in zip(dev, found)]
-        ours.update(scores([p["tags"] for p in model.predict([w for w, _ in dev])]))
-        ours.update(scores(raw, "raw_text_"), mode=mode_of(model))
-        del model
-        release(device)
-        got["ours"] = ours
+        def tag_scores(model, found) -> dict:  # on the dev words, and on the raw text's entity spans
+            raw = [word_tags(w, [(e["type"], e["start"], e["end"]) for e in f["entities"]])
+                   for (w, _), f in zip(dev, found)]
+            return {**scores([p["tags"] for p in model.predict([w for w, _ in dev])]), **scores(raw, "raw_text_")}
+
+        got["ours"] = ours_side("tag", args, device, train_path, limit, work, texts, tag_scores, max_length=MAX_LENGTH)
     if "trainer" in sides:
         log("tag: Trainer")
         source = resolve_model(args.model)
@@ -448,16 +452,9 @@ def run_qa(args, device: str, work: Path, train_path: Path, dev_path: Path, limi
 
     if "ours" in sides:
         log("qa: ours")
-        ours = train_ours("qa", args, device, train_path, limit, work / "ours", max_length=QA_LENGTH, stride=QA_STRIDE,
-                          max_question_length=QA_QUESTION)
-        model = load_ours(work / "ours", device)
-        model.predict(questions[:WARM_UP])
-        with timed(device, ours, "predict_seconds"):
-            answers = [p["answer"] for p in model.predict(questions)]
-        ours.update(scores(answers), mode=mode_of(model))
-        del model
-        release(device)
-        got["ours"] = ours
+        got["ours"] = ours_side("qa", args, device, train_path, limit, work, questions,
+                                lambda model, out: scores([p["answer"] for p in out]), max_length=QA_LENGTH,
+                                stride=QA_STRIDE, max_question_length=QA_QUESTION)
     if "trainer" in sides:
         log("qa: Trainer")
         source = resolve_model(args.model)
