@@ -155,7 +155,7 @@ def train_ours(kind: str, args, device: str, train: Path, limit: int | None, out
     import bertheads
 
     # bf16 on a GPU; on a CPU what --precision auto gives there (bf16 only with AMX/AVX512_BF16)
-    settings = bertheads.TrainSettings(epochs=1, batch_size=args.batch_size, lr=args.lr, seed=SEED,
+    settings = bertheads.TrainSettings(epochs=1, batch_size=args.batch_size, holdout=0, lr=args.lr, seed=SEED,
                                        warmup_ratio=WARMUP, weight_decay=DECAY, progress=False, device=device,
                                        precision=ours_precision(device))
     record: dict = {}

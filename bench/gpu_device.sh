@@ -2,7 +2,8 @@
 # Runs on the lent GPU machine, from the bundle bench/gpu_bundle.sh made in .gpu/: unpacks the data,
 # widens the checkpoint back to fp32, installs the carried wheels, then (DIAG=N) bench/gpu_diag.py
 # with N training rows of ours, and bench/gpu.sh for each kind in KINDS (default: all three), each
-# kind within PER_KIND seconds. Everything it finds goes to $OUT (log.txt is the caller's tee).
+# kind within PER_KIND seconds (GPU_ARGS go to bench/gpu.sh, e.g. "--limit 64" for a check on the
+# CPU). Everything it finds goes to $OUT (log.txt is the caller's tee).
 set -u
 export PYTHONUNBUFFERED=1 PYTHON=python3 BERTHEADS_DATA=/tmp/data
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -19,12 +20,12 @@ print("torch", torch.__version__, "transformers", transformers.__version__, "cud
 PY
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl && export PYTHONPATH=/tmp/site
 if [ -n "${DIAG:-}" ]; then
-  PYTHONPATH=/tmp/site:src timeout 240 python3 bench/gpu_diag.py /tmp/model "$DIAG" 2>&1 \
+  PYTHONPATH=/tmp/site:src timeout "${DIAG_SECONDS:-240}" python3 bench/gpu_diag.py /tmp/model "$DIAG" 2>&1 \
     | grep -v -E "Loading weights|MISSING|LOAD REPORT|^Key|^---|^Notes|newly initialized|^$" | tee "$OUT/diag.txt"
 fi
 for k in ${KINDS:-classify tag qa}; do
   echo "=== $k $(date +%T)"
   timeout "${PER_KIND:-200}" bash bench/gpu.sh --kinds "$k" --model /tmp/model --out "$OUT/gpu-$k.json" \
-    --results "$OUT/rows.md" || echo "FAILED $k rc=$?"
+    --results "$OUT/rows.md" ${GPU_ARGS:-} || echo "FAILED $k rc=$?"
 done
 echo "=== done $(date +%T)"

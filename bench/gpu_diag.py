@@ -77,7 +77,7 @@ def ours(model_dir: str, rows: int) -> None:
     data = os.environ.get("BERTHEADS_DATA", "../shared/data") + "/sst2/"
     dev = [line.rsplit("\t", 1)[0] for line in open(data + "dev.tsv").read().splitlines()[1:]]
     precision = "bf16" if DEVICE == "cuda" else "fp32"
-    settings = bertheads.TrainSettings(epochs=1, batch_size=32, progress=False, precision=precision, device=DEVICE)
+    settings = bertheads.TrainSettings(epochs=1, batch_size=32, holdout=0, progress=False, precision=precision, device=DEVICE)
     start = time.perf_counter()
     bertheads.train("classify", data + "train.tsv", None, "/tmp/gpu-diag-ours", model=model_dir,
                     settings=settings, limit=rows)
