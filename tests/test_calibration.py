@@ -9,6 +9,7 @@ import pytest
 
 import bertheads
 from bertheads.cli.main import main
+from bertheads.inference.stream import StreamSettings
 from bertheads.tasks import calibration
 from bertheads.tasks.qa.confidence import candidates
 
@@ -159,6 +160,33 @@ def tag_text(n: int, seed: int) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
+def test_metric_coverage_measures_the_kinds_metric_on_the_most_confident_inputs_across_chunks():
+    from bertheads.tasks.parts import Judging
+
+    class Mean(Judging):
+        main_metric = "f1"
+
+        def metrics_from_parts(self, parts, path=None, **_):
+            return {"f1": float(np.mean(np.concatenate([p[0] for p in parts])))}
+
+    chunks = [(np.array([0.9, 0.2]), (np.array([1.0, 0.0]),)), (np.array([0.8, 0.5]), (np.array([1.0, 1.0]),))]
+    rows = calibration.metric_coverage(Mean(), chunks, coverages=(1.0, 0.8, 0.5))
+    assert [(r["answered"], r["value"], r["threshold"]) for r in rows] == [(4, 0.75, 0.2), (3, 1.0, 0.5), (2, 1.0, 0.8)]
+    assert calibration.metric_coverage(Mean(), [None]) == []
+
+
+def test_evaluate_prints_the_metric_coverage_lines():
+    from bertheads.cli.commands import calibration_text
+
+    text = calibration_text({"temperature": 1.2, "ece": 0.01, "rows": 9, "accuracy": 0.9, "mean_confidence": 0.9,
+                             "metric_coverage": [{"coverage": 0.8, "answered": 4, "metric": "f1", "value": 0.9412,
+                                                  "threshold": 0.8123},
+                                                 {"coverage": 0.5, "answered": 2, "metric": "f1", "value": None,
+                                                  "threshold": 0.9}]})
+    assert "answering the 80% most confident inputs: f1 0.9412 (input confidence >= 0.8123)" in text
+    assert "answering the 50% most confident inputs: f1 none" in text
+
+
 def test_tag_head_calibrated_over_words_same_entities(tiny_bert, tmp_path):
     (tmp_path / "t.txt").write_text(tag_text(24, 0))
     (tmp_path / "d.txt").write_text(tag_text(8, 1))
@@ -173,6 +201,13 @@ def test_tag_head_calibrated_over_words_same_entities(tiny_bert, tmp_path):
     assert all(p["abstained"] for p in abstained)
     metrics = model.evaluate(str(tmp_path / "d.txt"))
     assert metrics["calibration"]["rows"] == 32 and len(metrics["calibration"]["risk_coverage"]) == 4
+    # by entity F1 over sentences, the most confident first (the same in a streamed evaluation)
+    by_f1 = metrics["calibration"]["metric_coverage"]
+    assert [(r["metric"], r["answered"]) for r in by_f1] == [("f1", 8), ("f1", 7), ("f1", 6), ("f1", 4)]
+    assert by_f1[0]["value"] == pytest.approx(metrics["f1"])
+    assert [r["threshold"] for r in by_f1] == sorted(r["threshold"] for r in by_f1)
+    streamed = model.evaluate(str(tmp_path / "d.txt"), settings=StreamSettings(chunk_size=3))
+    assert streamed["calibration"]["metric_coverage"] == by_f1
 
 
 def squad(n: int, unanswerable: bool) -> dict:
@@ -206,6 +241,9 @@ def test_qa_span_score_calibrated_with_the_null_answer(tiny_bert, tmp_path):
     nothing = on[0]["answer"] == ""
     assert on[0]["score"] == pytest.approx(row[0, -1] if nothing else row[0, 0], abs=1e-5)
     assert model.predict(inputs, min_confidence=1.0)[0]["abstained"] is True
+    by_f1 = model.evaluate(str(tmp_path / "q.json"))
+    rows = by_f1["calibration"]["metric_coverage"]
+    assert [r["answered"] for r in rows] == [12, 11, 10, 6] and rows[0]["value"] == pytest.approx(by_f1["f1"])
 
 
 def test_serve_abstains_and_counts_it_in_metrics(classifier):

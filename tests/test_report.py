@@ -103,6 +103,7 @@ def test_multi_head_tag_and_qa_v2_page(tiny_bert, tmp_path, write):
     text = page.read_text()
     assert "per entity type" in text and "entity type confusion" in text and "spurious" in text
     assert "tag-reliability.png" in text and "tag-risk-coverage.png" in text  # over the words' tags
+    assert "answering the most confident inputs" in text  # entity F1 over the surest sentences
     assert all(w > 0 for w in images_shown(page))
     page = report(tmp_path / "qa", qa, tmp_path / "qa-page")
     text = page.read_text()

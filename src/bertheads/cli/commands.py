@@ -142,6 +142,10 @@ def calibration_text(c: dict) -> str:
     for row in c.get("risk_coverage", []):
         lines.append(f"{'':>16}  answering the {row['coverage']:.0%} most confident: accuracy {row['accuracy']:.4f} "
                      f"(confidence >= {row['threshold']:.4f})")
+    for row in c.get("metric_coverage", []):
+        value = "none" if row["value"] is None else f"{row['value']:.4f}"
+        lines.append(f"{'':>16}  answering the {row['coverage']:.0%} most confident inputs: {row['metric']} "
+                     f"{value} (input confidence >= {row['threshold']:.4f})")
     target = c.get("target")
     if target:
         if target.get("threshold") is None:

@@ -25,7 +25,7 @@ from bertheads.model import head_outputs
 from bertheads.saved import bundle
 from bertheads.saved.card import read_metrics
 from bertheads.store.atomic import atomic_directory
-from bertheads.tasks.calibration import confidence_pairs, ece
+from bertheads.tasks.calibration import confidence_pairs, coverage_part, ece, metric_coverage
 from bertheads.tasks.figures import Figure, Section, html_table, pyplot, reliability, risk_coverage, to_png
 
 
@@ -176,6 +176,11 @@ def calibration_figures(task, outputs: list, examples: list, data: str, section:
     section.figures.append(Figure("risk-coverage", "risk-coverage curve", risk_coverage(raw, used)))
     section.notes.append(f"expected calibration error over {len(rows[1])} decisions: {ece(*used):.4f} at the "
                          f"temperature in use ({t:.4g}), {ece(*raw):.4f} raw")
+    by_metric = metric_coverage(task, [coverage_part(task, outputs, examples, None, data)], data)
+    if by_metric:
+        section.tables.append(html_table(["answering the most confident inputs", by_metric[0]["metric"],
+                                          "input confidence from"],
+                                         [[f"{r['coverage']:.0%}", r["value"], r["threshold"]] for r in by_metric]))
 
 
 # -- the page ----------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from bertheads.inference.blanks import BlankLines
 from bertheads.inference.tables import head_types, head_values, is_parquet_output, parquet_sink
 from bertheads.model import BertHeads, head_outputs
 from bertheads.store.atomic import atomic_writer
-from bertheads.tasks.calibration import head_summary
+from bertheads.tasks.calibration import coverage_part, head_summary, metric_coverage
 from bertheads.tasks.forms import Extra
 from bertheads.tasks.parts import learned_nothing_line
 from bertheads.text.parquet import is_parquet, parquet_rows
@@ -391,7 +391,7 @@ def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | 
     task = net.tasks[name]
     report = StreamReport()
     path = as_source(path)
-    parts, scores = [], []
+    parts, scores, covered = [], [], []
     total = count = 0.0
     for chunk in read_chunks(task, path, settings, report, True, None, desc="evaluate"):
         features, owner = task.encode_for_inference(chunk, net.encoder.tokenizer, with_labels=True)
@@ -401,12 +401,14 @@ def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | 
         collected = task.collect(outputs, owner, chunk, features)
         parts.append(task.metric_part(collected, chunk, path, **options))
         scores.append(task.confidence_part(collected, chunk, path))
+        covered.append(coverage_part(task, collected, chunk, parts[-1], path, **options))
         total += losses[name][0]
         count += losses[name][1]
     if not parts:
         raise UserError(f"{path}: no examples")
     metrics = task.metrics_from_parts(parts, path, **options)
-    metrics["calibration"] = head_summary(task, scores, options.get("target_accuracy"))
+    metrics["calibration"] = head_summary(task, scores, options.get("target_accuracy"),
+                                          metric_coverage(task, covered, path, **options))
     if count:  # the ONNX runtime gives outputs only: no loss then
         metrics["loss"] = total / count
     if report.skipped:

@@ -236,11 +236,53 @@ def summary(confidence: np.ndarray, correct: np.ndarray, target: float | None = 
     return out
 
 
-def head_summary(task, parts: list, target: float | None = None) -> dict:
+def head_summary(task, parts: list, target: float | None = None, by_metric: list[dict] | None = None) -> dict:
     """What `evaluate` reports of a head's scores on labelled data, from each chunk's
-    `Judging.confidence_part`: the temperature in use, then `summary` (or why there is none)."""
+    `Judging.confidence_part`: the temperature in use, then `summary` (or why there is none),
+    and `by_metric` (`metric_coverage`) when the kind has it."""
+    extra = {"metric_coverage": by_metric} if by_metric else {}
     if not parts or any(p is None for p in parts):
-        return {"temperature": None, "none": task.no_calibration()}
+        return {"temperature": None, "none": task.no_calibration(), **extra}
     used = getattr(task.spec, "temperature", None) if getattr(task.spec, "calibrate", True) else None
     return {"temperature": used, **summary(np.concatenate([p[0] for p in parts]),
-                                           np.concatenate([p[1] for p in parts]), target)}
+                                           np.concatenate([p[1] for p in parts]), target), **extra}
+
+
+def coverage_part(task, outputs: list, examples: list, part=None, path=None, **options):
+    """What `metric_coverage` needs of one labelled chunk: its inputs' confidences
+    (`Judging.input_confidence`) and its `metric_part` (the `part` given, or computed here when
+    none is or when it keeps everything for a predictions file); None when the kind has no
+    per-input confidence."""
+    confidence = task.input_confidence(outputs, examples)
+    if confidence is None:
+        return None
+    if part is None or options.get("predictions_out"):
+        part = task.metric_part(outputs, examples, path, **{**options, "predictions_out": None})
+    return np.asarray(confidence, dtype=float), part
+
+
+def metric_coverage(task, chunks: list, path=None, coverages=COVERAGES, **options) -> list[dict]:
+    """The kind's own metric (`Judging.main_metric`: entity F1, SQuAD F1) over only the most
+    confident share of the inputs, for each share: from each chunk's `coverage_part`, the
+    answered inputs' rows (`Judging.part_rows`) measured again by `metrics_from_parts`. Empty
+    when the kind has no per-input confidence."""
+    if not chunks or any(c is None for c in chunks):
+        return []
+    options = {**options, "predictions_out": None}
+    flat = np.concatenate([c[0] for c in chunks])
+    chunk_of = np.concatenate([np.full(len(c[0]), k, dtype=int) for k, c in enumerate(chunks)])
+    position = np.concatenate([np.arange(len(c[0])) for c in chunks])
+    order = np.argsort(-flat, kind="stable")
+    out = []
+    for share in coverages:
+        n = max(1, int(round(share * len(order)))) if len(order) else 0
+        if not n:
+            break
+        top = order[:n]
+        chosen = [task.part_rows(chunks[k][1], sorted(position[top[chunk_of[top] == k]].tolist()))
+                  for k in sorted(set(chunk_of[top].tolist()))]
+        value = task.metrics_from_parts(chosen, path, **options).get(task.main_metric)
+        out.append({"coverage": share, "answered": int(n), "metric": task.main_metric,
+                    "value": None if value is None else round(float(value), 6),
+                    "threshold": round(float(flat[top].min()), 6)})
+    return out

@@ -204,6 +204,19 @@ class Judging:
         rows = self.calibration_rows(outputs, examples, path)
         return None if rows is None else confidence_pairs(*rows, self.temperature())
 
+    def input_confidence(self, outputs: list, examples: list) -> np.ndarray | None:
+        """Per input, the score `--min-confidence` compares, when the kind's decisions are not its
+        inputs (a tag per word, an answer among spans): then `evaluate` also reports the kind's
+        own metric on the most confident inputs (`calibration.metric_coverage`). None (the
+        default): the decisions' accuracy table is that table already."""
+        return None
+
+    def part_rows(self, part, positions: list[int]):
+        """`metric_part`'s result for the inputs at `positions` only (by default: each element of
+        the part, an array or a list with an entry per input, taken at those positions)."""
+        return tuple(item[positions] if isinstance(item, np.ndarray) else [item[i] for i in positions]
+                     for item in part)
+
     def abstain(self, prediction: dict, confidence: float | None, min_confidence: float | None) -> dict:
         """`prediction` with `"abstained"` (whether its `confidence` is below `min_confidence`)
         when a minimum is given."""

@@ -93,17 +93,26 @@ class QAJudging(Judging):
         are ranked and thresholded by (start + end logits, relative to the window's null score
         with `window_choice` relative). `min_confidence` adds `"abstained"`."""
         threshold = self.threshold(null_threshold)
-        temperature = self.temperature() if self.spec.temperature and self.spec.calibrate else None
-        with_null, out = bool(self.spec.unanswerable) or threshold is not None, []
-        for o, e in zip(outputs, examples):
+        out = []
+        for o, e, score in zip(outputs, examples, self.answer_scores(outputs, threshold)):
             nothing = answers_nothing(o, threshold)
-            score = probability(shown_score(o, nothing, self.spec.n_best, threshold, with_null, temperature))
             s, t = (0, 0) if nothing else (int(x) for x in o.spans[0])
             pred = self.abstain({"answer": e.context[s:t], "start": s, "end": t, "score": score,
                                  "raw_score": round(o.null_score if nothing else float(o.scores[0]), 4)},
                                 score, min_confidence)
             out.append({**({"id": e.id} if e.has_id else {}), **e.extra, **pred})
         return out
+
+    def answer_scores(self, outputs: list[QAOutput], threshold: float | None) -> list[float | None]:
+        """Each question's shown score (`confidence.shown_score`) under `threshold`."""
+        temperature = self.temperature() if self.spec.temperature and self.spec.calibrate else None
+        with_null = bool(self.spec.unanswerable) or threshold is not None
+        return [probability(shown_score(o, answers_nothing(o, threshold), self.spec.n_best, threshold, with_null,
+                                        temperature)) for o in outputs]
+
+    def input_confidence(self, outputs: list[QAOutput], examples: list[QAExample]) -> np.ndarray:
+        """A question's shown score, as `--min-confidence` compares it (0 where there is none)."""
+        return np.array([0.0 if s is None else float(s) for s in self.answer_scores(outputs, self.threshold())])
 
     def calibration_rows(self, outputs: list[QAOutput], examples: list[QAExample], path=None):  # `confidence.py`
         t = self.threshold(None)
