@@ -170,7 +170,7 @@ def test_cli_keep_last_saves_the_final_epoch(tiny_bert, write, tmp_path, capsys)
 
 
 def test_joint_score_puts_percent_metrics_on_the_same_scale():
-    from bertheads.training.loop import score_of
+    from bertheads.training.keeping import score_of
 
     metrics = {"qa": {"f1": 80.0, "loss": 1.0}, "sentiment": {"accuracy": 0.9, "loss": 0.5}}
     chosen = {"qa": "f1", "sentiment": "accuracy"}

@@ -24,9 +24,13 @@ def normal(name: str) -> str:
 
 @pytest.mark.slow
 def test_core_install_trains_predicts_evaluates(tmp_path):
-    report = tmp_path / "report.json"
+    wheel = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
+                            str(ROOT)], capture_output=True, text=True, timeout=600)
+    assert wheel.returncode == 0, wheel.stderr[-2000:]
+    built = next((tmp_path / "dist").glob("bertheads-*.whl"))
+    report = tmp_path / "report.json"  # what pip would install for the wheel (its metadata is the project's)
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q",
-                          "--report", str(report), "-c", str(ROOT / "constraints.txt"), str(ROOT)],
+                          "--report", str(report), "-c", str(ROOT / "constraints.txt"), str(built)],
                          capture_output=True, text=True, timeout=600)
     if pip.returncode != 0 and ("No matching distribution" in pip.stderr or "connection" in pip.stderr.lower()):
         pytest.skip(f"no package index reachable: {pip.stderr.strip().splitlines()[-1]}")
@@ -34,15 +38,12 @@ def test_core_install_trains_predicts_evaluates(tmp_path):
     core = {normal(item["metadata"]["name"]) for item in json.loads(report.read_text())["install"]}
     assert {"torch", "transformers", "safetensors", "accelerate"} <= core and not core & set(EXTRAS), core
 
-    wheel = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
-                            str(ROOT)], capture_output=True, text=True, timeout=600)
-    assert wheel.returncode == 0, wheel.stderr[-2000:]
-    built = next((tmp_path / "dist").glob("bertheads-*.whl"))
     venv = tmp_path / "core"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)  # this pip installs into it
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
-    installed = subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                                "--force-reinstall", str(built)], capture_output=True, text=True, env=env)
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "install", "-q",
+                                "--no-deps", "--no-index", "--force-reinstall", str(built)],
+                               capture_output=True, text=True, env=env)
     assert installed.returncode == 0, installed.stderr[-2000:]
     # the core's packages are this environment's, linked into a folder of their own: the rest is absent
     here, deps = Path(sysconfig.get_paths()["purelib"]), tmp_path / "deps"

@@ -236,6 +236,22 @@ def summary(confidence: np.ndarray, correct: np.ndarray, target: float | None = 
     return out
 
 
+def calibrate_head(task, outputs: list, examples: list, path=None) -> dict:
+    """Fit `task`'s temperature on labelled outputs and keep it in its spec (None: calibration
+    off, or no rows); ECE and Brier before and after, each measured on the half of the rows the
+    temperature was not fitted on (`cross_fitted`), or why there is no temperature."""
+    if not getattr(task.spec, "calibrate", True):
+        task.spec.temperature = None
+        return {"temperature": None, "none": "calibration off (--no-calibrate)"}
+    rows = task.calibration_rows(outputs, examples, path)
+    if rows is None:
+        task.spec.temperature = None
+        return {"temperature": None, "none": task.no_calibration()}
+    result = cross_fitted(*rows)
+    task.spec.temperature = result["temperature"]
+    return result
+
+
 def head_summary(task, parts: list, target: float | None = None, by_metric: list[dict] | None = None) -> dict:
     """What `evaluate` reports of a head's scores on labelled data, from each chunk's
     `Judging.confidence_part`: the temperature in use, then `summary` (or why there is none),

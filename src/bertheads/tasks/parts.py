@@ -21,7 +21,7 @@ from torch import nn
 
 from bertheads.base.errors import UserError
 from bertheads.base.schema import said
-from bertheads.tasks.calibration import confidence_pairs, cross_fitted
+from bertheads.tasks.calibration import calibrate_head, confidence_pairs
 from bertheads.tasks.forms import InputForm
 
 
@@ -185,18 +185,8 @@ class Judging:
 
     def calibrate_on(self, outputs: list, examples: list, path=None) -> dict:
         """Fit the head's temperature on labelled outputs (dev, after an evaluation) and keep it
-        in the spec; what metrics.json records: ECE and Brier before and after, each measured
-        on the half of the rows the temperature was not fitted on (`calibration.cross_fitted`)."""
-        if not getattr(self.spec, "calibrate", True):
-            self.spec.temperature = None
-            return {"temperature": None, "none": "calibration off (--no-calibrate)"}
-        rows = self.calibration_rows(outputs, examples, path)
-        if rows is None:
-            self.spec.temperature = None
-            return {"temperature": None, "none": self.no_calibration()}
-        result = cross_fitted(*rows)
-        self.spec.temperature = result["temperature"]
-        return result
+        in the spec; what metrics.json records (`calibration.calibrate_head`)."""
+        return calibrate_head(self, outputs, examples, path)
 
     def confidence_part(self, outputs: list, examples: list, path=None) -> tuple[np.ndarray, np.ndarray] | None:
         """Each row's top score at the temperature in use and whether it is right (for the
@@ -205,17 +195,13 @@ class Judging:
         return None if rows is None else confidence_pairs(*rows, self.temperature())
 
     def input_confidence(self, outputs: list, examples: list) -> np.ndarray | None:
-        """Per input, the score `--min-confidence` compares, when the kind's decisions are not its
-        inputs (a tag per word, an answer among spans): then `evaluate` also reports the kind's
-        own metric on the most confident inputs (`calibration.metric_coverage`). None (the
-        default): the decisions' accuracy table is that table already."""
+        """Per input, what `--min-confidence` compares, where decisions are not inputs (then
+        `calibration.metric_coverage` uses it); None: the decisions' table is that table."""
         return None
 
     def part_rows(self, part, positions: list[int]):
-        """`metric_part`'s result for the inputs at `positions` only (by default: each element of
-        the part, an array or a list with an entry per input, taken at those positions)."""
-        return tuple(item[positions] if isinstance(item, np.ndarray) else [item[i] for i in positions]
-                     for item in part)
+        """`metric_part`'s result for the inputs at `positions` (each element indexed by input)."""
+        return tuple(x[positions] if isinstance(x, np.ndarray) else [x[i] for i in positions] for x in part)
 
     def abstain(self, prediction: dict, confidence: float | None, min_confidence: float | None) -> dict:
         """`prediction` with `"abstained"` (whether its `confidence` is below `min_confidence`)

@@ -10,7 +10,7 @@ import numpy as np
 from bertheads.tasks.calibration import probabilities
 from bertheads.tasks.qa.formats import QAExample
 from bertheads.tasks.qa.metrics import exact, max_over
-from bertheads.tasks.qa.spans import QAOutput
+from bertheads.tasks.qa.spans import QAOutput, answers_nothing
 
 
 def candidates(o: QAOutput, n_best: int, threshold: float | None, with_null: bool) -> np.ndarray:
@@ -37,6 +37,16 @@ def shown_score(o: QAOutput, nothing: bool, n_best: int, threshold: float | None
     if temperature is None:
         return o.null_probability if nothing else None if o.probabilities is None else float(o.probabilities[0])
     return answer_probability(o, n_best, threshold, with_null, temperature, nothing)
+
+
+def answer_scores(task, outputs: list[QAOutput], threshold: float | None) -> list:
+    """Each question's shown score (`shown_score`, rounded) under `threshold`, calibrated when
+    the head has a temperature in use."""
+    spec = task.spec
+    temperature = task.temperature() if spec.temperature and spec.calibrate else None
+    with_null = bool(spec.unanswerable) or threshold is not None
+    return [None if (v := shown_score(o, answers_nothing(o, threshold), spec.n_best, threshold, with_null,
+                                      temperature)) is None else round(float(v), 6) for o in outputs]
 
 
 def calibration_rows(outputs: list[QAOutput], examples: list[QAExample], n_best: int, threshold: float | None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from bertheads.tasks.parts import Disputes, Judging
-from bertheads.tasks.qa.confidence import calibration_rows, shown_score
+from bertheads.tasks.qa.confidence import answer_scores, calibration_rows
 from bertheads.tasks.qa.formats import QAExample
 from bertheads.tasks.qa.metrics import (
     best_threshold,
@@ -19,7 +19,7 @@ from bertheads.tasks.qa.metrics import (
     squad_v1_scores,
     squad_v2_scores,
 )
-from bertheads.tasks.qa.predictions import probability, write_predictions
+from bertheads.tasks.qa.predictions import write_predictions
 from bertheads.tasks.qa.spans import (
     QAOutput,
     answers_nothing,
@@ -94,7 +94,7 @@ class QAJudging(Judging):
         with `window_choice` relative). `min_confidence` adds `"abstained"`."""
         threshold = self.threshold(null_threshold)
         out = []
-        for o, e, score in zip(outputs, examples, self.answer_scores(outputs, threshold)):
+        for o, e, score in zip(outputs, examples, answer_scores(self, outputs, threshold)):
             nothing = answers_nothing(o, threshold)
             s, t = (0, 0) if nothing else (int(x) for x in o.spans[0])
             pred = self.abstain({"answer": e.context[s:t], "start": s, "end": t, "score": score,
@@ -103,16 +103,9 @@ class QAJudging(Judging):
             out.append({**({"id": e.id} if e.has_id else {}), **e.extra, **pred})
         return out
 
-    def answer_scores(self, outputs: list[QAOutput], threshold: float | None) -> list[float | None]:
-        """Each question's shown score (`confidence.shown_score`) under `threshold`."""
-        temperature = self.temperature() if self.spec.temperature and self.spec.calibrate else None
-        with_null = bool(self.spec.unanswerable) or threshold is not None
-        return [probability(shown_score(o, answers_nothing(o, threshold), self.spec.n_best, threshold, with_null,
-                                        temperature)) for o in outputs]
-
     def input_confidence(self, outputs: list[QAOutput], examples: list[QAExample]) -> np.ndarray:
         """A question's shown score, as `--min-confidence` compares it (0 where there is none)."""
-        return np.array([0.0 if s is None else float(s) for s in self.answer_scores(outputs, self.threshold())])
+        return np.array([0.0 if s is None else s for s in answer_scores(self, outputs, self.threshold())])
 
     def calibration_rows(self, outputs: list[QAOutput], examples: list[QAExample], path=None):  # `confidence.py`
         t = self.threshold(None)

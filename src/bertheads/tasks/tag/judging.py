@@ -116,13 +116,11 @@ class TagJudging(Judging):
         return results
 
     def input_confidence(self, outputs: list[WordScores], examples: list[TagExample]) -> np.ndarray:
-        """A sentence's lowest word top score (calibrated), as `--min-confidence` compares it; 1
-        for a sentence without words."""
+        """A sentence's lowest word top score, as `--min-confidence` compares it (1: no words)."""
         return np.array([float(o.probs.max(-1).min()) if len(o.probs) else 1.0 for o in outputs])
 
     def calibration_rows(self, outputs: list[WordScores], examples: list[TagExample], path=None):
-        """One row per labelled word: its tag scores' logits (up to a constant, from the scores
-        at the temperature in use) and its gold tag."""
+        """Per labelled word: its tag logits (up to a constant, from the scores in use), its gold tag."""
         index = {t: i for i, t in enumerate(self.spec.tags)}
         rows, gold = [], []
         for out, e in zip(outputs, examples):
