@@ -1,6 +1,6 @@
 """Engines benchmark: the same model over the same SST-2 sentences (a Parquet file) as a single
-process (`Model.predict`), pandas chunks through `BatchPredictor`, Ray Data (`predict --engine
-ray`, 2 workers) and Spark `local[2]` (`spark_udf`, mapInArrow): rows/s, the job's peak memory
+process (`Model.predict`), pandas chunks through `BatchPredictor`, `torchrun` 2 ranks (`predict`
+sharded by chunk, JSON lines out), Ray Data (`predict --engine ray`, 2 workers) and Spark `local[2]` (`spark_udf`, mapInArrow): rows/s, the job's peak memory
 (the summed RSS of the process and everything it started, sampled every 0.2 s) and whether each
 engine's labels and scores equal `Model.predict`'s (to 1e-5).
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from common import OUT, cpu_line, require_data, save_json
 
-MODES = ("single", "pandas", "ray", "spark")
+MODES = ("single", "pandas", "torchrun", "ray", "spark")
 
 
 def make_model(out: Path) -> Path:
@@ -116,6 +116,13 @@ def run_mode(mode: str, model: str, source: Path, out: Path) -> dict:
             chunk = predictor(file.read_row_group(g).to_pandas())
             chunk.to_parquet(out / f"part-{g:05}.parquet")
         extra["after_start_s"] = time.perf_counter() - loaded
+    elif mode == "torchrun":  # 2 single-threaded ranks; the input must be a file, the output JSON lines
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                               "-m", "bertheads", "predict", model, "--input", str(source / "sst2.parquet"),
+                               "--output", str(out / "torchrun.jsonl"), "--runtime", "torch", "--precision", "fp32",
+                               "--device", "cpu", "-q"], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
     elif mode == "ray":
         from bertheads.cli.main import main
 
@@ -144,9 +151,13 @@ def compare(out: Path, mode: str, reference: dict[int, tuple]) -> dict:
     """Rows, label agreement and the largest score difference against the single process."""
     import pyarrow.parquet as pq
 
-    files = sorted(str(p) for p in out.rglob("*.parquet"))
-    table = pq.read_table(files).to_pylist()
-    if mode == "single":
+    if mode == "torchrun":
+        table = [json.loads(line) for line in (out / "torchrun.jsonl").read_text().splitlines()]
+    else:
+        table = pq.read_table(sorted(str(p) for p in out.rglob("*.parquet"))).to_pylist()
+    if mode == "torchrun":
+        got = {int(r["id"]): (r["label"], r["scores"]["positive"]) for r in table}
+    elif mode == "single":
         got = {r["id"]: (r["label"], r["pos"]) for r in table}
     else:
         got = {r["id"]: (r["sentiment_label"], r["sentiment_scores"]["positive"]) for r in table}

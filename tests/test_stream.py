@@ -188,6 +188,17 @@ def torchrun(args: list[str], cwd) -> subprocess.CompletedProcess:
                            "-m", "bertheads", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+def test_torchrun_refuses_a_parquet_output_in_one_line(models, tmp_path, monkeypatch, capsys):
+    src = tmp_path / "in.tsv"
+    src.write_text("id\tsentence\n0\ta fine film\n")
+    monkeypatch.setenv("WORLD_SIZE", "2")  # what torchrun sets (the check comes before any process group)
+    monkeypatch.setenv("RANK", "0")
+    assert main(["predict", str(models / "c"), "--input", str(src), "--output", str(tmp_path / "o.parquet")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "under torchrun the output is JSON lines" in err[0] and "--engine ray" in err[0]
+    assert not list(tmp_path.glob("*o.parquet*"))
+
+
 @pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
 def test_torchrun_shards_give_the_single_process_bytes(models, tmp_path):
     src = tmp_path / "in.tsv"

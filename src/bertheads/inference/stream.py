@@ -153,6 +153,10 @@ def predict_stream(net: BertHeads, name: str, path, output: str | None = None, s
         if output is None:
             raise UserError(f"under torchrun, name the output file with {said('output')} (the processes' parts "
                             f"are joined there)")
+        if is_parquet_output(output):  # the parts are joined byte for byte, which Parquet files are not
+            raise UserError(f"{said('output', output)}: under torchrun the output is JSON lines (the processes' "
+                            f"parts are joined byte for byte); for Parquet out, run one process or "
+                            f"{said('engine')} ray")
         return predict_sharded(net, name, path, Path(output), settings, fmt, rank, world, **options)
     task = net.tasks[name]
     report = StreamReport()
