@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 SERVER = r"""
-import json, os, signal, sys, traceback
+import json, os, signal, sys, time, traceback
 import torch, transformers, safetensors.torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer, BertModel
 import bertheads, bertheads.api, bertheads.cli.main, bertheads.cli.commands
@@ -29,48 +30,90 @@ os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the server's own output would mi
 def reply(record):
     os.write(replies, (json.dumps(record) + "\n").encode())
 
+def child(request, rank_env):  # the forked child: the request's command in this process, which then ends
+    code = 1
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if rank_env else os.O_TRUNC)  # ranks share the files
+        out = os.open(request["stdout"], flags)
+        err = os.open(request["stderr"], flags)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.dup2(os.open(request.get("stdin") or os.devnull, os.O_RDONLY), 0)
+        sys.stdin = open(0, closefd=False)
+        os.close(replies)
+        os.chdir(request["cwd"])
+        for name in request["unset"]:
+            os.environ.pop(name, None)
+        os.environ.update(request["env"])
+        os.environ.update(rank_env)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if request.get("script") is not None:
+            sys.argv = ["-c", *request["argv"]]
+            exec(compile(request["script"], "<script>", "exec"), {"__name__": "__main__"})
+            code = 0
+        else:
+            sys.argv = ["bertheads", *request["argv"]]
+            bertheads.cli.main.command()  # ends the process itself
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+def returncode(status):
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+def rank_envs(world, port):  # what torchrun's agent sets for each worker of a one-machine run
+    base = {"WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world), "ROLE_WORLD_SIZE": str(world),
+            "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "TORCHELASTIC_RUN_ID": "forks", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+            "OMP_NUM_THREADS": "1"}
+    return [{**base, "RANK": str(r), "LOCAL_RANK": str(r), "ROLE_RANK": str(r)} for r in range(world)]
+
 for line in sys.stdin:
     request = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            os.dup2(out, 1)
-            os.dup2(err, 2)
-            os.dup2(os.open(request.get("stdin") or os.devnull, os.O_RDONLY), 0)
-            sys.stdin = open(0, closefd=False)
-            os.close(replies)
-            os.chdir(request["cwd"])
-            for name in request["unset"]:
-                os.environ.pop(name, None)
-            os.environ.update(request["env"])
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            if request.get("script") is not None:
-                sys.argv = ["-c", *request["argv"]]
-                exec(compile(request["script"], "<script>", "exec"), {"__name__": "__main__"})
-                code = 0
-            else:
-                sys.argv = ["bertheads", *request["argv"]]
-                bertheads.cli.main.command()  # ends the process itself
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-        except KeyboardInterrupt:
-            code = 130
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except Exception:
-                    pass
-            os._exit(code)
-    reply({"pid": pid})
-    _, status = os.waitpid(pid, 0)
-    reply({"returncode": -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)})
+    world = request.get("world")
+    envs = rank_envs(world, request["port"]) if world else [{}]
+    pids = []
+    for rank_env in envs:
+        pid = os.fork()
+        if pid == 0:
+            child(request, rank_env)
+        pids.append(pid)
+    reply({"pid": pids[0], "pids": pids})
+    codes, stop_at = {}, None  # each child's exit status, in the order they ended
+    while len(codes) < len(pids):
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            if stop_at is not None and time.monotonic() > stop_at:  # as torchrun: SIGKILL after a grace
+                for other in set(pids) - set(codes):
+                    os.kill(other, signal.SIGKILL)
+            time.sleep(0.02)
+            continue
+        if pid not in pids:
+            continue
+        codes[pid] = returncode(status)
+        if codes[pid] != 0 and stop_at is None:  # as torchrun's agent: one worker failed, stop the others
+            stop_at = time.monotonic() + 10
+            for other in set(pids) - set(codes):
+                os.kill(other, signal.SIGTERM)
+    failed = [code for code in codes.values() if code != 0]
+    reply({"returncode": failed[0] if failed else 0, "returncodes": [codes[p] for p in pids]})
 """
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @dataclass
@@ -99,12 +142,17 @@ class ForkServer:
         self.current: tuple[list[str], Path, Path] | None = None
 
     def start(self, argv: list[str], env: dict[str, str] | None = None, unset: tuple[str, ...] = (),
-              script: str | None = None, stdin: str | None = None, cwd: str | Path | None = None) -> int:
-        """Fork a child running `argv`; its process id."""
+              script: str | None = None, stdin: str | None = None, cwd: str | Path | None = None,
+              world: int | None = None) -> int:
+        """Fork a child running `argv`; its process id. With `world`, that many children with
+        the environment torchrun gives its workers on one machine (ranks 0 to world - 1, one
+        thread each, a free port to meet on), writing to the same output files; when one fails
+        the others are killed, as torchrun's agent does."""
         self.count += 1
         out, err = self.work / f"{self.count}.out", self.work / f"{self.count}.err"
         request = {"argv": [str(a) for a in argv], "env": env or {}, "unset": list(unset), "script": script,
-                   "stdout": str(out), "stderr": str(err), "stdin": stdin, "cwd": str(cwd or os.getcwd())}
+                   "stdout": str(out), "stderr": str(err), "stdin": stdin, "cwd": str(cwd or os.getcwd()),
+                   "world": world, "port": free_port() if world else None}
         self.server.stdin.write(json.dumps(request) + "\n")
         self.server.stdin.flush()
         self.current = (list(argv), out, err)
@@ -123,6 +171,12 @@ class ForkServer:
 
     def run_script(self, script: str, argv: list[str], **options) -> Finished:
         return self.run(argv, script=script, **options)
+
+    def ranks(self, argv: list[str], world: int = 2, **options) -> Finished:
+        """`torchrun --standalone --nproc_per_node WORLD -m bertheads *argv`, the workers forked
+        from the server (`start` with `world`); the exit status torchrun gives (the first failed
+        worker's)."""
+        return self.run(argv, world=world, **options)
 
     def read(self) -> str:
         line = self.server.stdout.readline()

@@ -1,9 +1,5 @@
 """Loading checkpoints: the embedded default, other BERT-family directories, clear errors."""
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -87,21 +83,21 @@ torch.save({"heads": heads, "world": world}, os.path.join(out, f"heads-{os.envir
 """
 
 
-@pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
+@pytest.mark.slow  # runs extra processes (two ranks)
 def test_torchrun_features_mode_averages_head_gradients(tiny_bert, tmp_path):
-    """Features mode under two processes: each sees half the batches, and the heads stay the
-    same on both (their gradients are averaged), as in fine-tuning."""
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    if torchrun is None:
-        pytest.skip("torchrun is not installed next to this Python")
+    """Features mode under two processes (as torchrun starts them, forked from one process that
+    imported everything: tests/forkserver.py `ranks`): each sees half the batches, and the heads
+    stay the same on both (their gradients are averaged), as in fine-tuning."""
+    from forkserver import ForkServer
+
     data = tmp_path / "t.tsv"
     data.write_text("sentence\tlabel\n" + "".join(f"good {i}\t1\nbad {i} bad\t0\n" for i in range(16)))
-    script = tmp_path / "run.py"
-    script.write_text(FEATURES_UNDER_TORCHRUN)
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    proc = subprocess.run(
-        [torchrun, "--nproc_per_node", "2", "--master_port", "29533", str(script), str(data), tiny_bert,
-         str(tmp_path / "cache"), str(tmp_path)], capture_output=True, text=True, env=env, timeout=240)
+    forks = ForkServer(tmp_path / "forks")
+    try:
+        proc = forks.ranks([str(data), tiny_bert, str(tmp_path / "cache"), str(tmp_path)],
+                           script=FEATURES_UNDER_TORCHRUN)
+    finally:
+        forks.close()
     assert proc.returncode == 0, proc.stderr[-2000:]
     saved = [torch.load(tmp_path / f"heads-{r}.pt") for r in (0, 1)]
     assert [s["world"] for s in saved] == [2, 2]  # the processes did form one group

@@ -6,8 +6,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -318,36 +316,27 @@ def test_tensorboard_event_files(tiny_bert, data, tmp_path):
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
 
 
-@pytest.mark.slow  # runs extra processes (torchrun, kills, signals)
-def test_torchrun_two_processes_resume_exactly(tiny_bert, data, tmp_path):
-    """Under torchrun (2 CPU processes, gloo): a run trains as one process would (the batches
-    shared, the main process evaluating and saving); killed at step 4 and resumed, it ends with
-    the same weights and losses."""
-    import shutil
+@pytest.mark.slow  # runs extra processes (two ranks, kills)
+def test_torchrun_two_processes_resume_exactly(tiny_bert, data, tmp_path, forks):
+    """Two ranks as torchrun starts them (2 CPU processes with its environment, gloo; forked
+    from the fork server, as tests/forkserver.py `ranks` says; tests/test_stream.py runs torchrun
+    itself): a run trains as one process would (the batches shared, the main process evaluating
+    and saving); killed at step 4 and resumed, it ends with the same weights and losses."""
 
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    if torchrun is None:
-        pytest.skip("torchrun is not installed next to this Python")
-
-    def launch(out, port, *extra, crash_at=None):
+    def launch(out, *extra, crash_at=None):
         args = argv(tiny_bert, data, out, *extra)
         args[args.index("--epochs") + 1] = "1"
         args[args.index("--batch-size") + 1] = "4"  # 6 steps of 2 x 4 examples
-        env = {**os.environ, "PYTHONPATH": SRC, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-        env.pop(checkpoint_env(), None)
-        if crash_at:
-            env[checkpoint_env()] = crash_at
-        return subprocess.run([torchrun, "--nproc_per_node", "2", "--master_port", str(port), "-m", "bertheads",
-                               *args], env=env, capture_output=True, text=True, timeout=600)
+        return forks.ranks(args, env={checkpoint_env(): crash_at} if crash_at else {}, unset=(checkpoint_env(),))
 
-    whole = launch(tmp_path / "whole", 29561)
+    whole = launch(tmp_path / "whole")
     assert whole.returncode == 0, whole.stderr[-2000:]
     # the same command as one process: the two share the batches, only the main one evaluates and saves
     assert '"accuracy"' in (tmp_path / "whole" / "metrics.json").read_text()
     assert whole.stderr.count("epoch 1:") == 1 and whole.stderr.count("bertheads: saved") == 1
-    killed = launch(tmp_path / "part", 29562, crash_at="train:step:4")
+    killed = launch(tmp_path / "part", crash_at="train:step:4")
     assert killed.returncode != 0 and checkpoint.exists(tmp_path / "part")
-    resumed = launch(tmp_path / "part", 29563, "--resume")
+    resumed = launch(tmp_path / "part", "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     same_weights(tmp_path / "whole", tmp_path / "part")
     a, b = train_losses(tmp_path / "whole"), train_losses(tmp_path / "part")

@@ -214,9 +214,23 @@ def test_torchrun_shards_give_the_single_process_bytes(models, tmp_path):
     assert [json.loads(line)["id"] for line in sharded.read_text().splitlines()] == [str(i) for i in range(50)]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.tsv", "one.jsonl", "two.jsonl"]  # parts removed
 
+
+
+@pytest.mark.slow  # runs extra processes (two ranks)
+def test_a_failed_rank_stops_every_rank_and_writes_nothing(models, tmp_path):
+    """Two ranks as torchrun starts them (forked from one process that imported everything:
+    tests/forkserver.py `ranks`); the input's last line is malformed: every rank stops with that
+    line's message and no output is written."""
+    from forkserver import ForkServer
+
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(json.dumps({"sentence": t}) + "\n" for t in sentences(20)) + "{oops\n")
-    failed = torchrun(["predict", str(models / "c"), "--input", str(bad), "--output", str(tmp_path / "x.jsonl"),
-                       "--chunk-size", "6"], tmp_path)
-    assert failed.returncode != 0 and "of 2 failed" in failed.stderr and f"{bad}:21: malformed JSON" in failed.stderr
+    forks = ForkServer(tmp_path / "forks")
+    try:
+        failed = forks.ranks(["predict", str(models / "c"), "--input", str(bad), "--output",
+                              str(tmp_path / "x.jsonl"), "--chunk-size", "6"], cwd=tmp_path)
+    finally:
+        forks.close()
+    assert failed.returncode == 2 and "of 2 failed" in failed.stderr  # the CLI's exit status for bad input
+    assert f"{bad}:21: malformed JSON" in failed.stderr
     assert not (tmp_path / "x.jsonl").exists() and not list(tmp_path.glob(".x.jsonl*"))
