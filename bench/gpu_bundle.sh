@@ -24,6 +24,7 @@ save_file({k: v.to(torch.bfloat16).contiguous() for k, v in weights.items()},
           os.path.join(dst, "model.bf16.safetensors"), metadata={"format": "pt"})
 PY
 (cd "$data" && tar cJf "$root/.gpu/data.tar.xz" sst2/train.tsv sst2/dev.tsv conll2003/train.txt conll2003/dev.txt \
-  squad/train-split.json squad/eval-split.json)
+  squad/train-split.json squad/eval-split.json squad2/train-split.json squad2/eval-split.json \
+  glue/MRPC/train.tsv glue/MRPC/dev.tsv)
 "$python" -m pip wheel -q --no-deps -w .gpu/whl "seqeval==$("$python" -c 'import importlib.metadata as m; print(m.version("seqeval"))')"
 du -sh .gpu

@@ -2,7 +2,8 @@
 # Runs on the lent GPU machine, from the bundle bench/gpu_bundle.sh made in .gpu/: unpacks the data,
 # widens the checkpoint back to fp32, installs the carried wheels, then (DIAG=N) bench/gpu_diag.py
 # with N training rows of ours, and bench/gpu.sh for each kind in KINDS (default: all three), each
-# kind within PER_KIND seconds (GPU_ARGS go to bench/gpu.sh, e.g. "--limit 64" for a check on the
+# kind within PER_KIND seconds; or, with RUN="a command", that command instead (bench/out/*.json copied
+# to $OUT after it) (GPU_ARGS go to bench/gpu.sh, e.g. "--limit 64" for a check on the
 # CPU). Everything it finds goes to $OUT (log.txt is the caller's tee).
 set -u
 export PYTHONUNBUFFERED=1 PYTHON=python3 BERTHEADS_DATA=/tmp/data
@@ -19,6 +20,12 @@ save_file({k: v.float().contiguous() for k, v in weights.items()}, os.path.join(
 print("torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.cuda.is_available())
 PY
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl && export PYTHONPATH=/tmp/site
+if [ -n "${RUN:-}" ]; then  # another benchmark instead (its own command, on this same setup)
+  PYTHONPATH=/tmp/site:src bash -c "$RUN"
+  code=$?
+  cp bench/out/*.json "$OUT"/ 2>/dev/null
+  exit $code
+fi
 if [ -n "${DIAG:-}" ]; then
   PYTHONPATH=/tmp/site:src timeout "${DIAG_SECONDS:-240}" python3 bench/gpu_diag.py /tmp/model "$DIAG" 2>&1 \
     | grep -v -E "Loading weights|MISSING|LOAD REPORT|^Key|^---|^Notes|newly initialized|^$" | tee "$OUT/diag.txt"
