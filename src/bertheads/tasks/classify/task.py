@@ -95,14 +95,15 @@ class ClassifyTask(ClassifyReading, ClassifyModeling, ClassifyJudging, ClassifyP
 # -- helpers ---------------------------------------------------------------------------
 def settle_pooling(spec: ClassifySpec, encoder, family: Family) -> None:
     """The spec's `pooling` settled: "auto" is the pooling the checkpoint declares (a
-    sentence-transformers `Pooling` module) for a frozen encoder (`mode` features), else the
+    sentence-transformers `Pooling` module) for a head on a frozen encoder (`mode` features, and
+    contrastive: the encoder is tuned on the sentence embeddings it was made for), else the
     family's own head; None (a spec saved before the field) is the family's own head."""
     own = pooling(family, getattr(encoder, "config", None))
     if spec.pooling is None:
         spec.pooling = own
     elif spec.pooling == "auto":
         declared = None
-        if spec.mode == "features" and hasattr(encoder, "declared_pooling"):
+        if spec.mode in ("features", "contrastive") and hasattr(encoder, "declared_pooling"):
             declared = encoder.declared_pooling()
         spec.pooling = declared or own
         if declared and declared != own:
