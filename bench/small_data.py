@@ -93,7 +93,7 @@ def ours(arm: str, train: Path, dev: Path, n: int, seed: int, cache: Path) -> di
                                            "pair_seconds": m["contrastive"]["seconds"]} if m.get("contrastive") else {})}
 
 
-def setfit_peer(train_rows: list[dict], dev_rows: list[dict], seed: int) -> dict:
+def setfit_peer(train_rows: list[dict], dev_rows: list[dict], seed: int, work: Path) -> dict:
     """The `setfit` package at its defaults on the default checkpoint (a sentence-transformers
     model): contrastive pairs by oversampling, batch 16, one epoch, lr 2e-5; a logistic
     regression head on the tuned embeddings."""
@@ -110,7 +110,8 @@ def setfit_peer(train_rows: list[dict], dev_rows: list[dict], seed: int) -> dict
                               "label": [int(r["label"]) for r in train_rows]})
     start = time.perf_counter()
     model = SetFitModel.from_pretrained(default_model_path())
-    args = TrainingArguments(batch_size=16, num_epochs=1, seed=seed, show_progress_bar=False)
+    args = TrainingArguments(batch_size=16, num_epochs=1, seed=seed, show_progress_bar=False, report_to="none",
+                             output_dir=str(work / "setfit"))
     Trainer(model=model, args=args, train_dataset=data).train()
     seconds = time.perf_counter() - start
     predictions = [int(p) for p in model.predict([r["sentence"] for r in dev_rows])]
@@ -184,7 +185,7 @@ def run(args) -> None:
                     if arm == "trainer":
                         result = trainer(train_rows, dev_rows, seed, work)
                     elif arm == "setfit":
-                        result = setfit_peer(train_rows, dev_rows, seed)
+                        result = setfit_peer(train_rows, dev_rows, seed, work)
                     else:
                         result = ours(arm, train, folder / "dev.tsv", n, seed, cache)
                     record = {"arm": arm, "size": n, "seed": seed, **result}
