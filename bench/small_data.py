@@ -17,8 +17,10 @@ Arms: `old` (batch 32, 3 epochs, fine-tuning, kept on dev: bertheads before the 
 recipe), `new` (bertheads with no training setting given), `trainer` (transformers' Trainer at
 its defaults: batch 8, 3 epochs, lr 5e-5, no warm-up, the last epoch), and the recipes that
 decided the rule: `ft8` (batch 8, a step budget), `feat` (`--mode features`, batch 8, the same
-budget), `feat32` (`--mode features` at the old defaults). `setfit` is the place for the SetFit
-peer (`/work/shared/tools/peers/setfit_sst2.py`, not installed here yet): a later step.
+budget), `feat32` (`--mode features` at the old defaults), `contrastive` (`--mode contrastive`:
+the encoder tuned on pairs as SetFit does, then the head as `feat` trains it), and the peer
+`setfit` (the `setfit` package at its defaults on the same checkpoint: oversampled pairs, batch
+16, one epoch, a logistic regression head; install it with `pip install -e .[peers]`).
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ def ours(arm: str, train: Path, dev: Path, n: int, seed: int, cache: Path) -> di
         options.update(batch_size=8, epochs=budget_epochs(n, 8), mode="features", cache_dir=str(cache))
     elif arm == "feat32":
         options.update(batch_size=32, epochs=3, mode="features", cache_dir=str(cache))
+    elif arm == "contrastive":
+        options.update(batch_size=8, epochs=budget_epochs(n, 8), mode="contrastive")
     elif arm != "new":
         raise SystemExit(f"unknown arm {arm!r}")
     start = time.perf_counter()
@@ -85,7 +89,35 @@ def ours(arm: str, train: Path, dev: Path, n: int, seed: int, cache: Path) -> di
     m = model.metrics
     return {"accuracy": m["dev"]["accuracy"], "mcc": m["dev"].get("mcc"), "seconds": seconds,
             "kept_epoch": m.get("best_epoch"), "learned_nothing": bool(m.get("learned_nothing")),
-            "chosen": m.get("chosen")}
+            "chosen": m.get("chosen"), **({"pairs": m["contrastive"]["pair_count"],
+                                           "pair_seconds": m["contrastive"]["seconds"]} if m.get("contrastive") else {})}
+
+
+def setfit_peer(train_rows: list[dict], dev_rows: list[dict], seed: int, work: Path) -> dict:
+    """The `setfit` package at its defaults on the default checkpoint (a sentence-transformers
+    model): contrastive pairs by oversampling, batch 16, one epoch, lr 2e-5; a logistic
+    regression head on the tuned embeddings."""
+    import transformers
+    from datasets import Dataset
+    from setfit import SetFitModel, Trainer, TrainingArguments
+    from setfit import logging as setfit_logging
+
+    from bertheads.encoder.pretrained import default_model_path
+
+    transformers.logging.set_verbosity_error()
+    setfit_logging.set_verbosity_error()
+    data = Dataset.from_dict({"text": [r["sentence"] for r in train_rows],
+                              "label": [int(r["label"]) for r in train_rows]})
+    start = time.perf_counter()
+    model = SetFitModel.from_pretrained(default_model_path())
+    args = TrainingArguments(batch_size=16, num_epochs=1, seed=seed, show_progress_bar=False, report_to="none",
+                             output_dir=str(work / "setfit"))
+    Trainer(model=model, args=args, train_dataset=data).train()
+    seconds = time.perf_counter() - start
+    predictions = [int(p) for p in model.predict([r["sentence"] for r in dev_rows])]
+    gold = [int(r["label"]) for r in dev_rows]
+    return {"accuracy": sum(p == g for p, g in zip(predictions, gold)) / len(gold), "seconds": seconds,
+            "one_class": len(set(predictions)) == 1}
 
 
 def trainer(train_rows: list[dict], dev_rows: list[dict], seed: int, work: Path) -> dict:
@@ -149,11 +181,13 @@ def run(args) -> None:
                 for arm in args.arms:
                     if (arm, n, seed) in done:
                         continue
-                    if arm == "setfit":  # the SetFit peer: a later step (its package is not installed)
-                        continue
                     print(f"[{time.strftime('%H:%M:%S')}] {arm} n={n} seed={seed}", flush=True)
-                    result = trainer(train_rows, dev_rows, seed, work) if arm == "trainer" else \
-                        ours(arm, train, folder / "dev.tsv", n, seed, cache)
+                    if arm == "trainer":
+                        result = trainer(train_rows, dev_rows, seed, work)
+                    elif arm == "setfit":
+                        result = setfit_peer(train_rows, dev_rows, seed, work)
+                    else:
+                        result = ours(arm, train, folder / "dev.tsv", n, seed, cache)
                     record = {"arm": arm, "size": n, "seed": seed, **result}
                     print(json.dumps(record), flush=True)
                     with open(args.results, "a") as f:

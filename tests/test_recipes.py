@@ -17,7 +17,7 @@ from bertheads.tasks.recipes import holdout_size, recipe_for
 def test_each_kind_s_table_chooses_by_the_number_of_examples():
     table = TASKS["classify"].recipes
     few, some, many = recipe_for(table, 32), recipe_for(table, 1000), recipe_for(table, 60000)
-    assert (few.mode, few.batch_size) == ("features", 8)  # a few hundred or fewer: the head alone
+    assert (few.mode, few.batch_size) == ("contrastive", 8)  # a few hundred or fewer: SetFit's recipe
     assert (some.mode, some.batch_size) == ("finetune", 8)
     assert (many.mode, many.batch_size, many.epochs_for(60000, 32)) == ("finetune", 32, 3)  # as before
     # a step budget, not a fixed epoch count: fewer examples, more epochs, within the row's bounds
@@ -38,22 +38,22 @@ def sentences(write):
         f"{words[i % 6]} {i}\t{'pos' if i % 6 in (0, 1, 4) else 'neg'}\n" for i in range(40)))
 
 
-def test_little_data_without_dev_trains_features_and_chooses_on_a_held_out_slice(tiny_bert, sentences, tmp_path,
-                                                                                 capsys, monkeypatch):
+def test_little_data_without_dev_trains_contrastive_and_chooses_on_a_held_out_slice(tiny_bert, sentences, tmp_path,
+                                                                                    capsys, monkeypatch):
     monkeypatch.setenv("BERTHEADS_RECIPE", "auto")
     out = tmp_path / "m"
     assert main(["train", "classify", "--train", sentences, "--out", str(out), "--model", tiny_bert,
-                 "--epochs", "2", "--no-progress"]) == 0
+                 "--epochs", "2", "--pairs", "32", "--no-progress"]) == 0  # (few pairs: a quick test)
     err = capsys.readouterr().err
     lines = [x for x in err.splitlines() if "training examples:" in x]
     assert len(lines) == 1  # said once
     line = lines[0].removeprefix("bertheads: ")
-    assert line == ("40 training examples: --mode features (the head alone, on the frozen encoder's states), "
-                    "batch 8, up to 2 epochs (given), keeping the best on 4 held-out training examples "
-                    "(no --dev; --holdout 0 for none)")
+    assert line == ("40 training examples: --mode contrastive (the encoder tuned on pairs of training texts, "
+                    "SetFit's recipe; then the head alone on it), batch 8, up to 2 epochs (given), keeping the best "
+                    "on 4 held-out training examples (no --dev; --holdout 0 for none)")
     config = yaml.safe_load((out / "config.yaml").read_text())
-    assert (config["mode"], config["batch_size"], config["epochs"]) == ("features", 8, 2)
-    assert (config["holdout"], config["recipe"], config["chosen"]) == (0.1, "auto", line)
+    assert (config["mode"], config["batch_size"], config["epochs"]) == ("contrastive", 8, 2)
+    assert (config["holdout"], config["recipe"], config["chosen"], config["pairs"]) == (0.1, "auto", line, 32)
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["dev"]["examples"] == 4 and all(h["dev"] for h in metrics["history"])  # chosen on the slice
     # the saved config trains the same way again: what it records is given now
@@ -81,7 +81,7 @@ def test_what_the_user_gives_wins_and_holdout_0_keeps_the_last_epoch(tiny_bert, 
 
 
 def test_several_kinds_fine_tune_unless_every_table_agrees(tiny_bert, tmp_path, capsys, monkeypatch):
-    """The demo's three small tasks: classify's table alone would take features mode, tag's and
+    """The demo's three small tasks: classify's table alone would take contrastive mode, tag's and
     qa's fine-tune, so the joint run fine-tunes (a tagger on frozen features learned nothing)."""
     import shutil
     from pathlib import Path
@@ -93,6 +93,6 @@ def test_several_kinds_fine_tune_unless_every_table_agrees(tiny_bert, tmp_path, 
     assert main(["train", "multi", "--config", str(tmp_path / "examples" / "demo.yaml"), "--out", str(out),
                  "--model", tiny_bert, "--epochs", "1", "--no-progress"]) == 0
     line = next(x for x in capsys.readouterr().err.splitlines() if "training examples:" in x)
-    assert "fine-tuning" in line and "features" not in line
+    assert "fine-tuning" in line and "features" not in line and "contrastive" not in line
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert {task.get("mode", config.get("mode")) for task in config["tasks"].values()} == {"finetune"}

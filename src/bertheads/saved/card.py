@@ -170,7 +170,7 @@ def build_card(net, manifest: dict, metrics: dict | None, title: str, usage: Usa
         library_name=usage.library_name, base_model=base_model(manifest),
         pipeline_tag=pipeline_tags[0] if pipeline_tags and len(set(pipeline_tags)) == 1 else None,
         tags=[LIBRARY, family, *pipeline_tags, *usage.tags, *(["multi-head"] if len(names) > 1 else []),
-              "frozen-encoder" if modes == {"features"} else "fine-tuned"],
+              "frozen-encoder" if modes == {"features"} else "setfit" if modes == {"contrastive"} else "fine-tuned"],
         language=checkpoint.get("language"), license=declared_license(manifest),
         datasets=list(dict.fromkeys(train_files)) or None, metrics=metric_names or None,
         model_name=title if results else None, eval_results=results or None)
@@ -209,6 +209,9 @@ def description(net, manifest: dict, tasks: dict, family: str, modes: set[str]) 
         lines.append("- Mode: features: the encoder stayed frozen and only the heads learned")
     elif modes == {"finetune"}:
         lines.append("- Mode: fine-tune: the encoder learned with the heads")
+    elif modes == {"contrastive"}:
+        lines.append("- Mode: contrastive (SetFit's recipe): the encoder was tuned on pairs of training texts "
+                     "(alike when they share a label), then the heads learned on it, frozen")
     else:
         lines.append(f"- Mode: {', '.join(sorted(modes))} (per head below)")
     reference = manifest.get("encoder")

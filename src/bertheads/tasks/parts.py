@@ -122,6 +122,12 @@ class Modeling:
         """What in the spec decides the head's output size, for weight-shape messages."""
         return ""
 
+    def pair_labels(self, features: list[dict]) -> list[frozenset]:
+        """`--mode contrastive`: each training feature's labels; two features sharing one are a
+        positive pair, others a negative one. A kind that takes no contrastive tuning says so."""
+        raise UserError(f"{said('mode', 'contrastive')}: {getattr(self, 'kind', 'this')} heads do not take contrastive "
+                        f"tuning (it pairs whole texts by their label); use {said('mode', 'features')} or finetune")
+
 
 def learned_nothing_line(head: str, why: str) -> str:
     """The one-line warning of a head that learned nothing: what it means and what to try."""

@@ -23,8 +23,9 @@ RECIPE_CHOICES = ("auto", "fixed")
 @dataclass(frozen=True)
 class Recipe:
     """What a run of up to `up_to` training examples (None: any number) trains with: `mode`
-    ("finetune" or "features"), `batch_size`, and its epochs: enough for about `steps` optimizer
-    steps, within `epochs` (fewest, most); without `steps`, the fewest."""
+    ("finetune", "features" or "contrastive"), `batch_size`, and its epochs (in features and
+    contrastive mode the head's): enough for about `steps` optimizer steps, within `epochs`
+    (fewest, most); without `steps`, the fewest."""
 
     up_to: int | None
     mode: str

@@ -24,6 +24,7 @@ from bertheads.store.features_cache import (
     ensure_cache,
 )
 from bertheads.text.encoding import to_device
+from bertheads.training.settings import FROZEN_HEAD_MODES
 
 
 def attach_cache(net, data: list, options: dict, model_name: str | None = None, train_path: str | None = None,
@@ -33,7 +34,7 @@ def attach_cache(net, data: list, options: dict, model_name: str | None = None, 
     from accelerate import PartialState
 
     modes = {d.task.spec.mode for d in data}
-    if modes != {"features"}:
+    if len(modes) != 1 or next(iter(modes)) not in FROZEN_HEAD_MODES:
         raise UserError(f"{said('mode', 'features')} must be set for every head of a run (the encoder is either "
                         "frozen for all of them or fine-tuned)")
     settings = CacheSettings.from_options(options, progress)

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import random
 import sys
+import tempfile
 from dataclasses import fields
 from pathlib import Path
 
@@ -32,10 +33,11 @@ from bertheads.tasks.recipes import HOLDOUT, Recipe, holdout_size, recipe_for
 from bertheads.text.rows import Rows
 from bertheads.training import checkpoint
 from bertheads.training.config import MultiConfig, TaskConfig
+from bertheads.training.contrastive import tune_encoder
 from bertheads.training.features import attach_cache
 from bertheads.training.flags import kind_defaults, task_class
 from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit, resolved_settings
-from bertheads.training.settings import AUTO, HeadOptions, recipe_of, spec_name
+from bertheads.training.settings import AUTO, FROZEN_HEAD_MODES, MODES, HeadOptions, recipe_of, spec_name
 from bertheads.training.trackers import check_trackers
 
 log = logging.getLogger("bertheads")
@@ -60,8 +62,8 @@ def make_spec(cls, options: dict, encoder: Encoder):
         spec.layers = list(parse_layers(spec.layers, encoder.info.num_layers))
     if spec.mode == AUTO:  # a run whose data is not read yet (`settle_recipe` decides): fine-tuning for now
         spec.mode = "finetune"
-    if spec.mode not in ("finetune", "features"):
-        raise UserError(f"{said('mode')}: expected finetune or features, got {spec.mode!r}")
+    if spec.mode not in MODES:
+        raise UserError(f"{said('mode')}: expected {', '.join(MODES)}, got {spec.mode!r}")
     fit_max_length(spec, encoder, given=options.get("max_length") != kind_defaults(cls.kind).get("max_length"))
     return spec
 
@@ -165,13 +167,26 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
             # the frozen encoder is the checkpoint as loaded: its hash is remembered, and the
             # model directory refers to it instead of holding a copy
             encoder.reference = reference(encoder, model, cache_root(options[config.tasks[0].name].get("cache_dir")))
-            for d, t in zip(data, config.tasks):
-                attach_cache(net, [d], options[t.name], model, t.train, progress=settings.progress)
+        tuned, scratch = None, None
+        if modes == {"contrastive"}:  # the encoder tuned on pairs first; its states are this run's alone
+            tuned = tune_encoder(net, data, settings)
+            scratch = tempfile.TemporaryDirectory(prefix="bertheads-contrastive-")
+        frozen = len(modes) == 1 and next(iter(modes)) in FROZEN_HEAD_MODES
         extra = {"source_model": model, **(extra_manifest or {}), "made_with": made_with(), "chosen": line,
-                 "settings": made_from(config, model, resolved_settings(settings, modes == {"features"}), limit,
-                                       options)}
-        result = fit(net, data, settings, out, evaluate_task, extra, on_epoch, on_step, on_evaluate)
+                 **({"contrastive": tuned} if tuned else {}),
+                 "settings": made_from(config, model, resolved_settings(settings, frozen), limit, options)}
+        try:
+            if frozen:
+                for d, t in zip(data, config.tasks):
+                    given = options[t.name] if scratch is None else {**options[t.name], "cache_dir": scratch.name}
+                    attach_cache(net, [d], given, model, t.train, progress=settings.progress)
+            result = fit(net, data, settings, out, evaluate_task, extra, on_epoch, on_step, on_evaluate)
+        finally:
+            if scratch is not None:
+                scratch.cleanup()
         result["chosen"] = line
+        if tuned:
+            result["contrastive"] = tuned
         return net, result
     finally:  # a run that failed before its loop gives the folder back too
         if out is not None:
@@ -179,6 +194,16 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
 
 
 # -- the recipe for the data's size ------------------------------------------------------
+def mode_line(mode: str) -> str:
+    """How the recipe's line names a mode."""
+    if mode == "features":
+        return f"{said('mode', 'features')} (the head alone, on the frozen encoder's states)"
+    if mode == "contrastive":
+        return (f"{said('mode', 'contrastive')} (the encoder tuned on pairs of training texts, SetFit's recipe; "
+                "then the head alone on it)")
+    return "fine-tuning"
+
+
 def recipe_of_data(data: list[TaskData], how: str) -> Recipe:
     """The recipe of the run's largest task (its batches are most of the steps), from its kind's
     table; its mode only when every task's own recipe (its kind's table, its own size) has that
@@ -202,8 +227,7 @@ def settle_recipe(settings: TrainSettings, recipe: Recipe, data: list[TaskData],
                                   (0.0 if how == "fixed" else HOLDOUT))
     examples = sum(d.examples for d in data)
     mode = data[0].task.spec.mode
-    parts = [(f"{said('mode', 'features')} (the head alone, on the frozen encoder's states)" if mode == "features"
-              else "fine-tuning") + ("" if auto_mode else " (given)"),
+    parts = [mode_line(mode) + ("" if auto_mode else " (given)"),
              f"batch {batch}" + ("" if settings.batch_size is None else " (given)")]
     held = sum(d.held_out for d in data)
     given = "" if settings.epochs is None else " (given)"

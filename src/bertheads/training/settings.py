@@ -29,7 +29,9 @@ SAMPLINGS = ("proportional", "temperature", "round-robin")
 KEEP_CHOICES = ("best", "last")
 FINETUNE_LR = 5e-5  # the learning rate when the encoder learns too
 FEATURES_LR = 1e-3  # ... and when only heads learn, on a frozen encoder's cached states
-MODES = ("finetune", "features")
+MODES = ("finetune", "features", "contrastive")
+FROZEN_HEAD_MODES = ("features", "contrastive")  # the modes whose heads train alone on cached encoder states
+MOST_PAIRS = 25_000  # --mode contrastive: the default number of pairs at most (SetFit's count at 220 examples)
 AUTO = "auto"  # a setting left to the recipe for the data's size (`tasks/recipes.py`)
 # a head option whose Python name differs from its spec field's
 SPEC_FIELD = {"layer_combine": "combine"}
@@ -90,6 +92,10 @@ class TrainSettings:
                                        "the training data's size; fixed, the kind's fixed defaults whatever the "
                                        "size (batch 32, qa 16; 3 epochs; fine-tuning; no holdout); default: "
                                        "$BERTHEADS_RECIPE, else auto", choices=RECIPE_CHOICES, group="training")
+    pairs: int | None = setting(None, "--mode contrastive: pairs of training texts the encoder is tuned on, half "
+                                      "with a label in common, half without (default: SetFit's oversampling, every "
+                                      f"pair of the commoner sort and as many of the other, at most {MOST_PAIRS:,})",
+                                type=positive_int, group="training", metavar="N")
     select_metric: str | None = setting(None, "dev metric that chooses the best evaluation (default: the task's main "
                                               "one: accuracy, f1, pearson, ...)", group="training")
     grad_accum: int = setting(1, "add the gradients of N batches before each step (a step sees N * --batch-size "
@@ -159,9 +165,11 @@ class HeadOptions:
 
     max_length: int = setting(HeadSettings.max_length, "tokens per input (pairs are cut longest-first)",
                               type=positive_int, group="training", after="lr")
-    mode: str = setting(AUTO, "fine-tune the encoder with the head, or train the head alone on frozen, cached "
-                              "features; auto: by the training data's size (features for a few hundred examples "
-                              "or fewer, where the kind's measurements say so)", choices=(AUTO, *MODES),
+    mode: str = setting(AUTO, "fine-tune the encoder with the head; train the head alone on frozen, cached "
+                              "features; or contrastive (SetFit's recipe, for tens to a few hundred labelled "
+                              "texts): tune the encoder on pairs of training texts (same label or not), then "
+                              "train the head alone on it; auto: by the training data's size and the kind's "
+                              "measurements (docs/little-data.md)", choices=(AUTO, *MODES),
                         group="feature extraction")
     layers: str | None = setting(None, "hidden layers the head reads: -1 (the last; default), -1,-2,-3,-4, all; 0 is "
                                        "the embeddings", coerce=layer_text, group="feature extraction")

@@ -113,6 +113,20 @@ class ClassifyModeling(Modeling):
             weight = torch.tensor(self.spec.label_weights, dtype=logits.dtype, device=logits.device)
         return F.cross_entropy(logits, labels.long(), weight=weight)
 
+    def pair_labels(self, features: list[dict]) -> list[frozenset]:
+        """`--mode contrastive`: each feature's label (multi-label: its labels, SetFit's rule: a
+        label in common makes a positive pair); regression and text pairs are refused."""
+        spec = self.spec
+        if spec.problem == "regression":
+            raise UserError(f"{said('mode', 'contrastive')}: regression has no labels to pair texts by; use "
+                            f"{said('mode', 'features')} or finetune")
+        if spec.pair:
+            raise UserError(f"{said('mode', 'contrastive')}: it tunes the encoder on single texts, and these inputs are "
+                            f"text pairs; use {said('mode', 'features')} or finetune")
+        if spec.problem == "multi_label":
+            return [frozenset(i for i, on in enumerate(f["labels"]) if on) for f in features]
+        return [frozenset((int(f["labels"]),)) for f in features]
+
     def output_hint(self) -> str:
         count = 1 if self.spec.problem == "regression" else len(self.spec.labels)
         return f" ({self.spec.problem}, {len(self.spec.labels)} labels: {count} outputs)"

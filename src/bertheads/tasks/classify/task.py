@@ -41,8 +41,9 @@ class ClassifyTask(ClassifyReading, ClassifyModeling, ClassifyJudging, ClassifyP
     kind = "classify"
     spec_type = ClassifySpec
     prepare_options = ("limit",)
-    # by the training data's size, as measured on SST-2 (bench/small_data.py, docs/little-data.md)
-    recipes = (Recipe(200, "features", 8, steps=300, epochs=(3, 20)),
+    # by the training data's size, as measured on SST-2 (bench/small_data.py, docs/little-data.md):
+    # up to 200 examples SetFit's recipe (contrastive) beat the head alone on the frozen encoder
+    recipes = (Recipe(200, "contrastive", 8, steps=300, epochs=(3, 20)),
                Recipe(1000, "finetune", 8, steps=300, epochs=(3, 20)),
                Recipe(None, "finetune", 32))
     help = "labels or scores for a text or a text pair, read from [CLS] (or the tokens' mean or max)"
@@ -95,14 +96,15 @@ class ClassifyTask(ClassifyReading, ClassifyModeling, ClassifyJudging, ClassifyP
 # -- helpers ---------------------------------------------------------------------------
 def settle_pooling(spec: ClassifySpec, encoder, family: Family) -> None:
     """The spec's `pooling` settled: "auto" is the pooling the checkpoint declares (a
-    sentence-transformers `Pooling` module) for a frozen encoder (`mode` features), else the
+    sentence-transformers `Pooling` module) for a head on a frozen encoder (`mode` features, and
+    contrastive: the encoder is tuned on the sentence embeddings it was made for), else the
     family's own head; None (a spec saved before the field) is the family's own head."""
     own = pooling(family, getattr(encoder, "config", None))
     if spec.pooling is None:
         spec.pooling = own
     elif spec.pooling == "auto":
         declared = None
-        if spec.mode == "features" and hasattr(encoder, "declared_pooling"):
+        if spec.mode in ("features", "contrastive") and hasattr(encoder, "declared_pooling"):
             declared = encoder.declared_pooling()
         spec.pooling = declared or own
         if declared and declared != own:

@@ -1,0 +1,80 @@
+"""`--mode contrastive` (SetFit's recipe): the pairs it tunes the encoder on, a run that tunes
+the encoder and saves an ordinary model, and the kinds and inputs it refuses in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import bertheads
+from bertheads.base.errors import UserError
+from bertheads.cli.main import main
+from bertheads.encoder.pretrained import Encoder
+from bertheads.training.contrastive import make_pairs
+
+
+def test_pairs_are_balanced_seeded_and_pair_by_a_label_in_common():
+    groups = [frozenset({0})] * 6 + [frozenset({1})] * 4
+    pairs = make_pairs(groups, seed=0)
+    # every pair of the 10 inputs (itself included): 31 alike (21 + 10), 24 unlike; oversampling
+    # takes all of the commoner sort and as many of the other, alternately
+    assert len(pairs) == 62 and [y for *_, y in pairs[:4]] == [1.0, 0.0, 1.0, 0.0]
+    assert sum(y for *_, y in pairs) == 31
+    assert all((groups[i] == groups[j]) == (y == 1.0) and i <= j for i, j, y in pairs)
+    assert len({(i, j) for i, j, y in pairs if y == 0.0}) == 24  # the rarer sort repeated, none left out
+    assert make_pairs(groups, seed=0) == pairs and make_pairs(groups, seed=1) != pairs
+    assert len(make_pairs(groups, seed=0, most=10)) == 10
+    # multi-label: a label in common makes a pair alike
+    shared = make_pairs([frozenset({0, 1}), frozenset({1}), frozenset({2})], seed=0)
+    assert {(i, j, y) for i, j, y in shared} == {(0, 0, 1.0), (1, 1, 1.0), (2, 2, 1.0), (0, 1, 1.0),
+                                                 (0, 2, 0.0), (1, 2, 0.0)}
+    with pytest.raises(UserError, match="needs two labels or more"):
+        make_pairs([frozenset({0})] * 3, seed=0)
+
+
+@pytest.fixture
+def sentences(write):
+    words = ["a good film", "great acting", "a bad plot", "an awful film", "a fine story", "a dull film"]
+    return write("train.tsv", "sentence\tlabel\n" + "".join(
+        f"{words[i % 6]} {i}\t{'pos' if i % 6 in (0, 1, 4) else 'neg'}\n" for i in range(12)))
+
+
+def test_contrastive_mode_tunes_the_encoder_and_saves_an_ordinary_model(tiny_bert, sentences, tmp_path):
+    out = tmp_path / "m"
+    settings = bertheads.TrainSettings(epochs=2, batch_size=4, progress=False, pairs=24)
+    bertheads.train("classify", sentences, sentences, out, model=tiny_bert, settings=settings, mode="contrastive")
+    manifest = json.loads((out / "bertheads.json").read_text())
+    assert manifest["contrastive"]["pair_count"] == 24 and manifest["contrastive"]["steps"] == 2
+    before = Encoder.load(tiny_bert).model.state_dict()
+    after = Encoder.load(str(out / "encoder")).model.state_dict()  # the tuned weights are the model's own
+    changed = [k for k, v in before.items() if k in after and not torch.equal(v, after[k])]
+    assert any("encoder.layer" in k for k in changed)
+    assert "encoder" not in manifest and manifest["heads"]["classify"]["spec"]["mode"] == "contrastive"
+    loaded = bertheads.load(str(out))
+    [prediction] = loaded.predict(["a good film 99"])
+    assert prediction["label"] in ("pos", "neg")
+    # its head read the states of the tuned encoder: the saved model predicts what training evaluated
+    kept = json.loads((out / "metrics.json").read_text())["dev"]
+    assert loaded.evaluate(sentences)["accuracy"] == pytest.approx(kept["accuracy"])
+
+
+def test_what_contrastive_mode_refuses_is_one_line(tiny_bert, write, tmp_path, capsys):
+    ner = write("train.conll", "John B-PER\nlives O\nin O\nParis B-LOC\n\nMary B-PER\nsings O\n")
+    scores = write("scores.tsv", "sentence\tlabel\na 1\t0.5\nb 2\t1.5\nc 3\t2.25\nd 4\t0.75\n")
+    pairs = write("pairs.tsv", "sentence1\tsentence2\tlabel\na\tb\t0\nc\td\t1\ne\tf\t0\ng\th\t1\n")
+    expected = {
+        ("tag", ner): "--mode contrastive: tag heads do not take contrastive tuning (it pairs whole texts by their "
+                      "label); use --mode features or finetune",
+        ("classify", scores): "--mode contrastive: regression has no labels to pair texts by; use --mode features "
+                              "or finetune",
+        ("classify", pairs): "--mode contrastive: it tunes the encoder on single texts, and these inputs are text "
+                             "pairs; use --mode features or finetune",
+    }
+    for (kind, path), line in expected.items():
+        assert main(["train", kind, "--train", path, "--out", str(tmp_path / "x"), "--model", tiny_bert,
+                     "--mode", "contrastive", "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1] == f"bertheads: error: {line}"
+        assert not (tmp_path / "x").exists()
