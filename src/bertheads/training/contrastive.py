@@ -31,6 +31,7 @@ from bertheads.base.progress import bars_shown, progress_bar
 from bertheads.base.schema import said
 from bertheads.encoder.layers import head_pooling, pool_tokens
 from bertheads.text.encoding import encoder_batch
+from bertheads.training.loop import SHOW_LOSS_SECONDS
 from bertheads.training.settings import MOST_PAIRS, TrainSettings
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ def tune_encoder(net, data: list, settings: TrainSettings) -> dict:
     pad_id = encoder.tokenizer.pad_token_id or 0
     bar = progress_bar(steps, "contrastive pairs", "batch", show=settings.progress)
     started, running = time.perf_counter(), None
+    last_shown = started - SHOW_LOSS_SECONDS
     for step in range(steps):
         chunk = pairs[step * PAIR_BATCH:(step + 1) * PAIR_BATCH]
         loss = pair_step(encoder, data, chunk, poolings, pad_id, device, autocast)
@@ -115,12 +117,15 @@ def tune_encoder(net, data: list, settings: TrainSettings) -> dict:
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        value = float(loss.detach())
-        running = value if running is None else 0.98 * running + 0.02 * value
-        if bars_shown():
-            bar.set_postfix(loss=f"{running:.4f}", refresh=False)
+        value = loss.detach()
+        running = value if running is None else 0.98 * running + 0.02 * value  # on the device, no wait
+        now = time.perf_counter()
+        if bars_shown() and now - last_shown >= SHOW_LOSS_SECONDS:  # read from the device this often only
+            bar.set_postfix(loss=f"{float(running):.4f}", refresh=False)
+            last_shown = now
         bar.update(1)
     bar.close()
+    running = None if running is None else float(running)
     encoder.eval()
     encoder.requires_grad_(False)
     encoder.reference = None  # tuned: the model directory holds these weights, not a reference
