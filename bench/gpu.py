@@ -50,13 +50,11 @@ Markdown row per kind appended to that file, each naming the machine.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +64,25 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from common import DATA, OUT, environment  # noqa: E402
+from gpu_sides import (  # noqa: E402
+    MAX_ANSWER,
+    MAX_LENGTH,
+    QA_LENGTH,
+    QA_QUESTION,
+    QA_STRIDE,
+    WARM_UP,
+    export,
+    hf_model,
+    log,
+    ours_side,
+    peer_dtype,
+    peer_pipeline,
+    read_tsv,
+    release,
+    timed,
+    train_trainer,
+    trainer_for,
+)
 
 KINDS = ("classify", "tag", "qa")
 SIDES = ("ours", "trainer", "peer")  # in this order: the peer predicts with our model's transformers export
@@ -86,179 +103,6 @@ STEPS = {
 MAIN_METRIC = {"classify": "accuracy", "tag": "f1", "qa": "f1"}
 PEER_METRIC = {"classify": "accuracy", "tag": "raw_text_f1", "qa": "f1"}  # the pipeline reads raw text
 POINTS = {"classify": 100.0, "tag": 100.0, "qa": 1.0}  # metric -> points (SQuAD's are percent already)
-WARM_UP = 16  # inputs each freshly loaded predictor runs once before it is timed (the Trainer's is warm)
-SEED, WARMUP, DECAY, MAX_LENGTH, QA_LENGTH, QA_STRIDE, QA_QUESTION, MAX_ANSWER = 42, 0.1, 0.01, 128, 384, 128, 64, 30
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def sync(device: str) -> None:
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def release(device: str) -> None:
-    """Free what the side before left on the device."""
-    gc.collect()
-    if device == "cuda":
-        import torch
-
-        torch.cuda.empty_cache()
-
-
-@contextmanager
-def timed(device: str, record: dict, key: str):
-    sync(device)
-    start = time.perf_counter()
-    yield
-    sync(device)
-    record[key] = time.perf_counter() - start
-
-
-def read_tsv(path: Path, limit: int | None = None) -> tuple[list[str], list[int]]:
-    lines = path.read_text(encoding="utf-8").splitlines()[1:]
-    rows = [line.rsplit("\t", 1) for line in lines if line.strip()][:limit]
-    return [r[0] for r in rows], [int(r[1]) for r in rows]
-
-
-# -- ours -----------------------------------------------------------------------------------------
-@contextmanager
-def loop_seconds(device: str, record: dict):
-    """record["train_seconds"]: the seconds spent in bertheads' epoch loop (`train_epoch`, which
-    `fit` looks up at each epoch), without loading, encoding, evaluation or saving."""
-    from bertheads.training import loop
-
-    original, spent = loop.train_epoch, []
-
-    def counted(*args, **kwargs):
-        sync(device)
-        start = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            sync(device)
-            spent.append(time.perf_counter() - start)
-
-    loop.train_epoch = counted
-    try:
-        yield
-    finally:
-        loop.train_epoch = original
-        record["train_seconds"] = sum(spent)
-
-
-def train_ours(kind: str, args, device: str, train: Path, limit: int | None, out: Path, **options) -> dict:
-    import bertheads
-
-    # bf16 on a GPU; on a CPU what --precision auto gives there (bf16 only with AMX/AVX512_BF16)
-    settings = bertheads.TrainSettings(epochs=1, batch_size=args.batch_size, holdout=0, lr=args.lr, seed=SEED,
-                                       warmup_ratio=WARMUP, weight_decay=DECAY, progress=False, device=device,
-                                       precision=ours_precision(device))
-    record: dict = {}
-    start = time.perf_counter()
-    with loop_seconds(device, record):
-        bertheads.train(kind, str(train), None, out, model=args.model, settings=settings, limit=limit, **options)
-    record["train_call_seconds"] = time.perf_counter() - start
-    release(device)
-    return record
-
-
-def ours_precision(device: str) -> str:
-    return "bf16" if device == "cuda" else "auto"
-
-
-def load_ours(out: Path, device: str):
-    import bertheads
-
-    return bertheads.load(out, device=device, runtime="torch", precision=ours_precision(device))
-
-
-def ours_side(kind: str, args, device: str, train_path: Path, limit, work: Path, inputs: list, score,
-              **options) -> dict:
-    """Our side of a kind: trained into `work/ours` (`train_ours`), loaded, warmed up on the first
-    inputs, then `inputs` predicted, timed; the record with `score(model, predictions)` added."""
-    record = train_ours(kind, args, device, train_path, limit, work / "ours", **options)
-    model = load_ours(work / "ours", device)
-    model.predict(inputs[:WARM_UP])
-    with timed(device, record, "predict_seconds"):
-        predictions = model.predict(inputs)
-    record.update(score(model, predictions), mode=mode_of(model))
-    del model
-    release(device)
-    return record
-
-
-def mode_of(model) -> str:
-    return f"{model.mode.runtime} {model.mode.precision} on {model.mode.device}"
-
-
-# -- the Trainer ----------------------------------------------------------------------------------
-def trainer_for(args, device: str, work: Path, model, train_set, collator):
-    """A Trainer with the run's hyperparameters: bf16=True on a GPU, fp32 on the CPU."""
-    from transformers import PrinterCallback, Trainer, TrainingArguments
-
-    targs = TrainingArguments(output_dir=str(work / "trainer"), num_train_epochs=1,
-                              per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=64,
-                              learning_rate=args.lr, warmup_steps=WARMUP, weight_decay=DECAY, bf16=device == "cuda",
-                              use_cpu=device == "cpu", eval_strategy="no", save_strategy="no",
-                              logging_strategy="no", report_to="none", disable_tqdm=True, seed=SEED, data_seed=SEED,
-                              dataloader_num_workers=0)
-    trainer = Trainer(model=model, args=targs, train_dataset=train_set, data_collator=collator)
-    trainer.remove_callback(PrinterCallback)  # no metrics printed on stdout, whose last line is the summary
-    return trainer
-
-
-def hf_model(auto_class, source: str, **kwargs):
-    """`auto_class.from_pretrained` with SDPA attention, seeded, load reports silenced."""
-    import torch
-
-    from bertheads.encoder.pretrained import quiet_transformers
-
-    torch.manual_seed(SEED)
-    with quiet_transformers():
-        return auto_class.from_pretrained(source, attn_implementation="sdpa", **kwargs)
-
-
-def train_trainer(trainer, device: str, examples: int) -> dict:
-    """`train_seconds`: the Trainer's own timing of its training loop (`train_runtime`), as ours is
-    of our epoch loop; `train_call_seconds`: the whole `Trainer.train` call."""
-    record: dict = {}
-    with timed(device, record, "train_call_seconds"):
-        got = trainer.train()
-    record["train_seconds"] = got.metrics["train_runtime"]
-    record["train_examples_per_second"] = examples / record["train_seconds"]
-    return record
-
-
-def export(work: Path) -> Path:
-    """Our model (work/ours) as a transformers directory (work/hf), the prediction peers' model."""
-    from bertheads.encoder.pretrained import quiet_transformers
-    from bertheads.export.hf import export_hf
-
-    with quiet_transformers():
-        export_hf(work / "ours", work / "hf")
-    return work / "hf"
-
-
-def peer_pipeline(task: str, hf_dir: Path, device: str, **options):
-    """`pipeline(task)` on `hf_dir` with SDPA attention, in bf16 on a GPU (fp32 on the CPU)."""
-    from transformers import pipeline
-
-    from bertheads.encoder.pretrained import quiet_transformers
-
-    with quiet_transformers():
-        return pipeline(task, model=str(hf_dir), device=0 if device == "cuda" else -1, dtype=peer_dtype(device),
-                        model_kwargs={"attn_implementation": "sdpa"}, **options)
-
-
-def peer_dtype(device: str):
-    import torch
-
-    return torch.bfloat16 if device == "cuda" else torch.float32
 
 
 # -- classify -------------------------------------------------------------------------------------
