@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bertheads.base.errors import SystemFault, UserError, first_line
+from bertheads.encoder.dropout import install_masked_dropout
 from bertheads.encoder.first_token import install_first_token_layer
 
 log = logging.getLogger(__name__)
@@ -310,6 +311,8 @@ class Encoder(nn.Module):
         self.pooler_state = take_pooler(model)
         # Heads that read only [CLS] of the last layer let that layer run for [CLS] alone.
         self.first_token_ready = install_first_token_layer(model, self._first_token)
+        # Training on a CPU: dropout masks from a quarter of the random draws (`encoder/dropout.py`).
+        install_masked_dropout(model)
 
     @property
     def config(self):
