@@ -20,22 +20,24 @@ epoch on the dev set (`--dev`, as a user with a dev file would). The metrics com
 bertheads scores with (`tasks/classify/metrics.py label_metrics`, `tasks/tag/scheme.py
 entity_metrics`, `tasks/qa/metrics.py squad_v1_scores`), for every arm.
 
-Arms (`ARMS`; an arm a kind cannot take is skipped with a line saying why):
+Arms (`ARMS`; an arm a task cannot take is skipped, said once with why):
 - `new`: bertheads with no training setting given (the kind's recipe table decides).
 - `old`: bertheads' fixed defaults (`recipe="fixed"`: fine-tuning, batch 32 (qa 16), 3 epochs,
-  the best epoch kept on dev).
+  the best epoch kept on dev). For tag and qa, whose tables are one fixed row still, it is the
+  same run as `new` (so not among their default arms).
 - candidate recipes, each tried as the kind's whole table (one `Recipe` row, so the run is what
-  that row would give): `ft8` / `ft16` (fine-tuning, batch 8 / 16, epochs for about 300
-  optimizer steps, 3 to 20), `feat` (`--mode features`, batch 8, the same budget), `feat32`
-  (`--mode features`, batch 32, 3 epochs), `contrastive` (classify: the encoder tuned on pairs
-  of examples as SetFit does, then the head as `feat` trains it).
+  that row would give, epochs counted on the kind's training features: qa's windows): `ft8` /
+  `ft16` (fine-tuning, batch 8 / 16, epochs for about 300 optimizer steps, 3 to 20), `feat`
+  (`--mode features`, batch 8, the same budget), `feat32` (`--mode features`, batch 32, 3
+  epochs), `contrastive` (single-text classify: the encoder tuned on pairs of examples as
+  SetFit does, then the head as `feat` trains it).
 - `trainer`: transformers' Trainer at its defaults (batch 8, 3 epochs, lr 5e-5, no warm-up, no
-  weight decay, fp32, the last epoch) on the same checkpoint, with bench/gpu_sides.py's Trainer
+  weight decay, fp32, the last epoch) on the same checkpoint, by bench/gpu_sides.py's Trainer
   side of the kind (max length 128; qa: run_qa's windows of 384 tokens, stride 128).
 - `setfit`: the `setfit` package at its defaults (oversampled pairs, batch 16, one epoch, a
-  logistic-regression head; `pip install -e .[peers]`), single-text classification up to 200
-  rows only: it embeds one text per input (no sentence pairs: skipped for MRPC), and its pairs
-  grow with the square of the rows (about 320,000 at 800 rows).
+  logistic-regression head; `pip install -e .[peers]`) on single-text classification up to 200
+  rows: it embeds one text per input (no sentence pairs: skipped for MRPC), and its pairs grow
+  with the square of the rows (about 320,000 at 800 rows). Not installed: its runs are skipped.
 
 Seconds: the training call, from loading the checkpoint to the trained model (ours:
 `bertheads.train`, with its dev evaluations; the Trainer: loading, tokenising, `Trainer.train`;
@@ -45,27 +47,37 @@ The runs go seed by seed (every task, size and arm of seed 0, then seed 1, ...),
 run holds whole seeds first. One JSON line per (arm, size, seed) is appended to the task's
 results file (`--out-dir`/small_data.jsonl for sst2, small_data_TASK.jsonl for the others); a
 line already there is not run again, so a stopped run continues where it stopped. `--budget S`
-starts no run after S seconds (nor one that took longer before than what is left).
-`--table` prints each task's Markdown tables: mean ± spread (standard deviation over seeds),
-the number of seeds, the median training seconds.
+starts no run after S seconds (nor one that took longer before than what is left). `--shard
+K/N` runs every N-th run from the K-th: N processes share one GPU (a small model at batch 8
+leaves most of it idle) and append to the same files; their seconds are then under that
+contention (each record says `shards`). A run that fails is said (traceback) and not recorded;
+the others go on, and the exit status is 1. `--table` prints each task's Markdown tables: mean
+± spread (standard deviation over seeds), the number of seeds, the median training seconds
+(`--per-seed`: each seed's arms side by side too).
+
+CoNLL: every sample of seeds 0 to 4 at 50 sentences or more holds all nine tags of the dev file;
+a smaller one may lack one, and bertheads refuses a dev file with a tag its training data lacks.
 
 On a CUDA device bertheads trains there by itself (bf16, its `auto` precision), and so do the
-Trainer (fp32, its default) and SetFit; on the CPU use small sizes (`--limit-dev`). Checks:
+Trainer (fp32, its default) and SetFit; on the CPU use small sizes and `--limit-dev`. Commands:
 
 ```
-python bench/small_data.py --task sst2 --sizes 20 --seeds 0 --arms new,trainer --limit-dev 50
-python bench/small_data.py --task conll --sizes 20 --seeds 0 --arms new,trainer --limit-dev 50 --out-dir /tmp/sd
-python bench/small_data.py --task sst2,mrpc,conll,squad --seeds 0,1,2,3,4      # every default size and arm
-python bench/small_data.py --task squad --sizes 200,1000 --arms new,trainer,ft8,feat --seeds 0,1
+python bench/small_data.py --task sst2 --sizes 20 --seeds 0 --arms new,trainer --limit-dev 50 --out-dir /tmp/sd
+python bench/small_data.py --task conll --sizes 50 --seeds 0 --arms new,trainer --limit-dev 50 --out-dir /tmp/sd
+python bench/small_data.py --task sst2,mrpc,conll,squad --seeds 0,1,2,3,4       # every default size and arm
+python bench/small_data.py --task conll,squad --sizes squad=200,1000 --arms squad=new,trainer,ft8 --seeds 0,1
 python bench/small_data.py --table --task sst2,mrpc,conll,squad
 ```
-On the lent GPU machine (bench/gpu_bundle.sh with PEERS=1 carries setfit; data at
-$BERTHEADS_DATA, the checkpoint at /tmp/model; results straight into $OUT so a timed-out call
-still returns them; to continue a run, carry the files back into bench/out and copy them to
-$OUT first):
+(`--sizes` and `--arms` take a list for every task, or `TASK=LIST` for one, repeated.)
+
+On the lent GPU machine (`PEERS=1 bash bench/gpu_bundle.sh` first: it carries setfit too), with
+the data at $BERTHEADS_DATA and the checkpoint at /tmp/model, four processes sharing the GPU
+and the results written straight into $OUT, so a call stopped at its limit still returns them
+(to continue a run, put the files back into bench/out, carry it, and copy them to $OUT first):
 ```
-RUN='python3 bench/small_data.py --task conll,squad,sst2,mrpc --seeds 0,1,2,3,4 --model /tmp/model \\
-     --out-dir "$OUT" --budget 420' bash bench/gpu_device.sh
+RUN='for k in 0 1 2 3; do timeout 440 python3 bench/small_data.py --task conll,squad,mrpc,sst2 \
+       --seeds 0,1,2,3,4 --model /tmp/model --out-dir "$OUT" --budget 360 --shard $k/4 --threads 4 \
+       >> "$OUT/shards.log" 2>&1 & done; wait' bash bench/gpu_device.sh
 ```
 """
 
