@@ -80,8 +80,9 @@ from gpu_sides import (  # noqa: E402
     read_tsv,
     release,
     timed,
-    train_trainer,
-    trainer_for,
+    trainer_classify,
+    trainer_qa,
+    trainer_tag,
 )
 
 KINDS = ("classify", "tag", "qa")
@@ -108,10 +109,6 @@ POINTS = {"classify": 100.0, "tag": 100.0, "qa": 1.0}  # metric -> points (SQuAD
 # -- classify -------------------------------------------------------------------------------------
 def run_classify(args, device: str, work: Path, train_path: Path, dev_path: Path, limit, dev_limit,
                  sides=SIDES) -> dict:
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
-
-    from bertheads.encoder.pretrained import resolve_model
-
     texts, gold = read_tsv(train_path, limit)
     dev_texts, dev_gold = read_tsv(dev_path, dev_limit)
     result = {"train_examples": len(texts), "dev_examples": len(dev_texts)}
@@ -127,21 +124,9 @@ def run_classify(args, device: str, work: Path, train_path: Path, dev_path: Path
                                 max_length=MAX_LENGTH)
     if "trainer" in sides:
         log("classify: Trainer")
-        source = resolve_model(args.model)
-        tokenizer = AutoTokenizer.from_pretrained(source)
-
-        def dataset(t, y):
-            enc = tokenizer(t, truncation=True, max_length=MAX_LENGTH)
-            return [{**{k: enc[k][i] for k in enc}, "labels": y[i]} for i in range(len(t))]
-
-        model = hf_model(AutoModelForSequenceClassification, source, num_labels=max(gold + dev_gold) + 1)
-        trainer = trainer_for(args, device, work, model, dataset(texts, gold), DataCollatorWithPadding(tokenizer))
-        peer = train_trainer(trainer, device, len(texts))
-        with timed(device, peer, "predict_seconds"):
-            logits = trainer.predict(dataset(dev_texts, dev_gold)).predictions
-        peer["accuracy"] = accuracy(logits.argmax(-1))
-        del trainer, model
-        release(device)
+        peer, predicted = trainer_classify(args, device, work, (texts, gold), (dev_texts, dev_gold),
+                                           max(gold + dev_gold) + 1)
+        peer["accuracy"] = accuracy(predicted)
         got["trainer"] = peer
     if "peer" in sides:
         log("classify: pipeline")
@@ -175,17 +160,9 @@ def word_tags(words: list[str], entities: list[tuple[str, int, int]]) -> list[st
 
 def run_tag(args, device: str, work: Path, train_path: Path, dev_path: Path, limit, dev_limit,
             sides=SIDES) -> dict:
-    from collections import defaultdict
+    from tag import read_conll
 
-    from tag import encode_for_trainer, first_piece_tags, read_conll
-    from transformers import (
-        AutoModelForTokenClassification,
-        AutoTokenizer,
-        DataCollatorForTokenClassification,
-    )
-
-    from bertheads.encoder.pretrained import resolve_model
-    from bertheads.tasks.tag.scheme import entity_metrics, tag_list
+    from bertheads.tasks.tag.scheme import entity_metrics
 
     train = read_conll(train_path, limit)
     dev = read_conll(dev_path, dev_limit)
@@ -208,22 +185,8 @@ def run_tag(args, device: str, work: Path, train_path: Path, dev_path: Path, lim
         got["ours"] = ours_side("tag", args, device, train_path, limit, work, texts, tag_scores, max_length=MAX_LENGTH)
     if "trainer" in sides:
         log("tag: Trainer")
-        source = resolve_model(args.model)
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        labels = tag_list([type("S", (), {"tags": t})() for _, t in train], with_inside=False)
-        label2id = {t: i for i, t in enumerate(labels)}
-        rows, _ = encode_for_trainer(tokenizer, train, label2id)
-        model = hf_model(AutoModelForTokenClassification, source, num_labels=len(labels),
-                         id2label=dict(enumerate(labels)), label2id=label2id)
-        trainer = trainer_for(args, device, work, model, rows, DataCollatorForTokenClassification(tokenizer))
-        peer = train_trainer(trainer, device, len(train))
-        with timed(device, peer, "predict_seconds"):
-            dev_rows, enc = encode_for_trainer(tokenizer, dev, defaultdict(int, label2id))  # dev tags unused
-            logits = trainer.predict([{k: v for k, v in r.items() if k != "labels"} for r in dev_rows]).predictions
-            pred = first_piece_tags(dev, enc, logits, labels)
+        peer, pred = trainer_tag(args, device, work, train, dev)
         peer.update(scores(pred))
-        del trainer, model
-        release(device)
         got["trainer"] = peer
     if "peer" in sides:
         log("tag: pipeline")
@@ -277,10 +240,8 @@ def answer_windows(model, tokenizer, device: str, questions: list[dict], batch: 
 
 def run_qa(args, device: str, work: Path, train_path: Path, dev_path: Path, limit, dev_limit,
            sides=SIDES) -> dict:
-    from qa import Windows, decode_like_ours, hf_windows
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer, default_data_collator
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    from bertheads.encoder.pretrained import resolve_model
     from bertheads.tasks.qa.formats import read_examples
     from bertheads.tasks.qa.metrics import squad_v1_scores
 
@@ -301,22 +262,8 @@ def run_qa(args, device: str, work: Path, train_path: Path, dev_path: Path, limi
                                 stride=QA_STRIDE, max_question_length=QA_QUESTION)
     if "trainer" in sides:
         log("qa: Trainer")
-        source = resolve_model(args.model)
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        enc, _, _ = hf_windows(tokenizer, train, train=True)
-        keys = [k for k in ("input_ids", "token_type_ids", "attention_mask") if k in enc]
-        train_set = Windows(enc, [*keys, "start_positions", "end_positions"])
-        model = hf_model(AutoModelForQuestionAnswering, source)
-        trainer = trainer_for(args, device, work, model, train_set, default_data_collator)
-        peer = train_trainer(trainer, device, len(train))
-        peer["train_windows"] = len(train_set)
-        with timed(device, peer, "predict_seconds"):
-            enc, owner, seqs = hf_windows(tokenizer, dev, train=False)
-            logits = trainer.predict(Windows(enc, keys)).predictions
-            answers = decode_like_ours(logits, enc, owner, seqs, dev)
+        peer, answers = trainer_qa(args, device, work, train, dev)
         peer.update(scores(answers))
-        del trainer, model
-        release(device)
         got["trainer"] = peer
     if "peer" in sides:
         log("qa: AutoModelForQuestionAnswering")

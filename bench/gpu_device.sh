@@ -2,9 +2,10 @@
 # Runs on the lent GPU machine, from the bundle bench/gpu_bundle.sh made in .gpu/: unpacks the data,
 # widens the checkpoint back to fp32, installs the carried wheels, then (DIAG=N) bench/gpu_diag.py
 # with N training rows of ours, and bench/gpu.sh for each kind in KINDS (default: all three), each
-# kind within PER_KIND seconds; or, with RUN="a command", that command instead (bench/out/*.json copied
-# to $OUT after it) (GPU_ARGS go to bench/gpu.sh, e.g. "--limit 64" for a check on the
-# CPU). Everything it finds goes to $OUT (log.txt is the caller's tee).
+# kind within PER_KIND seconds; or, with RUN="a command", that command instead (bench/out/*.json and
+# *.jsonl copied to $OUT after it; bench/small_data.py --out-dir "$OUT" writes there as it goes)
+# (GPU_ARGS go to bench/gpu.sh, e.g. "--limit 64" for a check on the CPU). Everything it finds goes
+# to $OUT (log.txt is the caller's tee).
 set -u
 export PYTHONUNBUFFERED=1 PYTHON=python3 BERTHEADS_DATA=/tmp/data
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -20,10 +21,14 @@ save_file({k: v.float().contiguous() for k, v in weights.items()}, os.path.join(
 print("torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.cuda.is_available())
 PY
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl && export PYTHONPATH=/tmp/site
+if ls .gpu/peers/*.whl >/dev/null 2>&1; then  # PEERS=1 bash bench/gpu_bundle.sh: setfit and its needs, apart
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/peers/*.whl \
+    || echo "the peers' wheels did not install: bench/small_data.py skips its setfit runs"
+fi
 if [ -n "${RUN:-}" ]; then  # another benchmark instead (its own command, on this same setup)
   PYTHONPATH=/tmp/site:src bash -c "$RUN"
   code=$?
-  cp bench/out/*.json "$OUT"/ 2>/dev/null
+  cp bench/out/*.json bench/out/*.jsonl "$OUT"/ 2>/dev/null
   exit $code
 fi
 if [ -n "${DIAG:-}" ]; then

@@ -1,239 +1,638 @@
-"""Little data: SST-2 at a few dozen to a few thousand training rows, bertheads' old defaults
-(batch 32, 3 epochs), its defaults now (the recipe `training/budget.py` picks for the data's
-size) and other recipes against the Hugging Face Trainer at its defaults, in the same run.
+"""Little data: each task kind at a few dozen to a few thousand training examples, bertheads'
+old defaults, its defaults now (the recipe for the data's size, `tasks/recipes.py`) and the
+candidate recipes a kind's table could take, against the Hugging Face Trainer at its defaults
+and SetFit, in the same run.
 
-Each seed draws its own random sample of N rows from SST-2's training file (the same sample for
-every arm) and seeds the run with it; accuracy is on the whole SST-2 dev set (872 sentences),
-which bertheads also uses to choose its kept epoch (`--dev`, as a user with a dev file would).
-One JSON line per (arm, size, seed) is appended to `--results`; a line already there is not run
-again, so a stopped run continues where it stopped. `--table` prints the Markdown table of mean,
-spread (standard deviation over seeds) and training seconds.
+Tasks (`--task`, several comma-separated; each has its own results file in `--out-dir`):
+
+| task | kind | training examples (default sizes) | scored on | metrics |
+|---|---|---|---|---|
+| sst2 | classify | SST-2 rows (32, 64, 200, 800, 2000) | all of SST-2 dev (872) | accuracy (F1, MCC kept) |
+| mrpc | classify (pairs) | MRPC rows (200, 800) | all of MRPC dev (408) | accuracy and F1 (of "paraphrase") |
+| conll | tag | CoNLL-2003 sentences (50, 200, 1000) | all of CoNLL-2003 dev (3,250 sentences) | entity F1 (seqeval) |
+| squad | qa | SQuAD v1.1 questions of squad/train-split.json (200, 1000) | the first 1,000 questions of squad/eval-split.json (a fixed slice, as bench/gpu.py; other articles than training's) | SQuAD F1 and EM |
+
+Each seed draws its own sample of N examples from the task's training file (seed 0: the first
+N, as a user's first labels would be; seed s: N drawn at random with seed s; SQuAD samples
+questions, each with its passage; CoNLL samples sentences), written as a file of the task's own
+format, the same for every arm; the run is seeded with it. bertheads also chooses its kept
+epoch on the dev set (`--dev`, as a user with a dev file would). The metrics come from the code
+bertheads scores with (`tasks/classify/metrics.py label_metrics`, `tasks/tag/scheme.py
+entity_metrics`, `tasks/qa/metrics.py squad_v1_scores`), for every arm.
+
+Arms (`ARMS`; an arm a task cannot take is skipped, said once with why):
+- `new`: bertheads with no training setting given (the kind's recipe table decides).
+- `old`: bertheads' fixed defaults (`recipe="fixed"`: fine-tuning, batch 32 (qa 16), 3 epochs,
+  the best epoch kept on dev). For tag and qa, whose tables are one fixed row still, it is the
+  same run as `new` (so not among their default arms).
+- candidate recipes, each tried as the kind's whole table (one `Recipe` row, so the run is what
+  that row would give, epochs counted on the kind's training features: qa's windows): `ft8` /
+  `ft16` (fine-tuning, batch 8 / 16, epochs for about 300 optimizer steps, 3 to 20), `feat`
+  (`--mode features`, batch 8, the same budget), `feat32` (`--mode features`, batch 32, 3
+  epochs), `contrastive` (single-text classify: the encoder tuned on pairs of examples as
+  SetFit does, then the head as `feat` trains it).
+- `trainer`: transformers' Trainer at its defaults (batch 8, 3 epochs, lr 5e-5, no warm-up, no
+  weight decay, fp32, the last epoch) on the same checkpoint, by bench/gpu_sides.py's Trainer
+  side of the kind (max length 128; qa: run_qa's windows of 384 tokens, stride 128).
+- `setfit`: the `setfit` package at its defaults (oversampled pairs, batch 16, one epoch, a
+  logistic-regression head; `pip install -e .[peers]`) on single-text classification up to 200
+  rows: it embeds one text per input (no sentence pairs: skipped for MRPC), and its pairs grow
+  with the square of the rows (about 320,000 at 800 rows). Not installed: its runs are skipped.
+
+Seconds: the training call, from loading the checkpoint to the trained model (ours:
+`bertheads.train`, with its dev evaluations; the Trainer: loading, tokenising, `Trainer.train`;
+SetFit: loading, `Trainer.train`); `wall_seconds`: the whole run with scoring.
+
+The runs go seed by seed (every task, size and arm of seed 0, then seed 1, ...), so a stopped
+run holds whole seeds first. One JSON line per (arm, size, seed) is appended to the task's
+results file (`--out-dir`/small_data.jsonl for sst2, small_data_TASK.jsonl for the others); a
+line already there is not run again, so a stopped run continues where it stopped. `--budget S`
+starts no run after S seconds (nor one that took longer before than what is left). `--shard
+K/N` runs every N-th run from the K-th: N processes share one GPU (a small model at batch 8
+leaves most of it idle) and append to the same files; their seconds are then under that
+contention (each record says `shards`). A run that fails is said (traceback) and not recorded;
+the others go on, and the exit status is 1. `--table` prints each task's Markdown tables: mean
+± spread (standard deviation over seeds), the number of seeds, the median training seconds
+(`--per-seed`: each seed's arms side by side too).
+
+CoNLL: every sample of seeds 0 to 4 at 50 sentences or more holds all nine tags of the dev file;
+a smaller one may lack one, and bertheads refuses a dev file with a tag its training data lacks.
+
+On a CUDA device bertheads trains there by itself (bf16, its `auto` precision), and so do the
+Trainer (fp32, its default) and SetFit; on the CPU use small sizes and `--limit-dev`. Commands:
 
 ```
-python bench/small_data.py --sizes 32,64,200,800,2000 --seeds 0,1,2 --arms old,new,trainer
-python bench/small_data.py --table
+python bench/small_data.py --task sst2 --sizes 20 --seeds 0 --arms new,trainer --limit-dev 50 --out-dir /tmp/sd
+python bench/small_data.py --task conll --sizes 50 --seeds 0 --arms new,trainer --limit-dev 50 --out-dir /tmp/sd
+python bench/small_data.py --task sst2,mrpc,conll,squad --seeds 0,1,2,3,4       # every default size and arm
+python bench/small_data.py --task conll,squad --sizes squad=200,1000 --arms squad=new,trainer,ft8 --seeds 0,1
+python bench/small_data.py --table --task sst2,mrpc,conll,squad
 ```
-Arms: `old` (batch 32, 3 epochs, fine-tuning, kept on dev: bertheads before the adaptive
-recipe), `new` (bertheads with no training setting given), `trainer` (transformers' Trainer at
-its defaults: batch 8, 3 epochs, lr 5e-5, no warm-up, the last epoch), and the recipes that
-decided the rule: `ft8` (batch 8, a step budget), `feat` (`--mode features`, batch 8, the same
-budget), `feat32` (`--mode features` at the old defaults), `contrastive` (`--mode contrastive`:
-the encoder tuned on pairs as SetFit does, then the head as `feat` trains it), and the peer
-`setfit` (the `setfit` package at its defaults on the same checkpoint: oversampled pairs, batch
-16, one epoch, a logistic regression head; install it with `pip install -e .[peers]`).
+(`--sizes`, `--arms` and `--limit-dev` take a value for every task, or `TASK=VALUE` for one,
+repeated. SQuAD's runs are the longest: bertheads evaluates the 1,000 dev questions after every
+epoch, up to 20 times at 200 questions; `--limit-dev squad=500` halves that.)
+
+On the lent GPU machine (`PEERS=1 bash bench/gpu_bundle.sh` first: it carries setfit too), with
+the data at $BERTHEADS_DATA and the checkpoint at /tmp/model, four processes sharing the GPU
+and the results written straight into $OUT, so a call stopped at its limit still returns them
+(to continue a run, put the files back into bench/out, carry it, and copy them to $OUT first):
+```
+RUN='for k in 0 1 2 3; do timeout 440 python3 bench/small_data.py --task conll,squad,mrpc,sst2 \
+       --seeds 0,1,2,3,4 --model /tmp/model --out-dir "$OUT" --budget 360 --shard $k/4 --threads 4 \
+       >> "$OUT/shards.log" 2>&1 & done; wait; grep -E "FAILED|Error|^skip" "$OUT/shards.log" | sort | uniq -c; \
+     python3 bench/small_data.py --table --task conll,squad,mrpc,sst2 --out-dir "$OUT"' bash bench/gpu_device.sh
+```
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
+import gc
 import json
-import math
 import os
 import random
 import statistics
 import sys
 import tempfile
 import time
+import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
 from common import DATA, OUT, cpu_line  # noqa: E402
 
-RESULTS = OUT / "small_data.jsonl"
+from bertheads.tasks.recipes import Recipe  # noqa: E402
+
+BUDGET = {"steps": 300, "epochs": (3, 20)}  # the candidate recipes' step budget: epochs for ~300 steps, 3 to 20
 
 
-def sample(rows: list[dict], n: int, seed: int) -> list[dict]:
-    """N training rows drawn at random (seed 0: the first N, as a user's first labels would be)."""
+@dataclass(frozen=True)
+class Task:
+    """A benchmark task: its kind, files (under DATA), default sizes and arms, and metrics (the
+    first is the main one; `percent`: they are in percent already)."""
+
+    kind: str
+    train: str
+    dev: str
+    sizes: tuple[int, ...]
+    arms: tuple[str, ...]
+    metrics: tuple[str, ...]
+    unit: str
+    dev_first: int | None = None  # a fixed slice of the dev file: its first N examples
+    pairs: bool = False
+    percent: bool = False
+
+
+TASKS = {
+    "sst2": Task("classify", "sst2/train.tsv", "sst2/dev.tsv", (32, 64, 200, 800, 2000),
+                 ("old", "new", "trainer", "setfit"), ("accuracy",), "rows"),
+    "mrpc": Task("classify", "glue/MRPC/train.tsv", "glue/MRPC/dev.tsv", (200, 800),
+                 ("old", "new", "trainer", "feat"), ("accuracy", "f1"), "rows", pairs=True),
+    "conll": Task("tag", "conll2003/train.txt", "conll2003/dev.txt", (50, 200, 1000),
+                  ("new", "trainer", "ft8", "ft16", "feat"), ("f1",), "sentences"),
+    "squad": Task("qa", "squad/train-split.json", "squad/eval-split.json", (200, 1000),
+                  ("new", "trainer", "ft8", "ft16", "feat"), ("f1", "exact_match"), "questions", dev_first=1000,
+                  percent=True),
+}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """What an arm trains with: bertheads with `settings` given and, with `recipe`, that row as
+    the kind's whole recipe table; or `peer` (a function) instead. `kinds`: the kinds it takes
+    (None: all); `pairs`: whether it takes sentence pairs; `up_to`: the largest size it runs."""
+
+    settings: dict = field(default_factory=dict)
+    recipe: Recipe | None = None
+    peer: str | None = None
+    kinds: tuple[str, ...] | None = None
+    pairs: bool = True
+    up_to: int | None = None
+    why: dict = field(default_factory=dict)  # why it takes only what it takes: "kinds", "pairs", "up_to"
+
+
+ARMS = {
+    "new": Arm(),
+    "old": Arm(settings={"recipe": "fixed"}),
+    "ft8": Arm(recipe=Recipe(None, "finetune", 8, **BUDGET)),
+    "ft16": Arm(recipe=Recipe(None, "finetune", 16, **BUDGET)),
+    "feat": Arm(recipe=Recipe(None, "features", 8, **BUDGET)),
+    "feat32": Arm(recipe=Recipe(None, "features", 32)),
+    "contrastive": Arm(recipe=Recipe(None, "contrastive", 8, **BUDGET), kinds=("classify",), pairs=False,
+                       why={"kinds": "contrastive mode pairs labelled texts", "pairs": "contrastive mode pairs "
+                            "single labelled texts: bertheads refuses text pairs"}),
+    "trainer": Arm(peer="trainer"),
+    "setfit": Arm(peer="setfit", kinds=("classify",), pairs=False, up_to=200,
+                  why={"kinds": "SetFit classifies texts", "pairs": "SetFit embeds one text per input",
+                       "up_to": "SetFit's default pairs grow with the square of the rows: about 320,000 at 800"}),
+}
+
+
+class Skip(Exception):
+    """An arm that cannot run here (its package missing): skipped for the rest of the run."""
+
+
+# -- data: sampling, files in each kind's format ----------------------------------------------------
+def sample(items: list, n: int, seed: int) -> list:
+    """N training examples drawn at random (seed 0: the first N, as a user's first labels would be)."""
+    if n > len(items):
+        raise SystemExit(f"asked for {n} training examples, the file has {len(items)}")
     if seed == 0:
-        return rows[:n]
-    return random.Random(seed).sample(rows, n)
+        return items[:n]
+    return random.Random(seed).sample(items, n)
 
 
-def read_tsv(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8", newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+def read_lines(path: Path) -> list[str]:
+    """A TSV's rows as lines; the header is `header_of`'s."""
+    return [line for line in path.read_text(encoding="utf-8").split("\n")[1:] if line.strip()]
 
 
-def write_tsv(rows: list[dict], path: Path) -> None:
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        w = csv.DictWriter(f, ["sentence", "label"], delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\")
-        w.writeheader()
-        w.writerows({"sentence": r["sentence"], "label": r["label"]} for r in rows)
+def header_of(path: Path) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.readline().rstrip("\n")
 
 
-def budget_epochs(n: int, batch: int, steps: int = 300, most: int = 20) -> int:
-    """Epochs for about `steps` optimizer steps, at least 3 and at most `most`."""
-    return max(3, min(most, math.ceil(steps / math.ceil(n / batch))))
+def read_squad(path: Path) -> list[dict]:
+    """A SQuAD file's questions, each with its passage and where it came from."""
+    data = json.loads(path.read_text(encoding="utf-8"))["data"]
+    return [{"article": a, "title": article.get("title", ""), "paragraph": p, "context": para["context"], "qa": qa}
+            for a, article in enumerate(data) for p, para in enumerate(article["paragraphs"]) for qa in para["qas"]]
 
 
-def ours(arm: str, train: Path, dev: Path, n: int, seed: int, cache: Path) -> dict:
+def write_squad(items: list[dict], path: Path) -> None:
+    """SQuAD v1.1 JSON of `items` (`read_squad`'s), grouped by article and passage again."""
+    articles: dict = {}
+    for item in items:
+        title, paragraphs = articles.setdefault(item["article"], (item["title"], {}))
+        paragraphs.setdefault(item["paragraph"], {"context": item["context"], "qas": []})["qas"].append(item["qa"])
+    data = [{"title": title, "paragraphs": list(paragraphs.values())} for title, paragraphs in articles.values()]
+    path.write_text(json.dumps({"version": "1.1", "data": data}), encoding="utf-8")
+
+
+def read_items(task: Task, path: Path) -> list:
+    """The examples of a file of the task's format that sampling draws from."""
+    if task.kind == "tag":
+        from tag import read_conll
+
+        return read_conll(path)
+    return read_squad(path) if task.kind == "qa" else read_lines(path)
+
+
+def write_items(task: Task, items: list, path: Path, source: Path) -> Path:
+    if task.kind == "tag":
+        from tag import write_conll
+
+        write_conll(path, items)
+    elif task.kind == "qa":
+        write_squad(items, path)
+    else:
+        path.write_text("\n".join([header_of(source), *items]) + "\n", encoding="utf-8")
+    return path
+
+
+def dev_file(task: Task, limit: int | None, work: Path) -> Path:
+    """The dev file: the task's own, or its first N examples (the task's fixed slice, or
+    `--limit-dev`, whichever is smaller) written to `work`."""
+    source = DATA / task.dev
+    first = min(n for n in (task.dev_first, limit) if n) if (task.dev_first or limit) else None
+    if first is None:
+        return source
+    suffix = {"classify": ".tsv", "tag": ".txt", "qa": ".json"}[task.kind]
+    return write_items(task, read_items(task, source)[:first], work / f"dev_{first}{suffix}", source)
+
+
+# -- scoring (bertheads' own metric code) -----------------------------------------------------------
+@dataclass
+class Dev:
+    """The dev set as the peers see it, and how predictions are scored."""
+
+    path: Path
+    inputs: list  # classify: texts or (text, pair); tag: (words, tags); qa: QAExample
+    gold: list = field(default_factory=list)  # classify: label indices
+    labels: list = field(default_factory=list)  # classify: the label names
+
+
+def read_dev(task: Task, path: Path) -> Dev:
+    if task.kind == "classify":
+        texts, gold, labels = classify_rows(path)
+        return Dev(path, texts, gold, labels)
+    return Dev(path, read_items(task, path) if task.kind == "tag" else qa_examples(path))
+
+
+def classify_rows(path: Path, labels: list | None = None) -> tuple[list, list[int], list]:
+    """Texts (a (text, pair) tuple for pairs) and label indices of a GLUE TSV, as bertheads reads it."""
+    from classify import read_split
+
+    texts, pairs, gold, labels = read_split(path, labels)
+    return (texts if pairs is None else list(zip(texts, pairs))), gold, labels
+
+
+def qa_examples(path: Path) -> list:
+    from bertheads.tasks.qa.formats import read_examples
+
+    return read_examples(str(path))
+
+
+def score(task: Task, dev: Dev, predicted: list) -> dict:
+    """The task's metrics of `predicted` (label indices, tag lists or answers) on `dev`."""
+    if task.kind == "classify":
+        from bertheads.tasks.classify.metrics import label_metrics
+
+        got = label_metrics(predicted, dev.gold, len(dev.labels))
+        return {"accuracy": got["accuracy"], "f1": got["f1"], "mcc": got["mcc"],
+                "one_class": len(set(predicted)) == 1}
+    if task.kind == "tag":
+        from bertheads.tasks.tag.scheme import entity_metrics
+
+        got = entity_metrics([t for _, t in dev.inputs], predicted)
+        return {k: got[k] for k in ("f1", "precision", "recall")}
+    from bertheads.tasks.qa.metrics import squad_v1_scores
+
+    got = squad_v1_scores(predicted, dev.inputs)
+    return {"f1": got["f1"], "exact_match": got["exact_match"]}
+
+
+# -- the arms ---------------------------------------------------------------------------------------
+def synced(device: str) -> float:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def ours(task: Task, arm: Arm, args, device: str, train: Path, dev: Dev, seed: int, cache: Path) -> dict:
+    """bertheads.train with the arm's settings (and its recipe as the kind's whole table)."""
     import bertheads
+    from bertheads.saved.bundle import task_class
 
-    options: dict = {"seed": seed, "progress": False, "verbose": False}
-    if arm == "old":
-        options.update(batch_size=32, epochs=3, mode="finetune")
-    elif arm == "ft8":
-        options.update(batch_size=8, epochs=budget_epochs(n, 8), mode="finetune")
-    elif arm == "feat":
-        options.update(batch_size=8, epochs=budget_epochs(n, 8), mode="features", cache_dir=str(cache))
-    elif arm == "feat32":
-        options.update(batch_size=32, epochs=3, mode="features", cache_dir=str(cache))
-    elif arm == "contrastive":
-        options.update(batch_size=8, epochs=budget_epochs(n, 8), mode="contrastive")
-    elif arm != "new":
-        raise SystemExit(f"unknown arm {arm!r}")
-    start = time.perf_counter()
-    model = bertheads.train("classify", str(train), str(dev), None, **options)
-    seconds = time.perf_counter() - start
+    kind = task_class(task.kind)
+    table = kind.recipes
+    if arm.recipe is not None:
+        kind.recipes = (arm.recipe,)
+    try:
+        start = synced(device)
+        model = bertheads.train(task.kind, str(train), str(dev.path), None, model=args.model, seed=seed,
+                                progress=False, verbose=False, cache_dir=str(cache), **arm.settings)
+        seconds = synced(device) - start
+    finally:
+        kind.recipes = table
     m = model.metrics
-    return {"accuracy": m["dev"]["accuracy"], "mcc": m["dev"].get("mcc"), "seconds": seconds,
-            "kept_epoch": m.get("best_epoch"), "learned_nothing": bool(m.get("learned_nothing")),
-            "chosen": m.get("chosen"), **({"pairs": m["contrastive"]["pair_count"],
-                                           "pair_seconds": m["contrastive"]["seconds"]} if m.get("contrastive") else {})}
+    del model
+    wanted = {"classify": ("accuracy", "f1", "mcc"), "tag": ("f1", "precision", "recall"),
+              "qa": ("f1", "exact_match")}[task.kind]
+    return {**{k: m["dev"].get(k) for k in wanted}, "seconds": seconds, "kept_epoch": m.get("best_epoch"),
+            "learned_nothing": bool(m.get("learned_nothing")), "chosen": m.get("chosen"),
+            **({"pairs": m["contrastive"]["pair_count"], "pair_seconds": m["contrastive"]["seconds"]}
+               if m.get("contrastive") else {})}
 
 
-def setfit_peer(train_rows: list[dict], dev_rows: list[dict], seed: int, work: Path) -> dict:
-    """The `setfit` package at its defaults on the default checkpoint (a sentence-transformers
-    model): contrastive pairs by oversampling, batch 16, one epoch, lr 2e-5; a logistic
-    regression head on the tuned embeddings."""
-    import transformers
-    from datasets import Dataset
-    from setfit import SetFitModel, Trainer, TrainingArguments
-    from setfit import logging as setfit_logging
+def trainer_peer(task: Task, args, device: str, train: Path, dev: Dev, seed: int, work: Path) -> dict:
+    """transformers' Trainer at its defaults (batch 8, 3 epochs, lr 5e-5, no warm-up, no weight
+    decay, fp32), with bench/gpu_sides.py's Trainer side of the kind."""
+    from gpu_sides import trainer_classify, trainer_qa, trainer_tag
 
-    from bertheads.encoder.pretrained import default_model_path
+    hyper = {"epochs": 3, "warmup": 0.0, "decay": 0.0, "seed": seed, "bf16": False}
+    defaults = SimpleNamespace(model=args.model, batch_size=8, lr=5e-5)
+    start = synced(device)
+    if task.kind == "classify":
+        texts, gold, _ = classify_rows(train, dev.labels)
+        record, predicted = trainer_classify(defaults, device, work, (texts, gold), (dev.inputs, dev.gold),
+                                             len(dev.labels), **hyper)
+    elif task.kind == "tag":
+        record, predicted = trainer_tag(defaults, device, work, read_items(task, train), dev.inputs, **hyper)
+    else:
+        record, predicted = trainer_qa(defaults, device, work, qa_examples(train), dev.inputs, **hyper)
+    seconds = synced(device) - start - record["predict_seconds"]
+    return {**score(task, dev, predicted), "seconds": seconds, "train_loop_seconds": record["train_seconds"],
+            **({"train_windows": record["train_windows"]} if "train_windows" in record else {})}
+
+
+def setfit_peer(task: Task, args, device: str, train: Path, dev: Dev, seed: int, work: Path) -> dict:
+    """The `setfit` package at its defaults on the checkpoint (a sentence-transformers model):
+    contrastive pairs by oversampling, batch 16, one epoch, lr 2e-5; a logistic regression head
+    on the tuned embeddings."""
+    try:
+        import transformers
+        from datasets import Dataset
+        from setfit import SetFitModel, Trainer, TrainingArguments
+        from setfit import logging as setfit_logging
+    except Exception as e:  # not installed, or its needs not at versions that import here
+        raise Skip(f"setfit does not import here ({type(e).__name__}: {e}): pip install -e .[peers]; on the GPU "
+                   "machine PEERS=1 bash bench/gpu_bundle.sh carries it") from e
+
+    from bertheads.encoder.pretrained import resolve_model
 
     transformers.logging.set_verbosity_error()
     setfit_logging.set_verbosity_error()
-    data = Dataset.from_dict({"text": [r["sentence"] for r in train_rows],
-                              "label": [int(r["label"]) for r in train_rows]})
-    start = time.perf_counter()
-    model = SetFitModel.from_pretrained(default_model_path())
-    args = TrainingArguments(batch_size=16, num_epochs=1, seed=seed, show_progress_bar=False, report_to="none",
-                             output_dir=str(work / "setfit"))
-    Trainer(model=model, args=args, train_dataset=data).train()
-    seconds = time.perf_counter() - start
-    predictions = [int(p) for p in model.predict([r["sentence"] for r in dev_rows])]
-    gold = [int(r["label"]) for r in dev_rows]
-    return {"accuracy": sum(p == g for p, g in zip(predictions, gold)) / len(gold), "seconds": seconds,
-            "one_class": len(set(predictions)) == 1}
+    texts, gold, _ = classify_rows(train, dev.labels)
+    data = Dataset.from_dict({"text": texts, "label": gold})
+    start = synced(device)
+    model = SetFitModel.from_pretrained(resolve_model(args.model))
+    settings = TrainingArguments(batch_size=16, num_epochs=1, seed=seed, show_progress_bar=False, report_to="none",
+                                 output_dir=str(work / "setfit"))
+    Trainer(model=model, args=settings, train_dataset=data).train()
+    seconds = synced(device) - start
+    predicted = [int(p) for p in model.predict(dev.inputs)]
+    return {**score(task, dev, predicted), "seconds": seconds}
 
 
-def trainer(train_rows: list[dict], dev_rows: list[dict], seed: int, work: Path) -> dict:
-    """transformers' Trainer at its defaults on the default checkpoint (batch 8, 3 epochs)."""
-    import numpy as np
+PEERS = {"trainer": trainer_peer, "setfit": setfit_peer}
+
+
+def skipped(task_name: str, arm_name: str, n: int) -> str | None:
+    """Why `arm_name` does not run on `task_name` at `n` examples (None: it runs)."""
+    task, arm = TASKS[task_name], ARMS[arm_name]
+    if arm.kinds and task.kind not in arm.kinds:
+        return f"it takes {', '.join(arm.kinds)} only ({arm.why.get('kinds', '')})"
+    if task.pairs and not arm.pairs:
+        return f"it takes no text pairs ({arm.why.get('pairs', '')})"
+    if arm.up_to and n > arm.up_to:
+        return f"it runs up to {arm.up_to} examples ({arm.why.get('up_to', '')})"
+    return None
+
+
+# -- the run ----------------------------------------------------------------------------------------
+def results_path(out_dir: Path, task: str) -> Path:
+    return out_dir / ("small_data.jsonl" if task == "sst2" else f"small_data_{task}.jsonl")
+
+
+def read_results(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def plan(args) -> list[tuple[int, str, int, str]]:
+    """(seed, task, size, arm) in the order they run: seed by seed, then task, size and arm; the
+    arms a task cannot take are left out, each said once."""
+    runs, said = [], {}
+    for seed in args.seeds:
+        for task in args.tasks:
+            for n in args.sizes[task]:
+                for arm in args.arms[task]:
+                    why = skipped(task, arm, n)
+                    if why is None:
+                        runs.append((seed, task, n, arm))
+                    else:
+                        said.setdefault((task, arm, why), set()).add(n)
+    for (task, arm, why), sizes in said.items():
+        print(f"skip {arm} on {task} ({', '.join(map(str, sorted(sizes)))} {TASKS[task].unit}): {why}", flush=True)
+    return runs
+
+
+def run(args) -> int:
     import torch
-    import transformers
-    from transformers import (
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-        DataCollatorWithPadding,
-        Trainer,
-        TrainingArguments,
-    )
 
-    from bertheads.encoder.pretrained import default_model_path
-
-    transformers.logging.set_verbosity_error()
-    source = default_model_path()
-    tokenizer = AutoTokenizer.from_pretrained(source)
-
-    def encoded(rows):
-        enc = tokenizer([r["sentence"] for r in rows], truncation=True)
-        return [{**{k: enc[k][i] for k in enc}, "labels": int(r["label"])} for i, r in enumerate(rows)]
-
-    start = time.perf_counter()
-    torch.manual_seed(seed)
-    model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=2)
-    args = TrainingArguments(output_dir=str(work / "trainer"), seed=seed, use_cpu=True, report_to="none",
-                             save_strategy="no", logging_strategy="no", disable_tqdm=True)
-    t = Trainer(model=model, args=args, train_dataset=encoded(train_rows),
-                data_collator=DataCollatorWithPadding(tokenizer))
-    t.train()
-    seconds = time.perf_counter() - start
-    predictions = t.predict(encoded(dev_rows)).predictions.argmax(-1)
-    gold = np.array([int(r["label"]) for r in dev_rows])
-    return {"accuracy": float((predictions == gold).mean()), "seconds": seconds,
-            "one_class": bool(len(set(predictions.tolist())) == 1)}
-
-
-def run(args) -> None:
-    import torch
-
-    torch.set_num_threads(args.threads)
-    folder = DATA / "sst2"
-    rows, dev_rows = read_tsv(folder / "train.tsv"), read_tsv(folder / "dev.tsv")
-    done = set()
-    if args.results.exists():
-        for line in args.results.read_text().splitlines():
-            r = json.loads(line)
-            done.add((r["arm"], r["size"], r["seed"]))
-    args.results.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.threads or device == "cpu":
+        torch.set_num_threads(args.threads or 2)
+    if device == "cuda":  # the context and the matrix libraries start here, not in the first run's seconds
+        x = torch.randn(64, 64, device=device)
+        (x @ x).sum().item()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            (x @ x).sum().item()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {t: args.results or results_path(args.out_dir, t) for t in args.tasks}
+    done, took = set(), {}
+    for task, path in paths.items():
+        for r in read_results(path):
+            done.add((task, r["arm"], r["size"], r["seed"]))
+            took[task, r["arm"], r["size"]] = max(took.get((task, r["arm"], r["size"]), 0.0),
+                                                   r.get("wall_seconds", r["seconds"]))
+    runs = [r for r in plan(args) if (r[1], r[3], r[2], r[0]) not in done]
+    if args.shard:  # this process's share: every N-th run of the list, from the K-th
+        runs = runs[args.shard[0]::args.shard[1]]
+    print(f"{len(runs)} runs to go on {device} ({torch.cuda.get_device_name(0) if device == 'cuda' else cpu_line()})"
+          + (f", within {args.budget:.0f} s" if args.budget else ""), flush=True)
+    failed, unavailable, left = [], set(), 0
     with tempfile.TemporaryDirectory(prefix="small_data_") as tmp:
         work = Path(tmp)
         cache = Path(args.cache) if args.cache else work / "cache"
-        for seed in args.seeds:
-            for n in args.sizes:
-                train_rows = sample(rows, n, seed)
-                train = work / f"train_{n}_{seed}.tsv"
-                write_tsv(train_rows, train)
-                for arm in args.arms:
-                    if (arm, n, seed) in done:
-                        continue
-                    print(f"[{time.strftime('%H:%M:%S')}] {arm} n={n} seed={seed}", flush=True)
-                    if arm == "trainer":
-                        result = trainer(train_rows, dev_rows, seed, work)
-                    elif arm == "setfit":
-                        result = setfit_peer(train_rows, dev_rows, seed, work)
-                    else:
-                        result = ours(arm, train, folder / "dev.tsv", n, seed, cache)
-                    record = {"arm": arm, "size": n, "seed": seed, **result}
-                    print(json.dumps(record), flush=True)
-                    with open(args.results, "a") as f:
-                        f.write(json.dumps(record) + "\n")
+        devs = {}
+        for t in args.tasks:
+            (work / t).mkdir()
+            devs[t] = read_dev(TASKS[t], dev_file(TASKS[t], args.limit_dev[t][0], work / t))
+        pools: dict[str, list] = {}
+        for i, (seed, name, n, arm_name) in enumerate(runs):
+            task, arm = TASKS[name], ARMS[arm_name]
+            spent = time.perf_counter() - started
+            if arm_name in unavailable:
+                continue
+            if args.budget and spent >= args.budget:
+                left = len(runs) - i
+                print(f"budget of {args.budget:.0f} s spent: {left} runs left (the same command continues them)")
+                break
+            expected = took.get((name, arm_name, n), 0.0)
+            if args.budget and spent + expected > args.budget:
+                left += 1
+                print(f"skip {arm_name} on {name} at {n} seed {seed}: took {expected:.0f} s before, "
+                      f"{args.budget - spent:.0f} s left", flush=True)
+                continue
+            if name not in pools:
+                pools[name] = read_items(task, DATA / task.train)
+            suffix = Path(task.train).suffix
+            train = write_items(task, sample(pools[name], n, seed), work / name / f"train_{n}_{seed}{suffix}",
+                                DATA / task.train)
+            print(f"[{time.strftime('%H:%M:%S')}] {name} {arm_name} n={n} seed={seed} ({spent:.0f} s in)", flush=True)
+            begun = time.perf_counter()
+            try:
+                if arm.peer:
+                    result = PEERS[arm.peer](task, args, device, train, devs[name], seed, work)
+                else:
+                    result = ours(task, arm, args, device, train, devs[name], seed, cache)
+            except Skip as e:
+                print(f"skip {arm_name}: {e}", flush=True)
+                unavailable.add(arm_name)
+                continue
+            except Exception:  # one failed run does not stop the others: said, and not recorded
+                traceback.print_exc()
+                failed.append((name, arm_name, n, seed))
+                continue
+            finally:
+                gc.collect()
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+            wall = time.perf_counter() - begun
+            took[name, arm_name, n] = max(took.get((name, arm_name, n), 0.0), wall)
+            record = {"task": name, "arm": arm_name, "size": n, "seed": seed, **result, "wall_seconds": wall,
+                      "dev_examples": len(devs[name].inputs), "shards": args.shard[1] if args.shard else 1,
+                      "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"}
+            print(json.dumps(record), flush=True)
+            with open(paths[name], "a") as f:  # one write of one line: shards append to the same file
+                f.write(json.dumps(record) + "\n")
+    print(f"done in {time.perf_counter() - started:.0f} s" + (f"; {left} runs left" if left else "")
+          + (f"; FAILED: {failed}" if failed else ""), flush=True)
+    return 1 if failed else 0
 
 
-def table(path: Path, arms: list[str] | None = None) -> str:
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    arms = arms or list(dict.fromkeys(r["arm"] for r in records))
-    sizes = sorted({r["size"] for r in records})
-    lines = ["| rows | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
-    for n in sizes:
+# -- the tables -------------------------------------------------------------------------------------
+def cell(values: list[float], seconds: list[float], percent: bool) -> str:
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    digits = ".1f" if percent else ".3f"
+    return (f"{statistics.mean(values):{digits}} ± {spread:{digits}} "
+            f"({len(values)}; {statistics.median(seconds):.0f} s)")
+
+
+def arms_of(records: list[dict]) -> list[str]:
+    """The arms of `records`, in `ARMS`' order (bertheads' first, then the peers)."""
+    order = list(ARMS)
+    return sorted({r["arm"] for r in records}, key=lambda a: order.index(a) if a in order else len(order))
+
+
+def table(records: list[dict], metric: str, arms: list[str] | None = None, percent: bool = False,
+          unit: str = "rows") -> str:
+    """Sizes down, arms across: mean ± spread (seeds; median training seconds)."""
+    records = [r for r in records if r.get(metric) is not None]
+    arms = arms or arms_of(records)
+    lines = [f"| {unit} | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
+    for n in sorted({r["size"] for r in records}):
         cells = []
         for arm in arms:
             got = [r for r in records if r["arm"] == arm and r["size"] == n]
-            if not got:
-                cells.append("")
-                continue
-            acc = [r["accuracy"] for r in got]
-            spread = statistics.stdev(acc) if len(acc) > 1 else 0.0
-            secs = statistics.median(r["seconds"] for r in got)
-            cells.append(f"{statistics.mean(acc):.3f} ± {spread:.3f} ({len(acc)}; {secs:.0f} s)")
+            cells.append(cell([r[metric] for r in got], [r["seconds"] for r in got], percent) if got else "")
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def main() -> None:
+def per_seed(records: list[dict], metric: str, arms: list[str] | None = None, percent: bool = False) -> str:
+    """Each (size, seed) with every arm's `metric` side by side (the same examples for every arm)."""
+    arms = arms or arms_of(records)
+    digits = ".1f" if percent else ".3f"
+    lines = ["| size | seed | " + " | ".join(arms) + " |", "|---" * (len(arms) + 2) + "|"]
+    for n, seed in sorted({(r["size"], r["seed"]) for r in records}):
+        got = {r["arm"]: r.get(metric) for r in records if r["size"] == n and r["seed"] == seed}
+        lines.append(f"| {n} | {seed} | " + " | ".join("" if got.get(a) is None else f"{got[a]:{digits}}"
+                                                      for a in arms) + " |")
+    return "\n".join(lines)
+
+
+def tables(args) -> None:
+    print(f"{cpu_line()}\n")
+    for name in args.tasks:
+        task, path = TASKS[name], args.results or results_path(args.out_dir, name)
+        records = read_results(path)
+        if not records:
+            print(f"### {name}: no results in {path}\n")
+            continue
+        arms = args.arms[name] if args.arms_given else None
+        devices = sorted({r.get("device", "cpu") for r in records})
+        devs = sorted({r.get("dev_examples", 0) for r in records})
+        shards = sorted({r.get("shards", 1) for r in records})
+        print(f"### {name} ({task.kind}; {path}; on {', '.join(devices)}; dev examples "
+              f"{', '.join(str(d or 'all') for d in devs)}; processes sharing the device {shards})\n")
+        for metric in task.metrics:
+            print(f"{metric}:\n\n{table(records, metric, arms, task.percent, task.unit)}\n")
+            if args.per_seed:
+                print(f"{per_seed(records, metric, arms, task.percent)}\n")
+
+
+# -- the command line -------------------------------------------------------------------------------
+def per_task(values: list[str] | None, tasks: list[str], default, cast) -> dict[str, list]:
+    """`--sizes 20` (every task) or `--sizes conll=50,200` (one task; repeatable) -> {task: values}."""
+    got = {t: list(default(t)) for t in tasks}
+    for value in values or []:
+        name, _, items = value.rpartition("=")
+        for t in ([name] if name else tasks):
+            if t not in TASKS:
+                raise SystemExit(f"unknown task {t!r} in {value!r} (known: {', '.join(TASKS)})")
+            got[t] = [cast(v) for v in items.split(",") if v]
+    return got
+
+
+def shard_of(value: str) -> tuple[int, int]:
+    k, _, n = value.partition("/")
+    if not (k.isdigit() and n.isdigit() and int(k) < int(n)):
+        raise argparse.ArgumentTypeError(f"expected K/N with 0 <= K < N, got {value!r}")
+    return int(k), int(n)
+
+
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", default="32,64,200,800,2000")
-    p.add_argument("--seeds", default="0")
-    p.add_argument("--arms", default="old,new,trainer")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--task", default="sst2", help=f"tasks, comma-separated: {', '.join(TASKS)} (default sst2)")
+    p.add_argument("--sizes", action="append", help="training sizes, comma-separated, for every task; or "
+                                                     "TASK=SIZES for one (repeatable); default: each task's")
+    p.add_argument("--seeds", default="0", help="seeds, comma-separated (0: the first N examples)")
+    p.add_argument("--arms", action="append", help=f"arms ({', '.join(ARMS)}), comma-separated, for every task; "
+                                                    "or TASK=ARMS for one (repeatable); default: each task's")
+    p.add_argument("--model", default="default", help="the checkpoint (default: bertheads' default)")
+    p.add_argument("--limit-dev", action="append", help="score on the first N dev examples only (a check on the "
+                                                         "CPU; fewer dev questions for SQuAD's many evaluations): "
+                                                         "N for every task, or TASK=N (repeatable)")
+    p.add_argument("--budget", type=float, help="start no run after this many seconds")
+    p.add_argument("--shard", type=shard_of, help="K/N: run every N-th run of the plan from the K-th (0-based): N "
+                                                  "processes with K = 0..N-1 share one device and its results files")
+    p.add_argument("--threads", type=int, help="torch threads (default: 2 on the CPU, torch's own with CUDA)")
     p.add_argument("--cache", default=None, help="features cache folder (default: a temporary one)")
-    p.add_argument("--results", type=Path, default=RESULTS)
-    p.add_argument("--table", action="store_true", help="print the table of --results and stop")
+    p.add_argument("--out-dir", type=Path, default=OUT, help="where the results files are (default bench/out)")
+    p.add_argument("--results", type=Path, help="one results file instead (one task only)")
+    p.add_argument("--table", action="store_true", help="print the tables of the results and stop")
+    p.add_argument("--per-seed", action="store_true", help="with --table: each seed's runs side by side too")
     args = p.parse_args()
-    args.arms = args.arms.split(",")
+    args.tasks = [t for t in args.task.split(",") if t]
+    unknown = [t for t in args.tasks if t not in TASKS]
+    if unknown or not args.tasks:
+        p.error(f"unknown task {unknown} (known: {', '.join(TASKS)})")
+    if args.results and len(args.tasks) > 1:
+        p.error("--results takes one task; use --out-dir for several")
+    args.arms_given = bool(args.arms)
+    args.arms = per_task(args.arms, args.tasks, lambda t: TASKS[t].arms, str)
+    bad = sorted({a for arms in args.arms.values() for a in arms if a not in ARMS})
+    if bad:
+        p.error(f"unknown arms {bad} (known: {', '.join(ARMS)})")
     if args.table:
-        print(f"{cpu_line()}\n")
-        print(table(args.results, args.arms if "--arms" in sys.argv else None))
-        return
-    args.sizes = [int(s) for s in args.sizes.split(",")]
+        tables(args)
+        return 0
+    args.sizes = per_task(args.sizes, args.tasks, lambda t: TASKS[t].sizes, int)
+    args.limit_dev = per_task(args.limit_dev, args.tasks, lambda t: [None], int)
     args.seeds = [int(s) for s in args.seeds.split(",")]
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    run(args)
+    return run(args)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,6 +5,7 @@ held-out slice of the training data chooses the kept epoch."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -29,6 +30,24 @@ def test_each_kind_s_table_chooses_by_the_number_of_examples():
     assert recipe_for(TASKS["tag"].recipes, 50).mode == "finetune"
     assert [holdout_size(n, 0.1) for n in (19, 20, 40, 200, 10**6)] == [0, 4, 4, 20, 2000]
     assert holdout_size(200, 0.0) == 0
+
+
+def test_text_pairs_and_regression_fine_tune_where_the_table_says_contrastive():
+    """Contrastive mode pairs single labelled texts: a small set of text pairs (MRPC) or of scores
+    takes the row's batch size and step budget with fine-tuning instead of failing."""
+    from torch import nn
+
+    from bertheads.tasks.classify.spec import ClassifySpec
+
+    def task(**spec):
+        return TASKS["classify"](ClassifySpec(**spec), nn.Identity())
+
+    row = recipe_for(TASKS["classify"].recipes, 100)
+    assert task(problem="single_label").recipe(100) == row and row.mode == "contrastive"
+    for spec in ({"problem": "single_label", "pair": True}, {"problem": "regression"}):
+        assert task(**spec).recipe(100) == replace(row, mode="finetune")
+        assert task(**spec).recipe(100, "fixed") == TASKS["classify"].recipes[-1]
+    assert TASKS["tag"](None, nn.Identity()).recipe(50) == recipe_for(TASKS["tag"].recipes, 50)
 
 
 @pytest.fixture

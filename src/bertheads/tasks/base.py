@@ -26,7 +26,7 @@ from bertheads.base.errors import UserError
 from bertheads.tasks.forms import TEXT, InputForm
 from bertheads.tasks.options import NoOptions, Options, option
 from bertheads.tasks.parts import CardText, Judging, Modeling, Publishing, Reading, TextInput, softmax
-from bertheads.tasks.recipes import FIXED, Recipe
+from bertheads.tasks.recipes import FIXED, Recipe, recipe_for
 from bertheads.tasks.registry import COMMANDS, TASKS
 from bertheads.text.encoding import MAX_LENGTH
 
@@ -72,6 +72,11 @@ class Task(Options, Reading, Modeling, Judging, Publishing):
         self.spec = spec
         self.head = head
         self.fixed_options: dict[str, Any] = {}  # call options set for good (`set_options`)
+
+    def recipe(self, examples: int, how: str = "auto") -> Recipe:
+        """The row of this kind's recipe table for `examples` training examples (`how` "fixed":
+        its last row), as this head's settled spec can take it."""
+        return recipe_for(type(self).recipes, examples, how)
 
     @classmethod
     def build(cls, spec: Any, encoder, pooler_state=None) -> Task:  # pragma: no cover - interface

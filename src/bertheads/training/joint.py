@@ -29,7 +29,7 @@ from bertheads.model import BertHeads
 from bertheads.saved import bundle
 from bertheads.store import lock
 from bertheads.store.encoder_refs import cache_root, reference
-from bertheads.tasks.recipes import HOLDOUT, Recipe, holdout_size, recipe_for
+from bertheads.tasks.recipes import HOLDOUT, Recipe, holdout_size
 from bertheads.text.rows import Rows
 from bertheads.training import checkpoint
 from bertheads.training.config import MultiConfig, TaskConfig
@@ -209,7 +209,7 @@ def recipe_of_data(data: list[TaskData], how: str) -> Recipe:
     table; its mode only when every task's own recipe (its kind's table, its own size) has that
     mode too, else fine-tuning, which every kind's fixed recipe uses (a tagger on a classifier's
     small-data features mode would learn next to nothing)."""
-    own = [recipe_for(type(d.task).recipes, d.examples, how) for d in data]
+    own = [d.task.recipe(d.examples, how) for d in data]
     largest = own[max(range(len(data)), key=lambda i: data[i].examples)]
     return largest if len({r.mode for r in own}) == 1 else dataclasses.replace(largest, mode="finetune")
 

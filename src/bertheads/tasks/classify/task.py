@@ -7,7 +7,7 @@ classification, regression, or multi-label. The task is the sum of its parts: re
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -48,6 +48,14 @@ class ClassifyTask(ClassifyReading, ClassifyModeling, ClassifyJudging, ClassifyP
                Recipe(None, "finetune", 32))
     help = "labels or scores for a text or a text pair, read from [CLS] (or the tokens' mean or max)"
     options_type = ClassifyOptions
+
+    def recipe(self, examples: int, how: str = "auto") -> Recipe:
+        """The table's row; contrastive mode pairs single labelled texts, so text pairs and
+        regression fine-tune instead (with the row's batch size and step budget)."""
+        row = super().recipe(examples, how)
+        if row.mode == "contrastive" and (self.spec.pair or self.spec.problem == "regression"):
+            return replace(row, mode="finetune")
+        return row
 
     @classmethod
     def build(cls, spec: ClassifySpec, encoder, pooler_state=None) -> ClassifyTask:
