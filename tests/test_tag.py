@@ -13,7 +13,7 @@ from bertheads.cli.main import main
 from bertheads.model import head_outputs
 from bertheads.tasks.tag.formats import read_tagged
 from bertheads.tasks.tag.head import windows
-from bertheads.tasks.tag.scheme import detect_scheme, entity_metrics, entity_spans, scheme_codes
+from bertheads.tasks.tag.scheme import detect_scheme, entity_metrics, entity_spans, scheme_codes, tag_list
 from bertheads.tasks.tag.spec import TagSpec
 from bertheads.tasks.tag.task import TagTask
 from bertheads.text.encoding import encode_texts
@@ -94,6 +94,16 @@ def test_detects_schemes():
     assert detect_scheme(ex(["U-PER", "B-LOC", "L-LOC"]), "f") == "BILOU"
     with pytest.raises(bertheads.UserError, match="mix"):
         detect_scheme(ex(["U-PER", "S-LOC"]), "f")
+
+
+def test_every_tag_of_the_scheme_for_each_type_seen():
+    def ex(*seqs):
+        return [type("E", (), {"tags": list(s)}) for s in seqs]
+
+    few = ex(["B-LOC", "O", "B-PER", "I-PER"])  # every location one word long: no I-LOC in training
+    assert tag_list(few, False, "IOB2") == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    assert tag_list(few, False) == ["O", "B-LOC", "B-PER", "I-PER"]
+    assert tag_list(ex(["S-ORG", "O"]), False, "IOBES") == ["O", "B-ORG", "I-ORG", "E-ORG", "S-ORG"]
 
 
 def test_entity_decoding_follows_seqeval_default_mode():

@@ -9,6 +9,7 @@ from bertheads.base.errors import UserError, where
 
 TAG_RE = re.compile(r"^(?:O|([BIESLU])-(.+))$")
 PREFIX_ORDER = "BIESLU"
+SCHEME_PREFIXES = {"IOB1": "BI", "IOB2": "BI", "IOBES": "BIES", "BILOU": "BILU"}  # the tags each type has
 
 
 def check_tag(tag: str, path, line_no: int) -> None:
@@ -45,11 +46,15 @@ def inside(tag: str) -> str:
     return "O" if tag == "O" else "I-" + tag[2:]
 
 
-def tag_list(examples: list, with_inside: bool) -> list[str]:
-    """"O" first, then by type and prefix (B, I, E, S, L, U)."""
+def tag_list(examples: list, with_inside: bool, scheme: str | None = None) -> list[str]:
+    """"O" first, then by type and prefix (B, I, E, S, L, U). With `scheme`, every tag of that
+    scheme for each type the examples have (a few sentences whose locations are all one word
+    still give I-LOC, which a dev file may hold)."""
     seen = {t for e in examples for t in e.tags}
     if with_inside:
         seen |= {inside(t) for t in seen}
+    if scheme in SCHEME_PREFIXES:
+        seen |= {f"{p}-{split_tag(t)[1]}" for t in seen if t != "O" for p in SCHEME_PREFIXES[scheme]}
     rest = sorted((t for t in seen if t != "O"), key=lambda t: (t[2:], PREFIX_ORDER.index(t[0])))
     return ["O", *rest]
 

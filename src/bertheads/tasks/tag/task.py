@@ -49,7 +49,7 @@ class TagTask(TagReading, TagModeling, TagJudging, TagPublishing, Task):
         check_settings(spec, encoder.tokenizer)
         examples = read_tagged(path, spec, fmt=None, need_labels=True)
         spec.scheme = detect_scheme(examples, path)
-        spec.tags = tag_list(examples, spec.label_subwords == "all")
+        spec.tags = tag_list(examples, spec.label_subwords == "all", spec.scheme)
         if len(spec.tags) < 2:
             raise UserError(f"{where(path)}: training data has only one tag ({spec.tags[0]!r}); need at least two")
         family = settle_family(spec, encoder)  # ModernBERT's token block starts from its masked-LM head
