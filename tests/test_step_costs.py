@@ -1,11 +1,19 @@
 """What makes a CPU training step cheaper without changing what it computes: dropout masks from
-a quarter of the random draws."""
+a quarter of the random draws, on the hidden states and on the attention weights."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from bertheads.encoder.dropout import MaskedDropout, dropout, install_masked_dropout, keep_mask
+from bertheads.encoder.dropout import (
+    MaskedAttentionDropout,
+    MaskedDropout,
+    attention,
+    dropout,
+    install_masked_dropout,
+    keep_mask,
+)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -53,3 +61,43 @@ def test_the_tiny_encoder_uses_the_cheap_masks(tiny_bert):
     encoder = Encoder.load(tiny_bert)
     dropouts = [m for m in encoder.model.modules() if isinstance(m, nn.Dropout)]
     assert dropouts and all(type(m) is MaskedDropout for m in dropouts)
+
+
+def test_attention_written_out_matches_torchs_and_drops_weights_in_training():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8) for _ in range(3))
+    keep = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    keep[0, :, :, 3:] = False  # the first input's last two tokens are padding
+    additive = torch.zeros(2, 1, 1, 5).masked_fill(~keep, float("-inf"))
+    for mask in (None, keep, additive):
+        assert torch.allclose(attention(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                              atol=1e-5)
+    with MaskedAttentionDropout():
+        same = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)  # no dropout: torch's own call
+        torch.manual_seed(3)
+        dropped = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=0.5)
+    assert torch.equal(same, F.scaled_dot_product_attention(q, k, v, attn_mask=keep))
+    torch.manual_seed(3)
+    assert torch.equal(dropped, attention(q, k, v, keep, 0.5))  # the written-out attention with the cheap mask
+    assert not torch.allclose(dropped, same, atol=1e-3)
+
+
+def test_a_training_pass_of_the_encoder_takes_the_written_out_attention(tiny_bert, monkeypatch):
+    from bertheads.encoder import dropout as module
+    from bertheads.encoder.pretrained import Encoder
+
+    calls = []
+    def counted(q, k, v, mask, p, scale):
+        calls.append(p)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=scale)
+
+    monkeypatch.setattr(module, "attention", counted)
+    encoder = Encoder.load(tiny_bert)
+    ids = encoder.tokenizer(["a fine film", "dull"], padding=True, return_tensors="pt")
+    encoder.eval()
+    with torch.no_grad():
+        encoder(ids["input_ids"], ids["attention_mask"])
+    assert calls == []  # inference: torch's attention
+    encoder.train()
+    encoder(ids["input_ids"], ids["attention_mask"]).sum().backward()
+    assert calls and set(calls) == {encoder.config.attention_probs_dropout_prob}

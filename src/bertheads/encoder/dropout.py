@@ -1,7 +1,9 @@
-"""Dropout whose mask costs little on a CPU.
+"""Dropout whose mask costs little on a CPU, for the hidden states and the attention weights.
 
 torch's CPU dropout draws one Mersenne Twister number per element (`bernoulli_`, about 8 ns an
 element here), which after bf16 matrix products is one of the largest costs of a training step.
+Attention with dropout is worse off: torch's fused CPU attention takes no dropout, so a training
+pass falls back to its reference path, whose dropout is torch's.
 Written by hand because torch has no cheaper CPU mask: here one 64-bit draw of the same
 generator gives the masks of four 16-bit elements (two 32-bit ones), turned into 0 or 1 of the
 input's dtype by integer operations. Same distribution (the keep probability rounded to 2**-15
@@ -13,7 +15,9 @@ dropout, whose generators are fast.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 # the integer type a mask element is built in, per input dtype, and its random bits per element
 LANES = {torch.bfloat16: (torch.int16, 15), torch.float16: (torch.int16, 15), torch.float32: (torch.int32, 31)}
@@ -75,3 +79,34 @@ def install_masked_dropout(model: nn.Module) -> int:
                 setattr(module, name, masked)
                 replaced += 1
     return replaced
+
+
+SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+
+
+def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,
+              dropout_p: float = 0.0, scale: float | None = None) -> torch.Tensor:
+    """`F.scaled_dot_product_attention` written out as transformers' eager attention does it
+    (products in the inputs' dtype, the softmax in fp32), with the cheap mask on its weights."""
+    scores = torch.matmul(query, key.transpose(-2, -1)) * (scale if scale is not None else query.shape[-1] ** -0.5)
+    if attn_mask is not None:
+        scores = (scores.masked_fill(~attn_mask, torch.finfo(scores.dtype).min) if attn_mask.dtype == torch.bool
+                  else scores + attn_mask)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    return torch.matmul(dropout(weights, dropout_p, True), value)
+
+
+class MaskedAttentionDropout(TorchFunctionMode):
+    """While active: a CPU `F.scaled_dot_product_attention` call with dropout (a training pass)
+    runs as `attention`; every other call as it is."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention and len(args) <= len(SDPA_PARAMETERS):
+            given = {**dict(zip(SDPA_PARAMETERS, args)), **kwargs}
+            query = given["query"]
+            if (given.get("dropout_p", 0.0) > 0.0 and not given.get("is_causal") and not given.get("enable_gqa")
+                    and query.device.type == "cpu" and query.dtype in LANES):
+                return attention(query, given["key"], given["value"], given.get("attn_mask"), given["dropout_p"],
+                                 given.get("scale"))
+        return func(*args, **kwargs)
