@@ -9,6 +9,10 @@ Each run is the whole `bertheads train` command, timed from start to exit; the l
 back. With `--repeats 2` the order alternates (fp32, bf16, then bf16, fp32) so a change of load
 on the shared machine falls on both; the figures are medians. bf16 needs a CPU with AMX or
 AVX512_BF16 (or a GPU): elsewhere `--precision bf16` is refused and its rows say so.
+With `--trainer`, the Hugging Face Trainer on the same rows, checkpoint, batch size, learning rate
+and epoch, `bf16=False` and `bf16=True` (bench/gpu_sides.py's Trainer sides, in this process
+after ours; its loop rate is its own `train_runtime`; its predictions on 200 dev inputs are not
+timed here), in the same run.
 Results: bench/out/precision-train.json and Markdown rows on stdout, each with the CPU line.
 """
 
@@ -45,7 +49,7 @@ def subset(kind: str, limit: int) -> tuple[Path, Path]:
 
 def train_once(kind: str, train: Path, dev: Path, precision: str, out: Path, batch: int) -> dict:
     command = [sys.executable, "-m", "bertheads", "train", kind, "--model", "default", "--train", str(train),
-               "--dev", str(dev), "--epochs", "1", "--batch-size", str(batch), "--seed", "42",
+               "--dev", str(dev), "--epochs", "1", "--batch-size", str(batch), "--mode", "finetune", "--seed", "42",
                "--precision", precision, "--out", str(out), "--overwrite", "-q"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     start = time.perf_counter()
@@ -61,6 +65,27 @@ def train_once(kind: str, train: Path, dev: Path, precision: str, out: Path, bat
             "metric": MAIN_METRIC[kind], "value": dev_metrics[MAIN_METRIC[kind]], "command": " ".join(command[1:])}
 
 
+def trainer_once(kind: str, train: Path, dev: Path, bf16: bool, batch: int) -> dict:
+    """The Trainer's side of the kind on the same training file, one epoch, in bf16 or fp32."""
+    import tempfile
+    from types import SimpleNamespace
+
+    from gpu_sides import read_tsv, trainer_classify, trainer_tag
+    from tag import read_conll
+
+    args = SimpleNamespace(model="default", batch_size=batch, lr=5e-5)
+    work = Path(tempfile.mkdtemp(prefix="precision-trainer-"))
+    start = time.perf_counter()
+    if kind == "classify":
+        texts, labels = read_tsv(train)
+        dev_texts, dev_labels = read_tsv(dev, 200)
+        record, _ = trainer_classify(args, "cpu", work, (texts, labels), (dev_texts, dev_labels), 2, bf16=bf16)
+    else:
+        record, _ = trainer_tag(args, "cpu", work, read_conll(train), read_conll(dev, 200), bf16=bf16)
+    return {"command_seconds": round(time.perf_counter() - start, 1),
+            "train_examples_per_second": round(record["train_examples_per_second"], 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", default="classify,tag")
@@ -68,6 +93,7 @@ def main() -> None:
     parser.add_argument("--tag-limit", type=int, default=4000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--trainer", action="store_true", help="the Trainer fp32 and bf16 on the same rows too")
     args = parser.parse_args()
     result: dict = {"machine": cpu_line(), "command": " ".join(sys.argv), "load_average_start": os.getloadavg(),
                     "kinds": {}}
@@ -80,7 +106,15 @@ def main() -> None:
                 got = train_once(kind, train, dev, precision, OUT / f"precision-{kind}-{precision}", args.batch_size)
                 print(f"[{time.strftime('%H:%M:%S')}] {kind} {precision}: {got}", file=sys.stderr, flush=True)
                 runs[precision].append(got)
-        result["kinds"][kind] = {"examples": limit, "runs": runs}
+        entry = {"examples": limit, "runs": runs}
+        if args.trainer:
+            entry["trainer"] = {p: [] for p in ("fp32", "bf16")}
+            for r in range(args.repeats):
+                for precision in (("fp32", "bf16") if r % 2 == 0 else ("bf16", "fp32")):
+                    got = trainer_once(kind, train, dev, precision == "bf16", args.batch_size)
+                    print(f"[{time.strftime('%H:%M:%S')}] {kind} Trainer {precision}: {got}", file=sys.stderr, flush=True)
+                    entry["trainer"][precision].append(got)
+        result["kinds"][kind] = entry
     result["load_average_end"] = os.getloadavg()
     save_json("precision-train", result)
     print(f"<!-- {result['machine']}; load average {result['load_average_start'][0]:.1f} -> "
@@ -103,6 +137,11 @@ def main() -> None:
             wall_ratio = median([r["command_seconds"] for r in base]) / wall if base else float("nan")
             print(f"| {kind} ({entry['examples']}) | {precision} | {rate:.1f} | {wall:.0f} | "
                   f"{rows[0]['metric']} {value * 100:.2f} | {ratio:.2f}x | {wall_ratio:.2f}x |")
+        for precision, rows in entry.get("trainer", {}).items():
+            rate = median([r["train_examples_per_second"] for r in rows])
+            base_rate = median([r["train_examples_per_second"] for r in entry["trainer"]["fp32"]])
+            print(f"| {kind} ({entry['examples']}), the Trainer | {precision} | {rate:.1f} | "
+                  f"{median([r['command_seconds'] for r in rows]):.0f} (in-process) | | {rate / base_rate:.2f}x | |")
 
 
 if __name__ == "__main__":
