@@ -129,7 +129,7 @@ def test_multi_head_card_lists_every_head(tiny_bert, tmp_path):
     text = body(out / "README.md")
     for heading in ("### `sentiment` (classify)", "### `topic` (classify)", "### `places` (tag)"):
         assert heading in text
-    assert "`food`, `sports`" in text and "Tags (3): `O`, `B-LOC`, `B-PER`" in text
+    assert "`food`, `sports`" in text and "Tags (5): `O`, `B-LOC`, `I-LOC`, `B-PER`, `I-PER`" in text
     dev = json.loads((out / "metrics.json").read_text())["dev"]
     assert f"| `places` | ner.conll | f1 | {dev['places']['f1']:.4f} |" in text
 

@@ -111,7 +111,7 @@ def test_tag_dataset_with_class_label_sequences(tiny_bert, tmp_path):
                                   "ner_tags": datasets.Sequence(datasets.ClassLabel(names=names))})
     ds = datasets.Dataset.from_list(rows, features=features)
     model = bertheads.train("tag", ds, ds.select(range(4)), tmp_path / "m", model=tiny_bert, lr=3e-3, **FAST)
-    assert set(model.task().spec.tags) == {"B-PER", "I-PER", "O", "B-LOC"}  # names, not numbers
+    assert set(model.task().spec.tags) == {"B-PER", "I-PER", "O", "B-LOC", "I-LOC"}  # names (and the scheme's I-LOC)
     metrics = model.evaluate(ds.select(range(4)))
     assert "f1" in metrics
     # a DataFrame of the same rows, the tags as names (numbers have no names there)

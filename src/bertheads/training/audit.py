@@ -200,7 +200,8 @@ def rank(disputes: Disputes) -> Ranking:
         if len(present) < 2:
             raise UserError("audit: the training labels hold one class only; there is nothing to dispute")
         flagged = find_label_issues(labels, probs, n_jobs=1)
-        noise = dict(zip(disputes.names, class_noise(estimate_joint(labels, probs))))
+        noise = {name: rate for c, (name, rate) in enumerate(zip(disputes.names, class_noise(estimate_joint(labels, probs))))
+                 if c in present}  # the classes the given labels have (a tag of the scheme may have none)
     return Ranking(np.argsort(score, kind="stable"), np.asarray(score, dtype=float), np.asarray(flagged, dtype=bool),
                    {k: round(float(v), 4) for k, v in noise.items()})
 
