@@ -25,7 +25,6 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bertheads.base.errors import SystemFault, UserError, first_line
-from bertheads.encoder.dropout import MaskedAttentionDropout, install_masked_dropout
 from bertheads.encoder.first_token import install_first_token_layer
 
 log = logging.getLogger(__name__)
@@ -40,12 +39,9 @@ LAZY_LOAD = threading.Lock()  # a lazy encoder's weights load once, whichever th
 CUDA_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
-def attention_kernels(device: torch.device, training: bool = False) -> AbstractContextManager:
-    """The attention kernels the encoder may use on `device`, for the duration of a pass (a
-    training pass on the CPU: attention with dropout as `encoder/dropout.py` writes it out)."""
-    if device.type == "cuda":
-        return sdpa_kernel(CUDA_ATTENTION)
-    return MaskedAttentionDropout() if training and device.type == "cpu" else nullcontext()
+def attention_kernels(device: torch.device) -> AbstractContextManager:
+    """The attention kernels the encoder may use on `device`, for the duration of a pass."""
+    return sdpa_kernel(CUDA_ATTENTION) if device.type == "cuda" else nullcontext()
 
 
 def default_model_path() -> str:
@@ -314,8 +310,6 @@ class Encoder(nn.Module):
         self.pooler_state = take_pooler(model)
         # Heads that read only [CLS] of the last layer let that layer run for [CLS] alone.
         self.first_token_ready = install_first_token_layer(model, self._first_token)
-        # Training on a CPU: dropout masks from a quarter of the random draws (`encoder/dropout.py`).
-        install_masked_dropout(model)
 
     @property
     def config(self):
@@ -456,7 +450,7 @@ class Encoder(nn.Module):
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None and self.info.uses_token_types:
             kwargs["token_type_ids"] = token_type_ids
-        with attention_kernels(input_ids.device, self.training and torch.is_grad_enabled()):
+        with attention_kernels(input_ids.device):
             if not layers or tuple(layers) in ((-1,), (self.info.num_layers,)):
                 self._first_token.on = first_token_only and self.first_token_ready
                 try:
