@@ -28,7 +28,8 @@ Arms (`ARMS`; an arm a task cannot take is skipped, said once with why):
 - candidate recipes, each tried as the kind's whole table (one `Recipe` row, so the run is what
   that row would give, epochs counted on the kind's training features: qa's windows): `ft8` /
   `ft16` (fine-tuning, batch 8 / 16, epochs for about 300 optimizer steps, 3 to 20), `ft8long`
-  (batch 8, about 600 steps, 3 to 40 epochs), `feat`
+  (batch 8, about 600 steps, 3 to 40 epochs), `ft32long` (batch 32, about 600 steps, 3 to 20
+  epochs), `feat`
   (`--mode features`, batch 8, the same budget), `feat32` (`--mode features`, batch 32, 3
   epochs), `contrastive` (single-text classify: the encoder tuned on pairs of examples as
   SetFit does, then the head as `feat` trains it).
@@ -164,6 +165,7 @@ ARMS = {
     "ft8": Arm(recipe=Recipe(None, "finetune", 8, **BUDGET)),
     "ft16": Arm(recipe=Recipe(None, "finetune", 16, **BUDGET)),
     "ft8long": Arm(recipe=Recipe(None, "finetune", 8, steps=600, epochs=(3, 40))),
+    "ft32long": Arm(recipe=Recipe(None, "finetune", 32, steps=600, epochs=(3, 20))),
     "feat": Arm(recipe=Recipe(None, "features", 8, **BUDGET)),
     "feat32": Arm(recipe=Recipe(None, "features", 32)),
     "contrastive": Arm(recipe=Recipe(None, "contrastive", 8, **BUDGET), kinds=("classify",), pairs=False,

@@ -27,7 +27,11 @@ def test_each_kind_s_table_chooses_by_the_number_of_examples():
     assert some.epochs_for(400, 8) > some.epochs_for(2000, 8) == 3
     assert recipe_for(table, 32, "fixed") == table[-1]
     assert recipe_for(TASKS["qa"].recipes, 50).batch_size == 16  # qa's fixed batches of 16, whatever the size
-    assert recipe_for(TASKS["tag"].recipes, 50).mode == "finetune"
+    tag = TASKS["tag"].recipes  # tagging: about 600 steps, batch 8 up to 1,000 sentences, then 32
+    assert (recipe_for(tag, 50).mode, recipe_for(tag, 50).batch_size, recipe_for(tag, 50).epochs_for(50, 8)) == \
+        ("finetune", 8, 40)
+    assert recipe_for(tag, 1000).epochs_for(1000, 8) == 5 and recipe_for(tag, 2000).epochs_for(2000, 32) == 10
+    assert recipe_for(tag, 6400).epochs_for(6400, 32) == 3 == recipe_for(tag, 14000).epochs_for(14000, 32)
     assert [holdout_size(n, 0.1) for n in (19, 20, 40, 200, 10**6)] == [0, 4, 4, 20, 2000]
     assert holdout_size(200, 0.0) == 0
 

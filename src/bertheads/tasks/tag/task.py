@@ -20,6 +20,7 @@ from bertheads.base.errors import UserError, where
 from bertheads.base.schema import said
 from bertheads.tasks.base import Task
 from bertheads.tasks.families import copy_start, settle_family, start_weights
+from bertheads.tasks.recipes import Recipe
 from bertheads.tasks.tag.formats import read_tagged
 from bertheads.tasks.tag.head import TagHead, TagModeling, special_layout
 from bertheads.tasks.tag.judging import TagJudging
@@ -32,6 +33,12 @@ from bertheads.tasks.tag.spec import TagSpec
 class TagTask(TagReading, TagModeling, TagJudging, TagPublishing, Task):
     kind = "tag"
     spec_type = TagSpec
+    # by the training data's size, as measured on CoNLL-2003 (bench/small_data.py, docs/little-data.md):
+    # the fixed batch 32 for 3 epochs takes too few steps below a few thousand sentences; from
+    # 6,400 sentences its 3 epochs are the 600 steps the middle row asks for
+    recipes = (Recipe(1000, "finetune", 8, steps=600, epochs=(3, 40)),
+               Recipe(6400, "finetune", 32, steps=600, epochs=(3, 20)),
+               Recipe(None, "finetune", 32))
     help = "one tag per word (NER, chunking) from the token states; entities with offsets"
 
     @classmethod
