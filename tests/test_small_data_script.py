@@ -51,12 +51,13 @@ def test_squad_samples_are_questions_written_back_as_squad_json(small_data, tmp_
                                                                        "answers": [{"text": t, "answer_start": 0}]}
                                                                       for q in range(3)]} for p in range(2)]}
         for t in ("A", "B")]}))
-    items = small_data.read_squad(source)
+    tasks = importlib.import_module("small_data_tasks")  # bench/ is on the path once the script is loaded
+    items = tasks.read_squad(source)
     assert len(items) == 12 and small_data.sample(items, 4, 0) == items[:4]
     picked = small_data.sample(items, 5, 3)
     assert picked != items[:5] and picked == small_data.sample(items, 5, 3)  # seeded
-    small_data.write_squad(picked, tmp_path / "out.json")
-    back = small_data.read_squad(tmp_path / "out.json")
+    tasks.write_squad(picked, tmp_path / "out.json")
+    back = tasks.read_squad(tmp_path / "out.json")
     assert sorted(i["qa"]["id"] for i in back) == sorted(i["qa"]["id"] for i in picked)
     assert all(i["context"] == f"{i['title']} {i['qa']['id'][1]}" for i in back)  # each question with its passage
 
