@@ -137,3 +137,41 @@ def test_qa_audit_scores_each_question_by_its_gold_answer(tiny_bert, write, tmp_
     first = result.ranking[0]
     assert first["id"].startswith("q") and first["question"] == "What is the capital?"
     assert first["given"] == first["gold_answers"][0] and isinstance(first["suggested"], str)
+
+
+def test_side_by_side_fold_heads_learn_only_outside_their_fold():
+    """Features mode trains the k heads in one pass: head j's gradient is its own loss on the
+    rows outside fold j, as if it had trained alone on them."""
+    import copy
+
+    import torch
+    from torch.nn import functional as F
+
+    from bertheads.training.audit import FOLD, FoldHeads, FoldLoss
+
+    class Task:
+        def loss(self, logits, batch):
+            return F.cross_entropy(logits, batch["labels"])
+
+    class Head(torch.nn.Linear):
+        layers, token_level = (-1,), False
+
+        def forward(self, states, batch):
+            return super().forward(states)
+
+    torch.manual_seed(0)
+    head = Head(4, 2)
+    heads = FoldHeads([copy.deepcopy(head) for _ in range(3)])
+    states = torch.randn(6, 4)
+    batch = {"labels": torch.tensor([0, 1, 1, 0, 1, 0]), FOLD: torch.tensor([0, 0, 1, 1, 2, 2])}
+    FoldLoss(Task()).loss(heads(states, batch), batch).backward()
+    for j in range(3):
+        alone = copy.deepcopy(head)
+        keep = batch[FOLD] != j
+        F.cross_entropy(alone(states[keep], {}), batch["labels"][keep]).backward()
+        assert torch.allclose(heads.folds[j].weight.grad, alone.weight.grad, atol=1e-6)
+    heads.zero_grad()
+    only_fold_0 = {k: v[:2] for k, v in batch.items()}
+    FoldLoss(Task()).loss(heads(states[:2], only_fold_0), only_fold_0).backward()
+    assert heads.folds[0].weight.grad is None or not heads.folds[0].weight.grad.any()
+    assert heads.folds[1].weight.grad.abs().sum() > 0

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
@@ -32,9 +33,9 @@ from bertheads.store.features_cache import CachedDev
 from bertheads.tasks.parts import Disputes
 from bertheads.text.readers import source_name
 from bertheads.training.config import MultiConfig
-from bertheads.training.features import CachedHead, attach_cache
+from bertheads.training.features import CachedHead, attach_cache, evaluate_cached
 from bertheads.training.joint import plain, read_task, task_settings
-from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit
+from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit, fixed_recipe
 
 log = logging.getLogger("bertheads")
 
@@ -52,17 +53,68 @@ class AuditSettings:
                        type=positive_int)
 
 
+FOLD = "_fold"  # in a joint batch: each row's fold number
+
+
 class FoldCache:
     """A fold's share of a task's cached states: what `CachedFeatures` gives for the rows
-    `index` names (`batch(idx, ...)` with idx counting within the fold)."""
+    `index` names (`batch(idx, ...)` with idx counting within the fold); with `folds`, the
+    batch also holds each row's fold number (`FOLD`), for heads trained side by side."""
 
-    def __init__(self, cached, index: Sequence[int], features: Sequence[dict]) -> None:
-        self.cached, self.index, self.features = cached, list(index), features
+    def __init__(self, cached, index: Sequence[int], features: Sequence[dict], folds: np.ndarray | None = None) -> None:
+        self.cached, self.index, self.features, self.folds = cached, list(index), features, folds
         self.lengths = [cached.lengths[i] for i in self.index]
         self.pad_id = cached.pad_id
 
     def batch(self, idx: Sequence[int], _features=None) -> dict:
-        return self.cached.batch([self.index[i] for i in idx], self.features)
+        rows = [self.index[i] for i in idx]
+        batch = self.cached.batch(rows, self.features)
+        if self.folds is not None:
+            batch[FOLD] = torch.from_numpy(self.folds[rows])
+        return batch
+
+
+class FoldHeads(nn.Module):
+    """k copies of a head side by side on the same cached states: outputs stacked `[k, ...]`.
+    Copy j learns only from the rows outside fold j (`FoldLoss`), so the k heads of an audit
+    train in one pass over the rows instead of k."""
+
+    def __init__(self, heads: list[nn.Module]) -> None:
+        super().__init__()
+        self.folds = nn.ModuleList(heads)
+        self.layers = heads[0].layers
+        self.token_level = heads[0].token_level
+
+    def forward(self, states, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.stack([head(states, batch) for head in self.folds])
+
+
+class FoldLoss:
+    """The task as `fit` sees it when its head is a `FoldHeads`: the sum over copies j of the
+    task's own loss on the rows outside fold j. The copies share no weights, so copy j's
+    gradient is that of its own loss on its share of the batch."""
+
+    def __init__(self, task) -> None:
+        self.task = task
+
+    def __getattr__(self, name: str):
+        return getattr(self.task, name)
+
+    def loss(self, stacked: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        folds = batch[FOLD].to(stacked.device)
+        total = stacked.new_zeros(())
+        for j in range(stacked.shape[0]):
+            keep = folds != j
+            if bool(keep.any()):
+                total = total + self.task.loss(stacked[j][keep], rows_of(batch, keep))
+        return total
+
+
+def rows_of(batch: dict, keep: torch.Tensor) -> dict:
+    """The rows `keep` of a batch (every tensor whose first axis is the batch's rows)."""
+    size = keep.shape[0]
+    return {k: v[keep] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == size else v
+            for k, v in batch.items()}
 
 
 @dataclass
@@ -119,40 +171,70 @@ def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit:
     numbers = fold_numbers(len(examples), audit.folds, settings.seed)
     feature_fold = numbers[np.asarray(owner)]
     fold_settings = dataclasses.replace(settings, keep="last", resume=False, overwrite=False)
+    held = [np.flatnonzero(feature_fold == fold).tolist() for fold in range(audit.folds)]
+    if frozen:
+        fold_runs = joint_folds(t.name, task, encoder, whole, feature_fold, audit.folds, fold_settings)
+    else:
+        fold_runs = one_fold_at_a_time(t.name, task, encoder, whole, held, fold_settings)
     outputs: list = [None] * len(examples)
     fold_metrics = []
-    # fine-tuning: each fold starts from the checkpoint's weights, put back after every fold
-    start = None if frozen else {k: v.detach().clone() for k, v in encoder.model.state_dict().items()}
-    for fold in range(audit.folds):
-        log.info(f"audit: fold {fold + 1}/{audit.folds}")
-        train_idx = np.flatnonzero(feature_fold != fold).tolist()
-        held_idx = np.flatnonzero(feature_fold == fold).tolist()
-        fold_task = copy.deepcopy(task)  # the same fresh head each fold
-        if start is not None:
-            encoder.model.load_state_dict(start)
-        net = BertHeads(encoder, {t.name: fold_task})
-        data = TaskData(t.name, fold_task, [features[i] for i in train_idx], dev, t.dev,
-                        cached=FoldCache(whole.cached, train_idx, features) if frozen else None,
-                        dev_cached=whole.dev_cached)
-        result = fit(net, [data], fold_settings, None, evaluate_task)
-        fold_metrics.append(plain(result.get("dev", {}).get(t.name, {})))
-        held_examples = sorted({owner[i] for i in held_idx})
+    for fold, (fold_task, runner, metrics) in enumerate(fold_runs):
+        fold_metrics.append(metrics)
+        held_examples = sorted({owner[i] for i in held[fold]})
         local = {k: j for j, k in enumerate(held_examples)}
-        held_features = [features[i] for i in held_idx]
-        held_owner = [local[owner[i]] for i in held_idx]
+        held_features = [features[i] for i in held[fold]]
+        held_owner = [local[owner[i]] for i in held[fold]]
         if frozen:
-            dev_view = CachedDev(held_features, held_owner, FoldCache(whole.cached, held_idx, features))
-            runner = CachedHead(t.name, fold_task, net.heads[t.name], dev_view, next(net.heads[t.name].parameters()).device)
-        else:
-            runner = net
+            dev_view = CachedDev(held_features, held_owner, FoldCache(whole.cached, held[fold], features))
+            runner = CachedHead(t.name, fold_task, runner, dev_view, next(runner.parameters()).device)
         raw = run_heads(runner, held_features, [t.name], INFERENCE_BATCH)[t.name]
         merged = fold_task.collect(raw, held_owner, [examples[k] for k in held_examples], held_features)
         for k, out in zip(held_examples, merged):
             outputs[k] = out
-        del net
-    if start is not None:
-        encoder.model.load_state_dict(start)
     return OutOfFold(task, examples, outputs, numbers, fold_metrics, time.perf_counter() - started)
+
+
+def one_fold_at_a_time(name: str, task, encoder, whole: TaskData, held: list[list[int]], settings: TrainSettings):
+    """Fine-tuning: per fold (the encoder put back to the checkpoint's weights first), a fresh
+    head and the encoder trained on the other folds; yields (task, the net, dev metrics)."""
+    start = {k: v.detach().clone() for k, v in encoder.model.state_dict().items()}
+    for fold, held_idx in enumerate(held):
+        log.info(f"audit: fold {fold + 1}/{len(held)}")
+        out = set(held_idx)
+        train_idx = [i for i in range(len(whole.train_features)) if i not in out]
+        fold_task = copy.deepcopy(task)  # the same fresh head each fold
+        encoder.model.load_state_dict(start)
+        net = BertHeads(encoder, {name: fold_task})
+        data = TaskData(name, fold_task, [whole.train_features[i] for i in train_idx], whole.dev_examples,
+                        whole.dev_path)
+        result = fit(net, [data], settings, None, evaluate_task)
+        yield fold_task, net, plain(result.get("dev", {}).get(name, {}))
+        del net
+    encoder.model.load_state_dict(start)
+
+
+def joint_folds(name: str, task, encoder, whole: TaskData, feature_fold: np.ndarray, folds: int,
+                settings: TrainSettings):
+    """Features mode: the k heads trained side by side in one pass over the cached states
+    (`FoldHeads`; the gradients of all k are clipped together, to the norm times sqrt(k));
+    then per fold (task, its head, dev metrics)."""
+    log.info(f"audit: {folds} heads side by side on the cached states")
+    heads = FoldHeads([copy.deepcopy(task.head) for _ in range(folds)])  # the same fresh head each fold
+    joint = FoldLoss(task)
+    net = BertHeads(encoder, {name: task})
+    net.heads[name] = heads
+    every = list(range(len(whole.train_features)))
+    data = TaskData(name, joint, whole.train_features, None, None,
+                    cached=FoldCache(whole.cached, every, whole.train_features, feature_fold))
+    settings = fixed_recipe(settings, [whole])  # (what a fold run would settle from the task's kind)
+    fit(net, [data], dataclasses.replace(settings, max_grad_norm=settings.max_grad_norm * folds ** 0.5), None,
+        evaluate_task)
+    for head in heads.folds:
+        fold_task = copy.deepcopy(task, {id(task.head): head})  # its own spec (a dev set fits its temperature)
+        metrics = {}
+        if whole.dev_cached is not None:
+            metrics = plain(evaluate_cached(fold_task, head, whole.dev_cached, whole.dev_examples, whole.dev_path))
+        yield fold_task, head, metrics
 
 
 # -- ranking --------------------------------------------------------------------------------
