@@ -1,12 +1,17 @@
-"""Learning curves of `bertheads select`'s strategies on SST-2, in features mode: start from
-100 random labelled sentences of a pool (the first N training sentences), then 5 rounds of +100
-chosen by each strategy (margin, entropy, diverse, random), 3 seeds; dev accuracy after each
-round. The pool and the dev set go through the encoder once (the features cache); each round
+"""Learning curves of `bertheads select`'s strategies in features mode: start from 100 random
+labelled inputs of a pool, then 5 rounds of +100 chosen by each strategy (margin, entropy,
+diverse, random), 3 seeds; the dev metric after each round. Tasks (`--task`): `sst2` (the
+first N SST-2 training sentences, dev accuracy), `conll` (the first N CoNLL-2003 training
+sentences, entity F1 on the dev set) and `skewed` (SST-2 training sentences with the positive
+class cut to 10%, in the pool and in a dev set of 2,000 later training sentences; the positive
+class's F1, and how many positives each strategy labelled). The pool and the dev set go through the encoder once (the features cache); each round
 trains a fresh head on the labelled rows' cached states with `training.loop.fit` and scores the
 pool with the same functions `select` uses (`inference/select.py`: the uncertainty of the
 kind's `Judging.uncertainty`, `choose`, the k-means of `diverse` on the cached mean vectors).
 
-    python bench/active.py --pool 4000 --seeds 0,1,2
+    python bench/active.py --task sst2 --pool 4000 --seeds 0,1,2
+    python bench/active.py --task conll --pool 2000 --seeds 0,1,2
+    python bench/active.py --task skewed --pool 4000 --seeds 0,1,2
 """
 
 from __future__ import annotations
@@ -19,10 +24,38 @@ import time
 
 import numpy as np
 from common import DATA, OUT, cpu_line
+from tag import read_conll, write_conll
+
+# task -> (kind, metric, learning rate)
+TASKS = {"sst2": ("classify", "accuracy", 5e-3), "conll": ("tag", "f1", 5e-3), "skewed": ("classify", "f1", 5e-3)}
+
+
+def task_files(task: str, pool: int, folder) -> tuple:
+    """(pool file, dev file) of a task, the pool written into `folder`."""
+    if task == "conll":
+        path = folder / f"conll-pool-{pool}.txt"
+        write_conll(path, read_conll(DATA / "conll2003" / "train.txt", pool))
+        return path, DATA / "conll2003" / "dev.txt"
+    lines = (DATA / "sst2" / "train.tsv").read_text(encoding="utf-8").splitlines()
+    if task == "skewed":  # the positive class cut to 10%, in the pool and in a dev set from later rows
+        def skewed(rows: list[str], size: int, name: str):
+            negatives = [r for r in rows if r.endswith("\t0")][: size - size // 10]
+            positives = [r for r in rows if r.endswith("\t1")][: size // 10]
+            chosen = set(negatives) | set(positives)
+            path = folder / name
+            path.write_text("\n".join([lines[0], *[r for r in rows if r in chosen]]) + "\n", encoding="utf-8")
+            return path
+
+        return skewed(lines[1:30001], pool, f"skewed-pool-{pool}.tsv"), skewed(lines[30001:], 2000, "skewed-dev.tsv")
+    else:
+        path = folder / f"pool-{pool}.tsv"
+        path.write_text("\n".join(lines[: pool + 1]) + "\n", encoding="utf-8")
+    return path, DATA / "sst2" / "dev.tsv"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="sst2", choices=sorted(TASKS))
     parser.add_argument("--pool", type=int, default=4000)
     parser.add_argument("--start", type=int, default=100)
     parser.add_argument("--step", type=int, default=100)
@@ -30,7 +63,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--strategies", default="random,margin,entropy,diverse")
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--lr", type=float, default=5e-3)
+    parser.add_argument("--lr", type=float, help="the head's learning rate (default: the task's)")
     parser.add_argument("--out", default=str(OUT / "active" / "results.jsonl"))
     args = parser.parse_args()
 
@@ -50,25 +83,35 @@ def main() -> None:
 
     folder = OUT / "active"
     folder.mkdir(parents=True, exist_ok=True)
-    source = DATA / "sst2" / "train.tsv"
-    lines = source.read_text(encoding="utf-8").splitlines()
-    pool_file = folder / f"pool-{args.pool}.tsv"
-    pool_file.write_text("\n".join(lines[: args.pool + 1]) + "\n", encoding="utf-8")
-    dev_file = DATA / "sst2" / "dev.tsv"
-    config = single_task("classify", str(pool_file), str(dev_file), {"mode": "features",
+    kind, metric, lr = TASKS[args.task]
+    pool_file, dev_file = task_files(args.task, args.pool, folder)
+    config = single_task(kind, str(pool_file), str(dev_file), {"mode": "features",
                                                                      "cache_dir": str(OUT / "audit" / "cache")})
     t = config.tasks[0]
     options = task_settings(t, {}, config.options)
     encoder = Encoder.load("default", lazy=True)
-    task, examples = read_task("classify", t.train, encoder, options)
+    task, examples = read_task(kind, t.train, encoder, options)
     features, owner = task.encode_for_inference(examples, encoder.tokenizer, with_labels=True)
+    assert owner == list(range(len(examples))), "one feature per input (a longer one would need its windows merged)"
     dev = task.read(str(dev_file), need_labels=True)
     whole = TaskData(t.name, task, features, dev, str(dev_file))
     started = time.perf_counter()
     attach_cache(BertHeads(encoder, {t.name: task}), [whole], options, "default", t.train, progress=False)
     cache_seconds = time.perf_counter() - started
-    vectors_all = np.asarray(whole.cached.states[:, -1, :], dtype=np.float64)  # [pool, hidden]: mean of last layer
-    settings = TrainSettings(epochs=args.epochs, lr=args.lr, batch_size=16, keep="last", progress=False)
+    # each input's vector for diverse: the mean of its tokens in the last layer read
+    cached = whole.cached
+    if cached.pooled:
+        vectors_all = np.asarray(cached.states[:, -1, :], dtype=np.float64)  # [pool, hidden]
+    else:
+        vectors_all = np.stack([np.asarray(cached.states[cached.offsets[i]:cached.offsets[i + 1], -1, :],
+                                           dtype=np.float64).mean(0) for i in range(len(features))])
+    # a classify pool's rarest class, to count how many of it each strategy labels
+    targets = [f.get("labels") for f in features]
+    rare = None
+    if kind == "classify":
+        counts = {c: targets.count(c) for c in set(targets)}
+        rare = min(counts, key=counts.get)
+    settings = TrainSettings(epochs=args.epochs, lr=args.lr or lr, batch_size=16, keep="last", progress=False)
 
     def train_round(labelled: list[int], seed: int):
         fold_task = copy.deepcopy(task)
@@ -79,7 +122,7 @@ def main() -> None:
         torch.manual_seed(seed)
         fit(net, [data], TrainSettings(**{**settings.__dict__, "seed": seed}), None, evaluate_task)
         data.dev_examples, data.dev_path, data.dev_cached = dev, str(dev_file), whole.dev_cached
-        accuracy = evaluate_task(net, data)["accuracy"]
+        accuracy = evaluate_task(net, data)[metric]
         return net, fold_task, accuracy
 
     def pool_units(net, fold_task, rows: list[int]):
@@ -97,7 +140,8 @@ def main() -> None:
             began = time.perf_counter()
             for round_ in range(args.rounds + 1):
                 net, fold_task, accuracy = train_round(labelled, seed)
-                curve.append({"labels": len(labelled), "accuracy": round(float(accuracy), 4)})
+                curve.append({"labels": len(labelled), "accuracy": round(float(accuracy), 4),
+                              **({"rare": sum(targets[i] == rare for i in labelled)} if rare is not None else {})})
                 if round_ == args.rounds:
                     break
                 taken = set(labelled)
@@ -112,8 +156,8 @@ def main() -> None:
             print(json.dumps(row), flush=True)
     with open(args.out, "a", encoding="utf-8") as f:
         for r in results:
-            f.write(json.dumps({**r, "pool": args.pool, "machine": cpu_line()}) + "\n")
-    print(f"\n{cpu_line()}\npool={args.pool} (first SST-2 training sentences), dev={dev_file.name} ({len(dev)}), "
+            f.write(json.dumps({**r, "task": args.task, "metric": metric, "pool": args.pool, "machine": cpu_line()}) + "\n")
+    print(f"\n{cpu_line()}\ntask={args.task} ({metric}), pool={args.pool} ({pool_file.name}), dev={dev_file.name} ({len(dev)}), "
           f"features cache built/read in {cache_seconds:.1f} s\n")
     sizes = [c["labels"] for c in results[0]["curve"]]
     print("| strategy | " + " | ".join(str(s) for s in sizes) + " | gain at " + str(sizes[-1]) + " vs random |")
@@ -126,6 +170,14 @@ def main() -> None:
                  if r["seed"] in randoms]
         gain = f"{statistics.mean(gains):+.3f} (seeds: {', '.join(f'{g:+.3f}' for g in gains)})" if gains else "-"
         print(f"| {strategy} | " + " | ".join(cells) + f" | {gain} |")
+    if rare is not None:
+        print(f"\nrows of the rarest class ({rare}) labelled, median of the seeds:\n")
+        print("| strategy | " + " | ".join(str(s) for s in sizes) + " |")
+        print("|---|" + "---|" * len(sizes))
+        for strategy in args.strategies.split(","):
+            mine = [r for r in results if r["strategy"] == strategy]
+            print(f"| {strategy} | " + " | ".join(str(statistics.median(r["curve"][j]["rare"] for r in mine))
+                                                 for j in range(len(sizes))) + " |")
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def ours(path: Path, flip: np.ndarray, y: np.ndarray, mode: str, args) -> dict:
     options = dict(mode=mode, rows="all", folds=5, seed=args.train_seed, progress=False,
                    cache_dir=str(OUT / "audit" / "cache"))
     if mode == "features":
-        options.update(epochs=args.epochs, lr=args.lr, batch_size=32, layers=args.layers)
+        options.update(epochs=args.epochs, lr=args.lr, batch_size=32, layers=args.layers, layer_combine=args.combine)
     else:
         options.update(epochs=args.finetune_epochs, batch_size=32)
     started = time.perf_counter()
@@ -73,7 +73,7 @@ def train_once(path: Path, args) -> float:
 
     started = time.perf_counter()
     bertheads.train("classify", str(path), mode="features", epochs=args.epochs, lr=args.lr, batch_size=32,
-                    layers=args.layers,
+                    layers=args.layers, layer_combine=args.combine,
                     progress=False, seed=args.train_seed, cache_dir=str(OUT / "audit" / "cache"))
     return round(time.perf_counter() - started, 1)
 
@@ -95,8 +95,9 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--modes", default="features", help="features, finetune or both (comma-separated)")
     parser.add_argument("--epochs", type=int, default=10, help="features mode: each fold's epochs")
-    parser.add_argument("--lr", type=float, default=3e-3, help="features mode: each fold's learning rate")
+    parser.add_argument("--lr", type=float, default=1e-3, help="features mode: each fold's learning rate")
     parser.add_argument("--layers", default="-1,-2,-3,-4", help="features mode: the layers the heads read")
+    parser.add_argument("--combine", default="mean", help="features mode: how the layers merge (concat, mean, ...)")
     parser.add_argument("--finetune-epochs", type=int, default=1)
     parser.add_argument("--train-seed", type=int, default=42)
     parser.add_argument("--no-peer", action="store_true")
@@ -118,25 +119,29 @@ def main() -> None:
             rows.append({"who": "peer: cleanlab + 5-fold logistic regression", "seed": seed,
                          **peer(args.n, args.fraction, seed)})
             print(json.dumps(rows[-1]), flush=True)
-    with open(args.out, "a", encoding="utf-8") as f:
+    report(rows, args.out, {"n": args.n, "fraction": args.fraction}, f"n={args.n} fraction={args.fraction}",
+           [("precision at k (median, seeds)", ("precision_at_k",)),
+            ("flagged precision", ("precision_flagged", "precision_found")),
+            ("flagged recall", ("recall_flagged", "recall_found")), ("oof accuracy", ("oof_acc_vs_true",))])
+
+
+def report(rows: list[dict], out: str, meta: dict, title: str, columns: list[tuple[str, tuple]]) -> None:
+    """Append the rows to `out` (JSON lines, with `meta` and the machine) and print a table of
+    each `who`'s medians over the seeds: `columns` are (header, the row keys it may be under)."""
+    with open(out, "a", encoding="utf-8") as f:
         for r in rows:
-            f.write(json.dumps({**r, "n": args.n, "fraction": args.fraction, "machine": cpu_line()}) + "\n")
-    print(f"\n{cpu_line()}\nn={args.n} fraction={args.fraction}\n")
-    print("| who | precision at k (median, seeds) | flagged precision | flagged recall | oof accuracy | seconds |")
-    print("|---|---|---|---|---|---|")
+            f.write(json.dumps({**r, **meta, "machine": cpu_line()}) + "\n")
+    print(f"\n{cpu_line()}\n{title}\n")
+    print("| who | " + " | ".join(h for h, _ in columns) + " | seconds |")
+    print("|---|" + "---|" * (len(columns) + 1))
     for who in dict.fromkeys(r["who"] for r in rows):
         mine = [r for r in rows if r["who"] == who]
-
-        def med(key: str, mine=mine) -> str:
-            values = [r[key] for r in mine if key in r]
-            return f"{statistics.median(values):.3f} ({', '.join(f'{v:.3f}' for v in values)})" if values else "-"
-
-        pk = "precision_flagged" if "precision_flagged" in mine[0] else "precision_found"
-        rk = "recall_flagged" if "recall_flagged" in mine[0] else "recall_found"
+        cells = []
+        for _, keys in columns:
+            values = [r[k] for r in mine for k in keys if k in r]
+            cells.append(f"{statistics.median(values):.3f} ({', '.join(f'{v:.3f}' for v in values)})" if values else "-")
         seconds = [r.get("seconds", r.get("embed_s", 0) + r.get("cv_cleanlab_s", 0)) for r in mine]
-        print(f"| {who} | {med('precision_at_k')} | {med(pk)} | {med(rk)} | {med('oof_acc_vs_true')} | "
-              f"{statistics.median(seconds):.1f} |")
-
+        print(f"| {who} | " + " | ".join(cells) + f" | {statistics.median(seconds):.1f} |")
 
 if __name__ == "__main__":
     main()
