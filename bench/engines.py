@@ -127,7 +127,7 @@ def run_mode(mode: str, model: str, source: Path, out: Path) -> dict:
         from bertheads.cli.main import main
 
         code = main(["predict", model, "--input", str(source), "--output", str(out / "ray"), "--engine", "ray",
-                     "--workers", "2", "--rows-per-batch", "256", "--runtime", "torch", "--precision", "fp32",
+                     "--workers", "2", "--runtime", "torch", "--precision", "fp32",
                      "--device", "cpu", "-q"])
         assert code == 0
         extra["job_s"] = json.loads((out / "ray" / "summary.json").read_text())["seconds"]

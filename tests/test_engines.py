@@ -138,9 +138,9 @@ def write_parquet_input(folder, rows_per_file: int = 60, files: int = 2, bad: di
 
 
 def test_ray_job_survives_a_killed_worker_and_matches_predict(multi_dir, tmp_path):
-    """`predict --engine ray` (Ray Data: `map_batches(BatchPredictor, fn_constructor_kwargs=...,
+    """`predict --engine ray` (Ray Data: `map_batches(GroupPredictor, fn_constructor_kwargs=...,
     concurrency=1)`: one actor keeps the suite's two cores for the other tests) on two Parquet
-    files; the worker is SIGKILLed at its second batch, restarted, and its batch retried."""
+    files; the worker is SIGKILLed at its second batch, restarted, and its task retried."""
     ray = pytest.importorskip("ray")
     import pyarrow.parquet as pq
 
@@ -169,6 +169,15 @@ def test_ray_job_survives_a_killed_worker_and_matches_predict(multi_dir, tmp_pat
         check_against_predict(model, good)
     finally:
         ray.shutdown()
+
+
+def test_a_ray_task_holds_whole_row_groups_of_about_rows_per_batch():
+    from bertheads.engines.ray_job import groups_per_task
+
+    groups = [("a.parquet", g, g * 1000, 1000) for g in range(10)]
+    assert groups_per_task(groups, 4096) == 4  # padding: a call sorts its rows by length, more rows pad less
+    assert groups_per_task(groups, 256) == 1  # never less than a row group
+    assert groups_per_task([("b.parquet", 0, 0, 1_000_000)], 4096) == 1
 
 
 # -- Spark (local[2], on this machine's Java) and Dask, for real ---------------------------------

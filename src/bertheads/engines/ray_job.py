@@ -1,8 +1,9 @@
 """`bertheads predict MODEL --input PARQUET --output DIR --engine ray`: the job on Ray Data. The
-input's row groups are the read tasks (each row keeps its `_file` and `_row`), `BatchPredictor`
-runs in an actor pool of `--workers` (a model loaded once per actor; Ray restarts a killed actor
-and retries its task), and each task's rows are one Parquet part of the output folder, written
-into a temporary sibling that becomes `DIR` when the job is done, with `summary.json`."""
+input's row groups are the tasks, run by an actor pool of `--workers` (`GroupPredictor`: a
+model loaded once per actor reads its row group, each row keeping its `_file` and `_row`, and
+predicts it; Ray restarts a killed actor and retries its task), and each task's rows are one
+Parquet part of the output folder, written into a temporary sibling that becomes `DIR` when
+the job is done, with `summary.json`."""
 
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ class EngineSettings:
                            group="engine")
     address: str | None = setting(None, "--engine ray: the Ray cluster (default: $RAY_ADDRESS, else a local Ray "
                                         "started for the job)", group="engine")
-    rows_per_batch: int = setting(256, "--engine ray: rows a worker predicts per call", type=positive_int,
-                                  group="engine")
+    rows_per_batch: int = setting(4096, "--engine ray: rows a worker reads and predicts per task, in whole row "
+                                        "groups (sorted by length within them: fewer means more padding)",
+                                  type=positive_int, group="engine")
 
 
 def read_groups(batch):
@@ -52,6 +54,32 @@ def read_groups(batch):
         table = table.append_column(FILE, pa.array([file] * len(table), pa.string()))
         tables.append(table.append_column(ROW, pa.array(range(first, first + len(table)), pa.int64())))
     return pa.concat_tables(tables)
+
+
+class GroupPredictor:
+    """The job's Ray actor: a task's (file, row group, first row) items read where the model runs
+    and predicted `rows_per_batch` rows a call of `BatchPredictor` (a task holds as many whole
+    row groups as make about `rows_per_batch` rows: each call sorts its rows by length, so
+    larger calls pad less). A read step of its own would want CPUs besides the actors' (with
+    one CPU per worker, it held one and a single actor ran the whole job) and would move every
+    row group through Ray's object store."""
+
+    def __init__(self, rows_per_batch: int, **predictor_args) -> None:
+        self.rows_per_batch = rows_per_batch
+        self.predictor = BatchPredictor(**predictor_args)
+
+    def __call__(self, items):
+        import pyarrow as pa
+
+        table = read_groups(items)
+        step = self.rows_per_batch
+        return pa.concat_tables([self.predictor(table.slice(i, step)) for i in range(0, len(table), step)])
+
+
+def groups_per_task(groups: list, rows_per_batch: int) -> int:
+    """Whole row groups per task: as many as make about `rows_per_batch` rows (at least one)."""
+    mean_rows = sum(g[3] for g in groups) / max(1, len(groups))
+    return max(1, int(rows_per_batch // max(1.0, mean_rows)))
 
 
 def start_ray(settings: EngineSettings):
@@ -87,9 +115,10 @@ def ray_predict(model_dir: str, source: str, output: str, heads: list[str] | Non
     with atomic_directory(out, replace=False, label="engine") as tmp:
         items = [{"file": str(Path(f).absolute()), "group": g, "first": first} for f, g, first, _ in groups]
         ds = ray.data.from_items(items, override_num_blocks=len(items))
-        ds = ds.map_batches(read_groups, batch_size=1, batch_format="pyarrow")
-        ds = ds.map_batches(BatchPredictor, fn_constructor_kwargs=predictor_args, concurrency=settings.workers,
-                            batch_size=settings.rows_per_batch, batch_format="pyarrow", zero_copy_batch=True)
+        ds = ds.map_batches(GroupPredictor, fn_constructor_kwargs={"rows_per_batch": settings.rows_per_batch,
+                                                                  **predictor_args},
+                            concurrency=settings.workers, batch_size=groups_per_task(groups, settings.rows_per_batch),
+                            batch_format="pyarrow")
         try:
             ds.write_parquet(str(tmp.absolute()))
         except Exception as exc:
