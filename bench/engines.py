@@ -6,6 +6,7 @@ engine's labels and scores equal `Model.predict`'s (to 1e-5).
 
     python bench/engines.py --rows 5000                   # every mode, each in a fresh process
     python bench/engines.py --rows 5000 --modes single,ray
+    BENCH_SPARK_SPLIT_KB=64 python bench/engines.py --rows 200000 --modes single,spark   # 4 row groups a Spark task
 
 The model: `--model DIR`, else an untrained two-label classify head on the default checkpoint
 (speed does not depend on the head's weights). Each mode runs in its own process, so start-up
@@ -28,6 +29,8 @@ from pathlib import Path
 from common import OUT, cpu_line, require_data, save_json
 
 MODES = ("single", "pandas", "torchrun", "ray", "spark")
+# Spark's input split: 16 KB is one of the input's 1,000-row groups a task; $BENCH_SPARK_SPLIT_KB=64, four
+SPARK_SPLIT_KB = int(os.environ.get("BENCH_SPARK_SPLIT_KB", "16"))
 
 
 def make_model(out: Path) -> Path:
@@ -139,7 +142,7 @@ def run_mode(mode: str, model: str, source: Path, out: Path) -> dict:
         import bertheads
 
         spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.sql.files.maxPartitionBytes", str(16 * 1024)).getOrCreate())  # a row group a task
+                 .config("spark.sql.files.maxPartitionBytes", str(SPARK_SPLIT_KB * 1024)).getOrCreate())
         df = spark.read.parquet(str(source))
         bertheads.spark_predict(df, model, heads=["sentiment"]).write.parquet(str(out / "spark"))
         spark.stop()
