@@ -7,6 +7,7 @@ equal ours). It checks that the labels do not move.
 
     python bench/calibration.py --cases sst2-ft1,sst2-feat3 --limit 2000
     python bench/calibration.py --cases conll-feat1 --limit 1000
+    python bench/calibration.py --cases sst2-ft1 --limit 8000 --holdout 7000   # also on 7,000 held-out sentences
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def pipeline_scores(model_dir: Path, texts: list[str], fold: bool) -> np.ndarray
     return np.array([[{r["label"]: r["score"] for r in row}[n] for n in names] for row in rows])
 
 
-def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False, dev_limit: int | None = None) -> dict:
+def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False, dev_limit: int | None = None,
+             holdout: int = 0) -> dict:
     import bertheads
     from bertheads.base.errors import UserError
     from bertheads.export.hf import check_equivalent
@@ -96,6 +98,18 @@ def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False, 
     row["dev_ece_calibrated_in_sample"] = round(calibration.ece(*used), 6)
     row["risk_coverage"] = calibration.risk_coverage(*used)
     row["main_metric"] = {k: v for k, v in metrics["dev"].items() if k == task.main_metric}
+    row["cross_fitted_floor"] = c.get("ece_floor")
+    if holdout:  # the training file's last rows, never trained on: T (fitted on all of dev) measured there
+        held = task.read(str(train_path), need_labels=True)
+        if limit + holdout > len(held):
+            raise SystemExit(f"--holdout {holdout}: the training file has {len(held)} rows, {limit} are trained on")
+        held = held[-holdout:]
+        logits, gold = task.calibration_rows(head_outputs(trained.net, name, held), held, str(train_path))
+        before, after = calibration.measured(logits, gold), calibration.measured(logits, gold, task.temperature())
+        row["holdout"] = {"rows": len(gold), "before": before, "after": after,
+                          "own_halves": calibration.cross_fitted(logits, gold),
+                          "floor": round(calibration.ece_floor(calibration.confidence_pairs(logits, gold, task.temperature())[0],
+                                                               len(gold)), 6)}
     if kind == "classify":
         texts = [e.text for e in examples]
         gold = np.array([task.label_target(e) for e in examples])
@@ -137,6 +151,17 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {r['case']} | {r['temperature']:.3f} | {r['dev_accuracy_raw']:.4f} | "
                      f"{c['ece_before']:.4f} → {c['ece_after']:.4f} | {c['brier_before']:.4f} → {c['brier_after']:.4f} | "
                      f"{r['dev_ece_raw']:.4f} / {r['dev_ece_calibrated_in_sample']:.4f} | {peer} | {diff} | {kept} |")
+    held = [r for r in rows if "holdout" in r]
+    if held:
+        lines += ["", "| case | held-out rows | acc. | ECE before → after (T from dev) | floor there | Brier before → after | "
+                      "cross-fitted ECE after / its floor (dev halves) | T fitted on the held-out halves: ECE before → "
+                      "after |", "|---|---|---|---|---|---|---|---|"]
+        for r in held:
+            h, c = r["holdout"], r["cross_fitted"]
+            lines.append(f"| {r['case']} | {h['rows']:,} | {h['before']['accuracy']:.4f} | {h['before']['ece']:.4f} → "
+                         f"{h['after']['ece']:.4f} | {h['floor']:.4f} | {h['before']['brier']:.4f} → {h['after']['brier']:.4f} | "
+                         f"{c['ece_after']:.4f} / {c.get('ece_floor', float('nan')):.4f} | "
+                         f"{h['own_halves']['ece_before']:.4f} → {h['own_halves']['ece_after']:.4f} |")
     return "\n".join(lines)
 
 
@@ -148,12 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reuse", action="store_true", help="measure the models already trained in bench/out")
     p.add_argument("--dev-limit", type=int, default=None, help="the full-dev pass on the first N dev examples only")
+    p.add_argument("--holdout", type=int, default=0,
+                   help="also measure on the training file's last N rows (not trained on; more rows than dev's halves)")
     args = p.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
     out = OUT / "calibration"
-    rows = [run_case(case, args.limit, out, args.model, args.reuse, args.dev_limit) for case in args.cases.split(",")]
+    rows = [run_case(case, args.limit, out, args.model, args.reuse, args.dev_limit, args.holdout)
+            for case in args.cases.split(",")]
     path = save_json("calibration-" + args.cases.replace(",", "-"), {"environment": environment(), "cpu": cpu_line(), "argv": sys.argv, "rows": rows})
     print(cpu_line())
     print(table(rows))

@@ -6,7 +6,7 @@ engine's labels and scores equal `Model.predict`'s (to 1e-5).
 
     python bench/engines.py --rows 5000                   # every mode, each in a fresh process
     python bench/engines.py --rows 5000 --modes single,ray
-    BENCH_SPARK_SPLIT_KB=64 python bench/engines.py --rows 200000 --modes single,spark   # 4 row groups a Spark task
+    BENCH_SPARK_SPLIT_KB=16 python bench/engines.py --rows 200000 --modes single,spark   # a row group a Spark task
 
 The model: `--model DIR`, else an untrained two-label classify head on the default checkpoint
 (speed does not depend on the head's weights). Each mode runs in its own process, so start-up
@@ -29,8 +29,16 @@ from pathlib import Path
 from common import OUT, cpu_line, require_data, save_json
 
 MODES = ("single", "pandas", "torchrun", "ray", "spark")
-# Spark's input split: 16 KB is one of the input's 1,000-row groups a task; $BENCH_SPARK_SPLIT_KB=64, four
-SPARK_SPLIT_KB = int(os.environ.get("BENCH_SPARK_SPLIT_KB", "16"))
+# Spark's input split, $BENCH_SPARK_SPLIT_KB (a row group goes to the split holding its middle). By default
+# the file's size over max(4, rows / 10,000) tasks: about 10,000 rows a task, as large as the Arrow batches
+# Spark hands a worker (what a real archive's 128 MB splits give), and at least two tasks a core. On the
+# 200,000-row input (1,000-row groups of ~45 KB) 16 KB gives 200 tasks of one row group and 348 empty ones.
+SPARK_SPLIT_KB = os.environ.get("BENCH_SPARK_SPLIT_KB")
+SPARK_TASK_ROWS = 10_000
+# more of Spark's own settings, "key=value,key=value" (e.g. spark.sql.parquet.compression.codec=none)
+SPARK_CONF = dict(kv.split("=", 1) for kv in os.environ.get("BENCH_SPARK_CONF", "").split(",") if kv)
+# Ray's rows a task ($BENCH_RAY_ROWS; default: `--rows-per-batch`'s)
+RAY_ROWS = os.environ.get("BENCH_RAY_ROWS")
 
 
 def make_model(out: Path) -> Path:
@@ -63,13 +71,18 @@ def make_input(rows: int, folder: Path) -> Path:
 
 
 class PeakMemory:
-    """The largest summed RSS of this process and its descendants, sampled in a thread."""
+    """The largest summed RSS of this process and its descendants, and the CPU seconds each kind
+    of process used (this one, `java`, the Python workers, Ray's daemons: by process name), sampled
+    in a thread; `idle_s` is the time the machine's cores sat idle meanwhile."""
 
     def __init__(self) -> None:
         import psutil
 
+        self.psutil = psutil
         self.root = psutil.Process()
         self.peak = 0
+        self.cpu: dict[int, tuple[str, float]] = {}  # pid -> (kind, CPU seconds at its last sample)
+        self.idle_start = psutil.cpu_times().idle
         self.done = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
@@ -80,14 +93,22 @@ class PeakMemory:
             for p in [self.root, *self.root.children(recursive=True)]:
                 try:
                     total += p.memory_info().rss
+                    times = p.cpu_times()
+                    kind = "driver" if p.pid == self.root.pid else p.name()
+                    self.cpu[p.pid] = (kind, times.user + times.system)
                 except Exception:  # a process that ended meanwhile
                     pass
             self.peak = max(self.peak, total)
 
-    def stop(self) -> float:
+    def stop(self) -> tuple[float, dict[str, float], float]:
+        """(peak MiB, CPU seconds and processes by kind of process, idle core-seconds)."""
         self.done.set()
         self.thread.join()
-        return self.peak / 2**20
+        by_kind: dict[str, float] = {}
+        for kind, seconds in self.cpu.values():
+            by_kind[kind] = round(by_kind.get(kind, 0.0) + seconds, 1)
+            by_kind[f"{kind} processes"] = by_kind.get(f"{kind} processes", 0) + 1
+        return self.peak / 2**20, by_kind, self.psutil.cpu_times().idle - self.idle_start
 
 
 def run_mode(mode: str, model: str, source: Path, out: Path) -> dict:
@@ -131,7 +152,7 @@ def run_mode(mode: str, model: str, source: Path, out: Path) -> dict:
 
         code = main(["predict", model, "--input", str(source), "--output", str(out / "ray"), "--engine", "ray",
                      "--workers", "2", "--runtime", "torch", "--precision", "fp32",
-                     "--device", "cpu", "-q"])
+                     "--device", "cpu", "-q", *(["--rows-per-batch", RAY_ROWS] if RAY_ROWS else [])])
         assert code == 0
         extra["job_s"] = json.loads((out / "ray" / "summary.json").read_text())["seconds"]
     elif mode == "spark":
@@ -141,13 +162,20 @@ def run_mode(mode: str, model: str, source: Path, out: Path) -> dict:
 
         import bertheads
 
+        rows = pq.ParquetFile(source / "sst2.parquet").metadata.num_rows
+        split = (int(SPARK_SPLIT_KB) * 1024 if SPARK_SPLIT_KB else
+                 (source / "sst2.parquet").stat().st_size // max(4, -(-rows // SPARK_TASK_ROWS)) + 1)
         spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.sql.files.maxPartitionBytes", str(SPARK_SPLIT_KB * 1024)).getOrCreate())
+                 .config("spark.sql.files.maxPartitionBytes", str(split)))
+        for key, value in SPARK_CONF.items():
+            spark = spark.config(key, value)
+        spark = spark.getOrCreate()
         df = spark.read.parquet(str(source))
         bertheads.spark_predict(df, model, heads=["sentiment"]).write.parquet(str(out / "spark"))
         spark.stop()
     seconds = time.perf_counter() - start
-    return {"mode": mode, "seconds": seconds, "peak_mib": memory.stop(), **extra}
+    peak, cpu, idle = memory.stop()
+    return {"mode": mode, "seconds": seconds, "peak_mib": peak, "cpu_s": cpu, "idle_core_s": round(idle, 1), **extra}
 
 
 def compare(out: Path, mode: str, reference: dict[int, tuple]) -> dict:

@@ -52,6 +52,17 @@ def test_temperature_fit_recovers_a_known_temperature():
     assert after["accuracy"] == before["accuracy"]  # the argmax does not move
     crossed = calibration.cross_fitted(true_logits * 2.5, gold)
     assert crossed["ece_after"] < crossed["ece_before"] / 2 and len(crossed["half_temperatures"]) == 2
+    assert 0 < crossed["ece_floor"] < crossed["ece_before"]
+
+
+def test_ece_floor_is_what_a_calibrated_model_measures_on_that_many_rows():
+    rng = np.random.default_rng(1)
+    conf = rng.uniform(0.5, 1.0, size=5000)
+    small, large = calibration.ece_floor(conf, 400), calibration.ece_floor(conf, 10_000)
+    assert 0.01 < small < 0.06 and large < small / 3  # noise shrinks as 1/sqrt(rows)
+    # a model whose scores are exact, measured on 400 rows, lands near the floor, not near 0
+    measured = [calibration.ece(c, rng.random(400) < c) for c in (rng.choice(conf, 400) for _ in range(50))]
+    assert 0.6 * small < float(np.mean(measured)) < 1.4 * small
 
 
 def test_ece_risk_coverage_and_target_threshold_on_hand_made_scores():

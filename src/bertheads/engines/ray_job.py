@@ -39,8 +39,8 @@ class EngineSettings:
                            group="engine")
     address: str | None = setting(None, "--engine ray: the Ray cluster (default: $RAY_ADDRESS, else a local Ray "
                                         "started for the job)", group="engine")
-    rows_per_batch: int = setting(4096, "--engine ray: rows a worker reads and predicts per task, in whole row "
-                                        "groups (sorted by length within them: fewer means more padding)",
+    rows_per_batch: int = setting(10_000, "--engine ray: rows a worker reads and predicts per task, in whole row "
+                                          "groups (sorted by length within them: fewer means more padding)",
                                   type=positive_int, group="engine")
 
 

@@ -311,15 +311,17 @@ def calibration_section(dev: dict, names: list[str], refitted: dict) -> list[str
     lines = ["### Calibration", "",
              f"Each head's scores are a softmax of its logits divided by a temperature fitted on {on}; ECE (15 "
              f"bins) and Brier score are measured on cross-fitted halves of {on} (the temperature fitted on one "
-             "half, measured on the other, both ways). `--no-calibrate` gives the raw scores.", "",
-             "| head | temperature | ECE before | ECE after | Brier before | Brier after | accuracy |",
-             "|---|---|---|---|---|---|---|"]
+             "half, measured on the other, both ways). \"ECE floor\" is what a perfectly calibrated model with "
+             "these scores would measure on a half: an ECE near it is as small as so few rows can show. "
+             "`--no-calibrate` gives the raw scores.", "",
+             "| head | temperature | ECE before | ECE after | ECE floor | Brier before | Brier after | accuracy |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, c in found.items():
         if c.get("none"):
-            lines.append(f"| `{name}` | none: {c['none']} | | | | | |")
+            lines.append(f"| `{name}` | none: {c['none']} | | | | | | |")
             continue
-        cells = [c.get(k) for k in ("temperature", "ece_before", "ece_after", "brier_before", "brier_after",
-                                    "accuracy")]
+        cells = [c.get(k) for k in ("temperature", "ece_before", "ece_after", "ece_floor", "brier_before",
+                                    "brier_after", "accuracy")]
         lines.append(f"| `{name}` | " + " | ".join("-" if v is None else number(float(v)) for v in cells) + " |")
     return lines + [""]
 

@@ -1,6 +1,7 @@
 """What a score means, kind-independently: a temperature fitted by LBFGS on the negative log
 likelihood of rows of logits, the expected calibration error and Brier score of such rows,
-cross-fitted halves (the temperature measured on data it was not fitted on), and the
+cross-fitted halves (the temperature measured on data it was not fitted on) with the ECE that
+so many rows show even for a calibrated model (`ece_floor`), and the
 risk-coverage table and threshold for a target accuracy over (confidence, correct) pairs.
 
 A row is one decision: its candidates' logits (a softmax over them gives the scores; `-inf`
@@ -108,6 +109,21 @@ def reliability(confidence: np.ndarray, correct: np.ndarray, bins: int = ECE_BIN
             for b in np.unique(which)]
 
 
+def ece_floor(confidence: np.ndarray, rows: int, draws: int = 200, seed: int = 0) -> float:
+    """The ECE a perfectly calibrated model shows on `rows` rows with these confidences: each
+    draw takes `rows` of them and makes each right with probability its confidence; the mean
+    over draws. A measured ECE near it is as good as that many rows can tell."""
+    confidence = np.asarray(confidence, dtype=float)
+    if not len(confidence) or rows < 1:
+        return float("nan")
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(draws):
+        conf = rng.choice(confidence, size=rows)
+        values.append(ece(conf, rng.random(rows) < conf))
+    return float(np.mean(values))
+
+
 def measured(logits: np.ndarray, gold: np.ndarray, temperature: float = 1.0) -> dict:
     """ECE, Brier, accuracy and mean confidence of rows at a temperature."""
     conf, right = confidence_pairs(logits, gold, temperature)
@@ -135,6 +151,7 @@ def cross_fitted(logits: np.ndarray, gold: np.ndarray, seed: int = 0) -> dict:
     out: dict = {"temperature": kept, "rows": int(len(gold))}
     if not before:
         return out
+    calibrated_confidence = confidence_pairs(logits, gold, kept or 1.0)[0]
 
     def mean(items: list[dict], key: str) -> float:
         return round(float(np.mean([i[key] for i in items])), 6)
@@ -143,7 +160,8 @@ def cross_fitted(logits: np.ndarray, gold: np.ndarray, seed: int = 0) -> dict:
                 "brier_before": mean(before, "brier"), "brier_after": mean(after, "brier"),
                 "accuracy": mean(before, "accuracy"), "confidence_before": mean(before, "mean_confidence"),
                 "confidence_after": mean(after, "mean_confidence"),
-                "half_temperatures": temps, "measured_on": "cross-fitted halves"})
+                "half_temperatures": temps, "measured_on": "cross-fitted halves",
+                "ece_floor": round(ece_floor(calibrated_confidence, len(halves[0])), 6)})
     return out
 
 
