@@ -1,8 +1,13 @@
 """Training in bf16 against fp32 on this machine: the same command, `--precision fp32` and
-`--precision bf16`, one epoch each, for classify (SST-2, the first N training sentences) and tag
-(CoNLL-2003, the first N training sentences), on the embedded default checkpoint.
+`--precision bf16`, one epoch each, for classify (SST-2, the first N training sentences), tag
+(CoNLL-2003, the first N training sentences) and qa (the first N questions of SQuAD's
+train-split.json, dev: the first `--qa-dev` of eval-split.json), on the embedded default checkpoint.
 
     .venv/bin/python bench/precision_train.py --kinds classify,tag --classify-limit 8000 --tag-limit 4000
+    .venv/bin/python bench/precision_train.py --kinds classify,qa --attention-dropout default,0   # each both ways
+
+`--attention-dropout default,0` runs every precision with the checkpoint's attention dropout and
+with `--attention-dropout 0` (the fused attention kernels), rows side by side.
 
 Each run is the whole `bertheads train` command, timed from start to exit; the loop's own rate
 (`train_examples_per_second` of metrics.json, evaluation left out) and the dev metric are read
@@ -30,12 +35,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import OUT, cpu_line, median, require_data, save_json  # noqa: E402
 
-MAIN_METRIC = {"classify": "accuracy", "tag": "f1"}
+MAIN_METRIC = {"classify": "accuracy", "tag": "f1", "qa": "f1"}  # qa's in percent, the others' fractions
 
 
-def subset(kind: str, limit: int) -> tuple[Path, Path]:
+def squad_subset(source: Path, questions: int, out: Path) -> Path:
+    """The first `questions` questions of a SQuAD file (whole paragraphs' contexts kept)."""
+    data = json.loads(source.read_text(encoding="utf-8"))
+    left, articles = questions, []
+    for article in data["data"]:
+        paragraphs = []
+        for paragraph in article["paragraphs"]:
+            if left <= 0:
+                break
+            qas = paragraph["qas"][:left]
+            left -= len(qas)
+            paragraphs.append({**paragraph, "qas": qas})
+        if paragraphs:
+            articles.append({**article, "paragraphs": paragraphs})
+    out.write_text(json.dumps({**data, "data": articles}), encoding="utf-8")
+    return out
+
+
+def subset(kind: str, limit: int, qa_dev: int = 500) -> tuple[Path, Path]:
     """The first `limit` training examples of the kind's data, written under bench/out, and its dev file."""
     OUT.mkdir(parents=True, exist_ok=True)
+    if kind == "qa":
+        return (squad_subset(require_data("squad", "train-split.json"), limit, OUT / f"squad-train-{limit}.json"),
+                squad_subset(require_data("squad", "eval-split.json"), qa_dev, OUT / f"squad-eval-{qa_dev}.json"))
     if kind == "classify":
         lines = require_data("sst2", "train.tsv").read_text(encoding="utf-8").splitlines()
         path = OUT / f"sst2-train-{limit}.tsv"
@@ -47,10 +73,12 @@ def subset(kind: str, limit: int) -> tuple[Path, Path]:
     return path, require_data("conll2003", "dev.txt")
 
 
-def train_once(kind: str, train: Path, dev: Path, precision: str, out: Path, batch: int) -> dict:
+def train_once(kind: str, train: Path, dev: Path, precision: str, out: Path, batch: int,
+               attention_dropout: str = "default") -> dict:
     command = [sys.executable, "-m", "bertheads", "train", kind, "--model", "default", "--train", str(train),
                "--dev", str(dev), "--epochs", "1", "--batch-size", str(batch), "--mode", "finetune", "--seed", "42",
-               "--precision", precision, "--out", str(out), "--overwrite", "-q"]
+               "--precision", precision, "--out", str(out), "--overwrite", "-q",
+               *([] if attention_dropout == "default" else ["--attention-dropout", attention_dropout])]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -86,28 +114,40 @@ def trainer_once(kind: str, train: Path, dev: Path, bf16: bool, batch: int) -> d
             "train_examples_per_second": round(record["train_examples_per_second"], 1)}
 
 
+def side_name(precision: str, attention_dropout: str) -> str:
+    return precision if attention_dropout == "default" else f"{precision}, attention dropout {attention_dropout}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", default="classify,tag")
     parser.add_argument("--classify-limit", type=int, default=8000)
     parser.add_argument("--tag-limit", type=int, default=4000)
+    parser.add_argument("--qa-limit", type=int, default=400, help="qa: training questions")
+    parser.add_argument("--qa-dev", type=int, default=500, help="qa: dev questions (eval-split.json's first)")
+    parser.add_argument("--attention-dropout", default="default",
+                        help="comma-separated: default (the checkpoint's) and/or values for --attention-dropout")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--trainer", action="store_true", help="the Trainer fp32 and bf16 on the same rows too")
     args = parser.parse_args()
     result: dict = {"machine": cpu_line(), "command": " ".join(sys.argv), "load_average_start": os.getloadavg(),
                     "kinds": {}}
+    dropouts = args.attention_dropout.split(",")
     for kind in args.kinds.split(","):
-        limit = args.classify_limit if kind == "classify" else args.tag_limit
-        train, dev = subset(kind, limit)
-        runs: dict[str, list[dict]] = {"fp32": [], "bf16": []}
+        limit = {"classify": args.classify_limit, "tag": args.tag_limit, "qa": args.qa_limit}[kind]
+        train, dev = subset(kind, limit, args.qa_dev)
+        sides = [(p, d) for p in ("fp32", "bf16") for d in dropouts]
+        runs: dict[str, list[dict]] = {side_name(p, d): [] for p, d in sides}
         for r in range(args.repeats):
-            for precision in (("fp32", "bf16") if r % 2 == 0 else ("bf16", "fp32")):
-                got = train_once(kind, train, dev, precision, OUT / f"precision-{kind}-{precision}", args.batch_size)
-                print(f"[{time.strftime('%H:%M:%S')}] {kind} {precision}: {got}", file=sys.stderr, flush=True)
-                runs[precision].append(got)
+            for precision, dropout in (sides if r % 2 == 0 else sides[::-1]):
+                name = side_name(precision, dropout)
+                got = train_once(kind, train, dev, precision, OUT / f"precision-{kind}-{precision}-{dropout}",
+                                 args.batch_size, dropout)
+                print(f"[{time.strftime('%H:%M:%S')}] {kind} {name}: {got}", file=sys.stderr, flush=True)
+                runs[name].append(got)
         entry = {"examples": limit, "runs": runs}
-        if args.trainer:
+        if args.trainer and kind != "qa":  # (no Trainer side for qa here)
             entry["trainer"] = {p: [] for p in ("fp32", "bf16")}
             for r in range(args.repeats):
                 for precision in (("fp32", "bf16") if r % 2 == 0 else ("bf16", "fp32")):
@@ -124,7 +164,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for kind, entry in result["kinds"].items():
         ok = {p: [r for r in rs if "refused" not in r] for p, rs in entry["runs"].items()}
-        base = ok["fp32"]
+        base = ok[side_name("fp32", dropouts[0])]
         for precision, rows in ok.items():
             if not rows:
                 print(f"| {kind} ({entry['examples']}) | {precision} | refused: {entry['runs'][precision][0]['refused']} "
@@ -136,7 +176,7 @@ def main() -> None:
             ratio = rate / median([r["train_examples_per_second"] for r in base]) if base else float("nan")
             wall_ratio = median([r["command_seconds"] for r in base]) / wall if base else float("nan")
             print(f"| {kind} ({entry['examples']}) | {precision} | {rate:.1f} | {wall:.0f} | "
-                  f"{rows[0]['metric']} {value * 100:.2f} | {ratio:.2f}x | {wall_ratio:.2f}x |")
+                  f"{rows[0]['metric']} {value * (1 if kind == 'qa' else 100):.2f} | {ratio:.2f}x | {wall_ratio:.2f}x |")
         for precision, rows in entry.get("trainer", {}).items():
             rate = median([r["train_examples_per_second"] for r in rows])
             base_rate = median([r["train_examples_per_second"] for r in entry["trainer"]["fp32"]])

@@ -78,3 +78,22 @@ def test_what_contrastive_mode_refuses_is_one_line(tiny_bert, write, tmp_path, c
         err = capsys.readouterr().err.strip().splitlines()
         assert err[-1] == f"bertheads: error: {line}"
         assert not (tmp_path / "x").exists()
+
+
+def test_attention_dropout_setting_reaches_both_training_loops(tiny_bert, sentences, tmp_path, monkeypatch):
+    """`attention_dropout` is applied where the encoder trains (the pair loop, the head's loop)
+    and recorded with the run's settings."""
+    seen = []
+    real = Encoder.set_attention_dropout
+
+    def spy(self, p):
+        seen.append((p, real(self, p)))
+        return seen[-1][1]
+
+    monkeypatch.setattr(Encoder, "set_attention_dropout", spy)
+    settings = bertheads.TrainSettings(epochs=1, batch_size=4, progress=False, pairs=8, attention_dropout=0.0)
+    for mode in ("contrastive", "finetune"):  # (after the pairs the head trains on the frozen encoder: not set)
+        seen.clear()
+        bertheads.train("classify", sentences, sentences, tmp_path / mode, model=tiny_bert, settings=settings, mode=mode)
+        assert seen == [(0.0, 2)]  # tiny_bert's two layers' attention
+        assert "attention_dropout: 0.0" in (tmp_path / mode / "config.yaml").read_text()

@@ -240,6 +240,38 @@ def test_first_token_graph(family, tmp_path):
     np.testing.assert_allclose(np.stack(b), np.stack(a), atol=1e-4, rtol=0)
 
 
+def test_attention_dropout_setting_reaches_every_familys_attention(family_run):
+    """`attention_dropout` sets the dropout each family's attention reads in a training pass
+    (two passes differ with it, are equal without it, other dropout off), and None gives the
+    checkpoint's own back."""
+    family, source, _, _, _ = family_run
+    encoder = Encoder.load(source)
+    layers = encoder.config.num_hidden_layers if hasattr(encoder.config, "num_hidden_layers") else encoder.config.n_layers
+    assert encoder.set_attention_dropout(None) == layers  # one attention module a layer, the checkpoint's value kept
+    own = [m._checkpoint_attention_dropout for m in encoder.model.modules() if "_checkpoint_attention_dropout" in m.__dict__]
+    for module in encoder.model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    enc = encoder.tokenizer(TEXTS, padding=True, return_tensors="pt")
+    args = (enc["input_ids"], enc["attention_mask"], enc.get("token_type_ids"))
+    encoder.train()
+
+    def two_passes():
+        torch.manual_seed(0)
+        first = encoder(*args)
+        return first, encoder(*args)
+
+    encoder.set_attention_dropout(0.5)
+    a, b = two_passes()
+    assert not torch.allclose(a, b)
+    encoder.set_attention_dropout(0.0)
+    a, b = two_passes()
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    encoder.set_attention_dropout(None)
+    assert [m._checkpoint_attention_dropout for m in encoder.model.modules()
+            if "_checkpoint_attention_dropout" in m.__dict__] == own
+
+
 def test_families_doc_is_current():
     """docs/families.md is the matrix's table (regenerate: python tests/families_matrix.py > docs/families.md)."""
     path = Path(__file__).resolve().parent.parent / "docs" / "families.md"

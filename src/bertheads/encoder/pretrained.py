@@ -72,6 +72,11 @@ def resolve_model(name_or_path: str) -> str:
     return name_or_path
 
 
+# Where each family's attention modules keep their dropout on the attention weights, by the
+# module class's name: BERT, RoBERTa, ELECTRA, DeBERTa, DistilBERT (an `nn.Dropout` they read
+# as `.dropout.p` in every pass), ModernBERT (a float `attention_dropout`).
+ATTENTION_DROPOUT = (("SelfAttention", "dropout"), ("CrossAttention", "dropout"), ("Attention", "attention_dropout"))
+
 # Never run code a checkpoint ships: passed to every transformers `from_pretrained`.
 NO_REMOTE_CODE = {"trust_remote_code": False}
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -411,6 +416,28 @@ class Encoder(nn.Module):
                 return {}
             directory = Path(found).parent
         return read_checkpoint_tensors(directory, prefix) if directory.is_dir() else {}
+
+    def set_attention_dropout(self, p: float | None) -> int:
+        """Dropout on the attention weights while training: `p`, or the checkpoint's own (None).
+        The modules read it at each forward pass; returns how many were set."""
+        count = 0
+        for module in self.model.modules():
+            for suffix, attribute in ATTENTION_DROPOUT:
+                if not type(module).__name__.endswith(suffix) or not hasattr(module, attribute):
+                    continue
+                holder = getattr(module, attribute)
+                current = holder.p if isinstance(holder, nn.Dropout) else holder
+                if not isinstance(current, (int, float)):
+                    continue
+                own = module.__dict__.setdefault("_checkpoint_attention_dropout", float(current))
+                value = own if p is None else float(p)
+                if isinstance(holder, nn.Dropout):
+                    holder.p = value
+                else:
+                    setattr(module, attribute, value)
+                count += 1
+                break
+        return count
 
     def declared_pooling(self) -> str | None:
         """The pooling the checkpoint declares for whole-input vectors (a sentence-transformers

@@ -99,6 +99,7 @@ def tune_encoder(net, data: list, settings: TrainSettings) -> dict:
     torch.manual_seed(settings.seed)
     encoder.to(device)
     encoder.requires_grad_(True)
+    encoder.set_attention_dropout(settings.attention_dropout)
     encoder.train()
     steps = math.ceil(len(pairs) / PAIR_BATCH)
     fused = True if device.type in ("cpu", "cuda") else None  # (as `training.loop.set_up`)

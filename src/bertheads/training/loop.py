@@ -195,6 +195,8 @@ def set_up(model: BertHeads, data: list[TaskData], settings: TrainSettings) -> R
     frozen = all(d.cached is not None for d in data)
     if frozen:
         model.encoder.requires_grad_(False)
+    else:  # (a frozen encoder runs in eval mode, or not at all: its states come from the cache)
+        model.encoder.set_attention_dropout(settings.attention_dropout)
     model.to(accelerator.device)
     steps_per_epoch = len(plan_epoch(data, settings, 0, rank, world))
     total_steps = max(1, steps_per_epoch * settings.epochs)
