@@ -1,8 +1,10 @@
 """Engines benchmark: the same model over the same SST-2 sentences (a Parquet file) as a single
 process (`Model.predict`), pandas chunks through `BatchPredictor`, `torchrun` 2 ranks (`predict`
 sharded by chunk, JSON lines out), Ray Data (`predict --engine ray`, 2 workers) and Spark `local[2]` (`spark_udf`, mapInArrow): rows/s, the job's peak memory
-(the summed RSS of the process and everything it started, sampled every 0.2 s) and whether each
-engine's labels and scores equal `Model.predict`'s (to 1e-5).
+(the summed RSS of the process and everything it started, sampled every 0.2 s), the CPU seconds
+of each kind of process it started (by name: the JVM, Python workers, Ray's daemons) and the
+core-seconds the machine sat idle, and whether each engine's labels and scores equal
+`Model.predict`'s (to 1e-5).
 
     python bench/engines.py --rows 5000                   # every mode, each in a fresh process
     python bench/engines.py --rows 5000 --modes single,ray
@@ -233,11 +235,14 @@ def main() -> None:
         print(json.dumps(record), flush=True)
     base = results[0]["rows_per_s"]
     print(f"\n{args.rows:,} rows; {cpu_line()}\n")
-    print("| mode | seconds | rows/s | vs single | peak memory (MiB) | labels equal | max score diff |")
-    print("|---|---|---|---|---|---|---|")
+    print("| mode | seconds | rows/s | vs single | CPU seconds by process | idle core-s | peak memory (MiB) | "
+          "labels equal | max score diff |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['mode']} | {r['seconds']:.1f} | {r['rows_per_s']:.0f} | {r['rows_per_s'] / base:.2f} | "
-              f"{r['peak_mib']:.0f} | {r['labels_equal']}/{args.rows} | {r['max_score_diff']:.1e} |")
+        cpu = ", ".join(f"{k} {v:.1f}" for k, v in r.get("cpu_s", {}).items() if not k.endswith("processes") and v >= 1)
+        print(f"| {r['mode']} | {r['seconds']:.1f} | {r['rows_per_s']:.0f} | {r['rows_per_s'] / base:.2f} | {cpu} | "
+              f"{r.get('idle_core_s', float('nan')):.1f} | {r['peak_mib']:.0f} | {r['labels_equal']}/{args.rows} | "
+              f"{r['max_score_diff']:.1e} |")
     save_json("engines", {"rows": args.rows, "results": results, "machine": cpu_line()})
 
 
