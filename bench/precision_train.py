@@ -39,20 +39,10 @@ MAIN_METRIC = {"classify": "accuracy", "tag": "f1", "qa": "f1"}  # qa's in perce
 
 
 def squad_subset(source: Path, questions: int, out: Path) -> Path:
-    """The first `questions` questions of a SQuAD file (whole paragraphs' contexts kept)."""
-    data = json.loads(source.read_text(encoding="utf-8"))
-    left, articles = questions, []
-    for article in data["data"]:
-        paragraphs = []
-        for paragraph in article["paragraphs"]:
-            if left <= 0:
-                break
-            qas = paragraph["qas"][:left]
-            left -= len(qas)
-            paragraphs.append({**paragraph, "qas": qas})
-        if paragraphs:
-            articles.append({**article, "paragraphs": paragraphs})
-    out.write_text(json.dumps({**data, "data": articles}), encoding="utf-8")
+    """The first `questions` questions of a SQuAD file, with their passages."""
+    from small_data_tasks import read_squad, write_squad
+
+    write_squad(read_squad(source)[:questions], out)
     return out
 
 
