@@ -43,7 +43,7 @@ def test_audit_finds_planted_label_errors(default_model_dir, write, tmp_path):
     assert len(top & flipped) >= 5, result.ranking[:8]
     issues = [json.loads(line) for line in (out / "issues.jsonl").read_text().splitlines()]
     assert issues and all(r["flagged"] for r in issues)
-    assert {r["row"] for r in issues} >= flipped - {min(flipped - top, default=-1)}
+    assert len({r["row"] for r in issues} & flipped) >= len(flipped) - 1  # cleanlab flags all but one at most
     first = issues[0]
     # where the row is: the file and its line (header on line 1), its text, both labels and probabilities
     assert first["file"] == train and first["line"] == first["row"] + 2
@@ -175,3 +175,30 @@ def test_side_by_side_fold_heads_learn_only_outside_their_fold():
     FoldLoss(Task()).loss(heads(states[:2], only_fold_0), only_fold_0).backward()
     assert heads.folds[0].weight.grad is None or not heads.folds[0].weight.grad.any()
     assert heads.folds[1].weight.grad.abs().sum() > 0
+
+
+def test_each_side_by_side_head_takes_the_steps_of_its_own_run(tiny_bert, tmp_path):
+    """A joint batch holds batch_size * k/(k-1) rows: each head sees batches of batch_size rows
+    outside its fold and takes as many steps as training alone on its 3/4 of 40 rows would."""
+    rows = [{"text": f"text {i}", "label": "yes" if i % 2 else "no"} for i in range(40)]
+    result = bertheads.audit("classify", rows, model=tiny_bert, mode="features", folds=4, epochs=2, batch_size=8,
+                             cache_dir=str(tmp_path / "cache"), progress=False)
+    alone = 2 * -(-30 // 8)  # 2 epochs of 30 rows in batches of 8
+    assert result.summary["fold_steps"] == [alone] * 4  # (joint batches of 8 rows would take 2 * 5)
+
+
+def test_a_warm_features_audit_reads_no_encoder_weights(tiny_bert, tmp_path, monkeypatch):
+    """With the cache warm, the checkpoint's remembered hash names the cache entry: the
+    weights never load (as in `train --mode features`)."""
+    from bertheads.encoder import pretrained
+
+    rows = [{"text": f"text {i}", "label": "yes" if i % 2 else "no"} for i in range(12)]
+    options = dict(model=tiny_bert, mode="features", folds=2, epochs=1, cache_dir=str(tmp_path / "cache"),
+                   progress=False)
+    bertheads.audit("classify", rows, **options)  # fills the cache
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the encoder's weights were loaded")
+
+    monkeypatch.setattr(pretrained, "load_encoder_model", refuse)
+    assert len(bertheads.audit("classify", rows, **options).ranking) == 12

@@ -29,6 +29,7 @@ from bertheads.compute.runner import run_heads
 from bertheads.encoder.pretrained import Encoder
 from bertheads.model import BertHeads
 from bertheads.store.atomic import atomic_directory
+from bertheads.store.encoder_refs import cache_root, reference
 from bertheads.store.features_cache import CachedDev
 from bertheads.tasks.parts import Disputes
 from bertheads.text.readers import source_name
@@ -127,6 +128,7 @@ class OutOfFold:
     folds: np.ndarray
     fold_metrics: list
     seconds: float
+    fold_steps: list[int] = dataclasses.field(default_factory=list)  # each head's optimizer steps
 
 
 def fold_numbers(count: int, folds: int, seed: int) -> np.ndarray:
@@ -167,6 +169,9 @@ def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit:
     dev = task.read(t.dev, need_labels=True) if t.dev else None
     whole = TaskData(t.name, task, features, dev, t.dev)
     if frozen:
+        # the frozen checkpoint's hash is the remembered one (as `train` keeps it): its weights
+        # need not load to name the cache entry
+        encoder.reference = reference(encoder, model, cache_root(options.get("cache_dir")))
         attach_cache(BertHeads(encoder, {t.name: task}), [whole], options, model, t.train, progress=settings.progress)
     numbers = fold_numbers(len(examples), audit.folds, settings.seed)
     feature_fold = numbers[np.asarray(owner)]
@@ -177,9 +182,10 @@ def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit:
     else:
         fold_runs = one_fold_at_a_time(t.name, task, encoder, whole, held, fold_settings)
     outputs: list = [None] * len(examples)
-    fold_metrics = []
-    for fold, (fold_task, runner, metrics) in enumerate(fold_runs):
+    fold_metrics, fold_steps = [], []
+    for fold, (fold_task, runner, metrics, steps) in enumerate(fold_runs):
         fold_metrics.append(metrics)
+        fold_steps.append(steps)
         held_examples = sorted({owner[i] for i in held[fold]})
         local = {k: j for j, k in enumerate(held_examples)}
         held_features = [features[i] for i in held[fold]]
@@ -191,12 +197,12 @@ def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit:
         merged = fold_task.collect(raw, held_owner, [examples[k] for k in held_examples], held_features)
         for k, out in zip(held_examples, merged):
             outputs[k] = out
-    return OutOfFold(task, examples, outputs, numbers, fold_metrics, time.perf_counter() - started)
+    return OutOfFold(task, examples, outputs, numbers, fold_metrics, time.perf_counter() - started, fold_steps)
 
 
 def one_fold_at_a_time(name: str, task, encoder, whole: TaskData, held: list[list[int]], settings: TrainSettings):
     """Fine-tuning: per fold (the encoder put back to the checkpoint's weights first), a fresh
-    head and the encoder trained on the other folds; yields (task, the net, dev metrics)."""
+    head and the encoder trained on the other folds; yields (task, the net, dev metrics, steps)."""
     start = {k: v.detach().clone() for k, v in encoder.model.state_dict().items()}
     for fold, held_idx in enumerate(held):
         log.info(f"audit: fold {fold + 1}/{len(held)}")
@@ -207,8 +213,9 @@ def one_fold_at_a_time(name: str, task, encoder, whole: TaskData, held: list[lis
         net = BertHeads(encoder, {name: fold_task})
         data = TaskData(name, fold_task, [whole.train_features[i] for i in train_idx], whole.dev_examples,
                         whole.dev_path)
-        result = fit(net, [data], settings, None, evaluate_task)
-        yield fold_task, net, plain(result.get("dev", {}).get(name, {}))
+        steps = []
+        result = fit(net, [data], settings, None, evaluate_task, on_step=lambda step, _loss, seen=steps: seen.append(step))
+        yield fold_task, net, plain(result.get("dev", {}).get(name, {})), len(steps)
         del net
     encoder.model.load_state_dict(start)
 
@@ -217,7 +224,7 @@ def joint_folds(name: str, task, encoder, whole: TaskData, feature_fold: np.ndar
                 settings: TrainSettings):
     """Features mode: the k heads trained side by side in one pass over the cached states
     (`FoldHeads`; the gradients of all k are clipped together, to the norm times sqrt(k));
-    then per fold (task, its head, dev metrics)."""
+    then per fold (task, its head, dev metrics, steps)."""
     log.info(f"audit: {folds} heads side by side on the cached states")
     heads = FoldHeads([copy.deepcopy(task.head) for _ in range(folds)])  # the same fresh head each fold
     joint = FoldLoss(task)
@@ -227,14 +234,18 @@ def joint_folds(name: str, task, encoder, whole: TaskData, feature_fold: np.ndar
     data = TaskData(name, joint, whole.train_features, None, None,
                     cached=FoldCache(whole.cached, every, whole.train_features, feature_fold))
     settings = fixed_recipe(settings, [whole])  # (what a fold run would settle from the task's kind)
-    fit(net, [data], dataclasses.replace(settings, max_grad_norm=settings.max_grad_norm * folds ** 0.5), None,
-        evaluate_task)
+    # head j learns from the (k-1)/k of each batch outside fold j: batches of batch_size * k/(k-1)
+    # rows give each head the batch size, and the number of steps, of its own run
+    batch = max(settings.batch_size, round(settings.batch_size * folds / (folds - 1)))
+    steps = []
+    fit(net, [data], dataclasses.replace(settings, batch_size=batch, max_grad_norm=settings.max_grad_norm * folds ** 0.5),
+        None, evaluate_task, on_step=lambda step, _loss: steps.append(step))
     for head in heads.folds:
         fold_task = copy.deepcopy(task, {id(task.head): head})  # its own spec (a dev set fits its temperature)
         metrics = {}
         if whole.dev_cached is not None:
             metrics = plain(evaluate_cached(fold_task, head, whole.dev_cached, whole.dev_examples, whole.dev_path))
-        yield fold_task, head, metrics
+        yield fold_task, head, metrics, len(steps)
 
 
 # -- ranking --------------------------------------------------------------------------------
@@ -370,7 +381,7 @@ def audit_task(config: MultiConfig, out: str | Path | None, model: str = "defaul
         "noise_rate": ranking.noise, "out_of_fold_agreement": accuracy,
         "classes": {n: int(c) for n, c in class_counts(disputes).items()},
         "top": [{k: r[k] for k in r if k not in ("flagged",)} for r in issues[:audit.top]],
-        "fold_dev": oof.fold_metrics, "seconds": round(oof.seconds, 2),
+        "fold_dev": oof.fold_metrics, "fold_steps": oof.fold_steps, "seconds": round(oof.seconds, 2),
         "ranking": "cleanlab find_label_issues (prune by noise rate), ranked by self-confidence"
                    if disputes.probs is not None else f"the {t.kind} kind's own score",
         "settings": plain({"model": model, "audit": dataclasses.asdict(audit),
