@@ -32,7 +32,8 @@ Arms (`ARMS`; an arm a task cannot take is skipped, said once with why):
   epochs), `feat`
   (`--mode features`, batch 8, the same budget), `feat32` (`--mode features`, batch 32, 3
   epochs), `contrastive` (single-text classify: the encoder tuned on pairs of examples as
-  SetFit does, then the head as `feat` trains it).
+  SetFit does, then the head as `feat` trains it), `pairs5k` (the same with 5,000 pairs, a
+  quarter of SetFit's count at 200 rows).
 - `trainer`: transformers' Trainer at its defaults (batch 8, 3 epochs, lr 5e-5, no warm-up, no
   weight decay, fp32, the last epoch) on the same checkpoint, by bench/gpu_sides.py's Trainer
   side of the kind (max length 128; qa: run_qa's windows of 384 tokens, stride 128).
@@ -153,6 +154,9 @@ ARMS = {
     "contrastive": Arm(recipe=Recipe(None, "contrastive", 8, **BUDGET), kinds=("classify",), pairs=False,
                        why={"kinds": "contrastive mode pairs labelled texts", "pairs": "contrastive mode pairs "
                             "single labelled texts: bertheads refuses text pairs"}),
+    "pairs5k": Arm(recipe=Recipe(None, "contrastive", 8, **BUDGET), settings={"pairs": 5000}, kinds=("classify",),
+                   pairs=False, why={"kinds": "contrastive mode pairs labelled texts", "pairs": "contrastive mode "
+                                     "pairs single labelled texts: bertheads refuses text pairs"}),
     "trainer": Arm(peer="trainer"),
     "setfit": Arm(peer="setfit", kinds=("classify",), pairs=False, up_to=200,
                   why={"kinds": "SetFit classifies texts", "pairs": "SetFit embeds one text per input",

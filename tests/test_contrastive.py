@@ -13,6 +13,7 @@ from bertheads.base.errors import UserError
 from bertheads.cli.main import main
 from bertheads.encoder.pretrained import Encoder
 from bertheads.training.contrastive import make_pairs
+from bertheads.training.settings import MOST_PAIRS
 
 
 def test_pairs_are_balanced_seeded_and_pair_by_a_label_in_common():
@@ -26,6 +27,10 @@ def test_pairs_are_balanced_seeded_and_pair_by_a_label_in_common():
     assert len({(i, j) for i, j, y in pairs if y == 0.0}) == 24  # the rarer sort repeated, none left out
     assert make_pairs(groups, seed=0) == pairs and make_pairs(groups, seed=1) != pairs
     assert len(make_pairs(groups, seed=0, most=10)) == 10
+    # the default cap: 200 texts of two labels make about 20,000 pairs, of which half each sort are taken
+    many = make_pairs([frozenset({i % 2}) for i in range(200)], seed=0)
+    assert len(many) == MOST_PAIRS and sum(y for *_, y in many) == MOST_PAIRS // 2
+    assert len({(i, j) for i, j, _ in many}) == MOST_PAIRS  # distinct pairs drawn, none repeated
     # multi-label: a label in common makes a pair alike
     shared = make_pairs([frozenset({0, 1}), frozenset({1}), frozenset({2})], seed=0)
     assert {(i, j, y) for i, j, y in shared} == {(0, 0, 1.0), (1, 1, 1.0), (2, 2, 1.0), (0, 1, 1.0),

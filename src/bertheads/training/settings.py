@@ -31,7 +31,9 @@ FINETUNE_LR = 5e-5  # the learning rate when the encoder learns too
 FEATURES_LR = 1e-3  # ... and when only heads learn, on a frozen encoder's cached states
 MODES = ("finetune", "features", "contrastive")
 FROZEN_HEAD_MODES = ("features", "contrastive")  # the modes whose heads train alone on cached encoder states
-MOST_PAIRS = 25_000  # --mode contrastive: the default number of pairs at most (SetFit's count at 220 examples)
+# --mode contrastive: the default number of pairs at most (SetFit's count at 100 examples; at 200,
+# a quarter of SetFit's 20,000 tuned as well in a quarter of the time: docs/little-data.md)
+MOST_PAIRS = 5_000
 AUTO = "auto"  # a setting left to the recipe for the data's size (`tasks/recipes.py`)
 # a head option whose Python name differs from its spec field's
 SPEC_FIELD = {"layer_combine": "combine"}
