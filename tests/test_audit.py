@@ -185,6 +185,9 @@ def test_each_side_by_side_head_takes_the_steps_of_its_own_run(tiny_bert, tmp_pa
                              cache_dir=str(tmp_path / "cache"), progress=False)
     alone = 2 * -(-30 // 8)  # 2 epochs of 30 rows in batches of 8
     assert result.summary["fold_steps"] == [alone] * 4  # (joint batches of 8 rows would take 2 * 5)
+    tuned = bertheads.audit("classify", rows, model=tiny_bert, mode="finetune", folds=2, epochs=1, batch_size=8,
+                            progress=False)
+    assert tuned.summary["fold_steps"] == [3, 3]  # each fold's own run: 20 rows in batches of 8
 
 
 def test_a_warm_features_audit_reads_no_encoder_weights(tiny_bert, tmp_path, monkeypatch):

@@ -213,9 +213,8 @@ def one_fold_at_a_time(name: str, task, encoder, whole: TaskData, held: list[lis
         net = BertHeads(encoder, {name: fold_task})
         data = TaskData(name, fold_task, [whole.train_features[i] for i in train_idx], whole.dev_examples,
                         whole.dev_path)
-        steps = []
-        result = fit(net, [data], settings, None, evaluate_task, on_step=lambda step, _loss, seen=steps: seen.append(step))
-        yield fold_task, net, plain(result.get("dev", {}).get(name, {})), len(steps)
+        result = fit(net, [data], settings, None, evaluate_task)
+        yield fold_task, net, plain(result.get("dev", {}).get(name, {})), steps_taken(result)
         del net
     encoder.model.load_state_dict(start)
 
@@ -237,15 +236,19 @@ def joint_folds(name: str, task, encoder, whole: TaskData, feature_fold: np.ndar
     # head j learns from the (k-1)/k of each batch outside fold j: batches of batch_size * k/(k-1)
     # rows give each head the batch size, and the number of steps, of its own run
     batch = max(settings.batch_size, round(settings.batch_size * folds / (folds - 1)))
-    steps = []
-    fit(net, [data], dataclasses.replace(settings, batch_size=batch, max_grad_norm=settings.max_grad_norm * folds ** 0.5),
-        None, evaluate_task, on_step=lambda step, _loss: steps.append(step))
+    result = fit(net, [data], dataclasses.replace(settings, batch_size=batch,
+                                                  max_grad_norm=settings.max_grad_norm * folds ** 0.5), None, evaluate_task)
     for head in heads.folds:
         fold_task = copy.deepcopy(task, {id(task.head): head})  # its own spec (a dev set fits its temperature)
         metrics = {}
         if whole.dev_cached is not None:
             metrics = plain(evaluate_cached(fold_task, head, whole.dev_cached, whole.dev_examples, whole.dev_path))
-        yield fold_task, head, metrics, len(steps)
+        yield fold_task, head, metrics, steps_taken(result)
+
+
+def steps_taken(result: dict) -> int:
+    """The optimizer steps a `fit` run took (its last epoch's record)."""
+    return int(((result.get("history") or [{}])[-1]).get("step", 0))
 
 
 # -- ranking --------------------------------------------------------------------------------
