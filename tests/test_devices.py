@@ -430,3 +430,45 @@ def test_to_device_moves_dicts_lists_and_tensors():
     moved = to_device(batch, cpu)
     assert set(moved) == {"input_ids", "states"} and isinstance(moved["states"], list)
     assert torch.equal(moved["states"][1], batch["states"][1]) and moved["input_ids"].device == cpu
+
+
+def first_pass_slow(run_batch, slow):
+    """`BertHeads.run_batch` as a runtime that prepares kernels per batch shape (OpenVINO's way):
+    a long pause the first time the `slow` dtype meets a shape, none after; every other dtype a
+    short pause each batch."""
+    import time
+
+    seen: set = set()
+
+    def run(self, features, rows, heads, with_loss=False):
+        if self.inference_dtype == slow:
+            shape = (len(features), max(len(f["input_ids"]) for f in features))
+            if shape not in seen:
+                seen.add(shape)
+                time.sleep(0.08)
+        else:
+            time.sleep(0.02)
+        return run_batch(self, features, rows, heads, with_loss)
+
+    return run
+
+
+def test_the_gate_times_the_second_pass_so_a_mode_that_warms_up_per_shape_still_wins(trained_dir, tmp_path,
+                                                                                      monkeypatch):
+    """A mode slow on its first pass over the gate's inputs and fast after it (kernels prepared
+    per batch shape) is timed at the speed it keeps, and `auto` takes it."""
+    import shutil
+
+    import bertheads
+    from bertheads.export import gate
+    from bertheads.model import BertHeads
+
+    target = tmp_path / "model"
+    shutil.copytree(trained_dir, target)
+    monkeypatch.setenv("BERTHEADS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(BertHeads, "run_batch", first_pass_slow(BertHeads.run_batch, torch.bfloat16))
+    with pretend(TORCH_ONLY_AMX):
+        auto = bertheads.load(target)
+        record = gate.read_records(target)["torch/bf16"]
+    assert auto.mode.key == "torch/bf16"  # timed on its first pass it would lose: 0.08 s a batch against 0.02
+    assert record["inputs_per_s"] > 1.5 * record["fp32_inputs_per_s"]
