@@ -4,6 +4,7 @@ classify on the first N SST-2 training sentences, one epoch, no dev file and no 
 profile is the loop. Prints each precision's operators by self CPU time, with their share.
 
     .venv/bin/python bench/profile_train.py --limit 512 --batch-size 32 --precisions fp32,bf16
+    .venv/bin/python bench/profile_train.py --precisions bf16 --threads 2 --by-shape   # the products' shapes
 
 Results: bench/out/profile-train.json and Markdown tables with the CPU line. Runs on one thread
 by default (`--threads`), so the shares do not depend on how busy the second core is.
@@ -30,6 +31,8 @@ def main() -> None:
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--by-shape", action="store_true",
+                        help="also the matrix products and copies by input shape (slower to profile)")
     args = parser.parse_args()
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -48,13 +51,20 @@ def main() -> None:
     for precision in args.precisions.split(","):
         bertheads.train("classify", str(train), None, None, precision=precision, **{**options, "limit": 64})  # warm-up
         start = time.perf_counter()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=args.by_shape) as prof:
             model = bertheads.train("classify", str(train), None, None, precision=precision, **options)
         seconds = time.perf_counter() - start
         events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
         total = sum(e.self_cpu_time_total for e in events)
         top = sorted(events, key=lambda e: -e.self_cpu_time_total)[: args.top]
         rate = model.metrics["history"][-1]["train_examples_per_second"]
+        if args.by_shape:
+            shaped = [e for e in prof.key_averages(group_by_input_shape=True)
+                      if e.key in ("aten::mm", "aten::addmm", "aten::bmm", "aten::copy_")]
+            print(f"\n{precision}, by input shape:")
+            for e in sorted(shaped, key=lambda e: -e.self_cpu_time_total)[: args.top]:
+                print(f"  {e.key} {e.self_cpu_time_total / 1e3:.1f} ms, {e.count} calls, "
+                      f"{e.self_cpu_time_total / e.count:.0f} us a call: {e.input_shapes}")
         result["precisions"][precision] = {
             "seconds": round(seconds, 2), "train_examples_per_second": rate,
             "self_ms_total": round(total / 1e3, 1),

@@ -1,0 +1,114 @@
+"""Where an OpenVINO batch's time goes, on a saved classify model exported to ONNX: SST-2 dev
+through `bertheads.load(..., runtime="openvino", precision=P)`, split into OpenVINO's `infer`,
+our padding and batching, and the rest (tokenizing, decoding); then, on the same batches,
+OpenVINO by itself: one stream against two with an async queue, a static shape against the
+dynamic graph, and our predict at several batch sizes.
+
+    .venv/bin/python bench/openvino_probe.py --model bench/out/precision-classify-fp32-default --precision bf16
+
+Results: Markdown-ready lines on stdout, with the CPU line. Passes: `--passes` after one warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import cpu_line, require_data  # noqa: E402
+
+
+def rates(call, inputs: int, passes: int) -> list[int]:
+    out = []
+    for _ in range(passes):
+        start = time.perf_counter()
+        call()
+        out.append(round(inputs / (time.perf_counter() - start)))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--precision", default="bf16", choices=("fp32", "bf16"))
+    parser.add_argument("--passes", type=int, default=4)
+    args = parser.parse_args()
+    import numpy as np
+    import openvino as ov
+    import torch
+
+    import bertheads
+    from bertheads.export import openvino_runtime
+    from bertheads.text.encoding import encoder_batch
+
+    lines = require_data("sst2", "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    texts = [line.split("\t")[0] for line in lines]
+    model = bertheads.load(args.model, runtime="openvino", precision=args.precision, verbose=False)
+    model.predict(texts)  # every batch shape met once
+    print(f"<!-- {cpu_line()} -->")
+    parts = {"infer": 0.0, "batch": 0.0, "tokens": 0, "padded": 0}
+    batches: list[dict] = []
+    real = openvino_runtime.OpenVinoNet.run_batch
+
+    def timed_batch(self, features, rows, heads, with_loss=False):
+        """`OpenVinoNet.run_batch`, its two parts timed (the same calls)."""
+        t0 = time.perf_counter()
+        batch = encoder_batch(features, self.pad_id, torch.device("cpu"))
+        t1 = time.perf_counter()
+        request = self.request()
+        request.infer({k: batch[k].numpy() for k in self.input_names})
+        parts["batch"] += t1 - t0
+        parts["infer"] += time.perf_counter() - t1
+        parts["tokens"] += sum(len(f["input_ids"]) for f in features)
+        parts["padded"] += batch["input_ids"].numel()
+        batches.append({k: batch[k].numpy() for k in self.input_names})
+        return {name: np.array(request.get_tensor(name).data, dtype=np.float32) for name in heads}, {}
+
+    openvino_runtime.OpenVinoNet.run_batch = timed_batch
+    start = time.perf_counter()
+    model.predict(texts)
+    total = time.perf_counter() - start
+    openvino_runtime.OpenVinoNet.run_batch = real
+    print(f"predict, {len(texts)} sentences: {total * 1e3:.0f} ms ({len(texts) / total:.0f}/s); infer "
+          f"{parts['infer'] * 1e3:.0f} ms ({parts['infer'] / total:.0%}), padding and batching "
+          f"{parts['batch'] * 1e3:.0f} ms, the rest {(total - parts['infer'] - parts['batch']) * 1e3:.0f} ms; "
+          f"{len(batches)} batches, {parts['tokens']} tokens ({parts['padded']} with padding)")
+
+    core = ov.Core()
+    graph = Path(args.model) / "onnx" / "model.onnx"
+    names = list(batches[0])
+    hint = {"INFERENCE_PRECISION_HINT": "bf16" if args.precision == "bf16" else "f32"}
+    one = core.compile_model(core.read_model(str(graph)), "CPU",
+                             {**hint, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": "2"})
+    request = one.create_infer_request()
+    print("OpenVINO alone, one stream, sync:", rates(lambda: [request.infer(b) for b in batches], len(texts),
+                                                     args.passes))
+    two = core.compile_model(core.read_model(str(graph)), "CPU", {**hint, "PERFORMANCE_HINT": "THROUGHPUT",
+                                                                  "NUM_STREAMS": "2", "INFERENCE_NUM_THREADS": "2"})
+    queue = ov.AsyncInferQueue(two, 2)
+
+    def queued() -> None:
+        for b in batches:
+            queue.start_async(b)
+        queue.wait_all()
+
+    print("OpenVINO alone, two streams, async queue:", rates(queued, len(texts), args.passes))
+    rows, length = 64, 32
+    feed = {k: np.ones((rows, length), dtype=batches[0][k].dtype) for k in names}
+    static = core.read_model(str(graph))
+    static.reshape({k: [rows, length] for k in names})
+    for label, compiled in (("dynamic", one), ("static", core.compile_model(static, "CPU", {**hint,
+                            "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": "2"}))):
+        req = compiled.create_infer_request()
+        print(f"{label} graph at {rows}x{length}, tokens/s:", rates(lambda r=req: [r.infer(feed) for _ in range(10)],
+                                                                    rows * length * 10, args.passes))
+    for size in (32, 64, 128, 256):
+        print(f"predict, batch size {size}:", rates(lambda n=size: model.predict(texts, batch_size=n), len(texts),
+                                                    args.passes))
+
+
+if __name__ == "__main__":
+    main()
