@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import OUT, cpu_line, require_data  # noqa: E402
+from common import cpu_line  # noqa: E402
+from precision_train import subset  # noqa: E402
 
 
 def run(variant: str, precision: str, train: str, dev: str) -> None:
@@ -57,15 +58,11 @@ def main() -> None:
     if args.worker:
         run(*args.worker)
         return
-    lines = require_data("sst2", "train.tsv").read_text(encoding="utf-8").splitlines()
-    OUT.mkdir(parents=True, exist_ok=True)
-    train = OUT / f"sst2-train-{args.limit}.tsv"
-    train.write_text("\n".join(lines[: args.limit + 1]) + "\n", encoding="utf-8")
-    dev = str(require_data("sst2", "dev.tsv"))
+    train, dev = subset("classify", args.limit)  # the first N SST-2 training sentences, and SST-2 dev
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     rows = []
     for variant, precision in (("full", "fp32"), ("frozen", "fp32"), ("frozen", "bf16"), ("full", "bf16")):
-        done = subprocess.run([sys.executable, __file__, "--worker", variant, precision, str(train), dev], env=env,
+        done = subprocess.run([sys.executable, __file__, "--worker", variant, precision, str(train), str(dev)], env=env,
                               capture_output=True, text=True, check=True)
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)

@@ -238,12 +238,13 @@ def joint_folds(name: str, task, encoder, whole: TaskData, feature_fold: np.ndar
     batch = max(settings.batch_size, round(settings.batch_size * folds / (folds - 1)))
     result = fit(net, [data], dataclasses.replace(settings, batch_size=batch,
                                                   max_grad_norm=settings.max_grad_norm * folds ** 0.5), None, evaluate_task)
+    steps = steps_taken(result)
     for head in heads.folds:
         fold_task = copy.deepcopy(task, {id(task.head): head})  # its own spec (a dev set fits its temperature)
         metrics = {}
         if whole.dev_cached is not None:
             metrics = plain(evaluate_cached(fold_task, head, whole.dev_cached, whole.dev_examples, whole.dev_path))
-        yield fold_task, head, metrics, steps_taken(result)
+        yield fold_task, head, metrics, steps
 
 
 def steps_taken(result: dict) -> int:
