@@ -96,7 +96,7 @@ def test_hf_export_card(trained, tmp_path):
 
 
 def test_onnx_export_card(trained):
-    meta_json = export_onnx(trained)
+    meta_json = export_onnx(trained, openvino=False)
     readme = trained / "onnx" / "README.md"
     meta = front_matter(readme)
     assert "onnx" in meta["tags"] and meta["pipeline_tag"] == "text-classification"

@@ -215,7 +215,7 @@ def test_export_writes_qdq_and_gates_the_int8_modes(trained_dir):
     from bertheads.export import gate
 
     meta = json.loads((trained_dir / "onnx" / "export.json").read_text())
-    assert set(meta["graphs"]) == {"fp32", "int8", "qdq"} and meta["graphs"]["qdq"]["quantization"]["quantized_ops"]
+    assert set(meta["graphs"]) == {"fp32", "int8", "qdq", "openvino"} and meta["graphs"]["qdq"]["quantization"]["quantized_ops"]
     import onnx
 
     graph = onnx.load(str(trained_dir / "onnx" / "model.qdq.onnx")).graph
@@ -250,6 +250,90 @@ def test_openvino_fp32_matches_torch_with_its_precision_hint_set(trained_dir):
     assert np.allclose([list(s.values()) for s in a], [list(s.values()) for s in b], atol=1e-4)
     int8 = bertheads.load(trained_dir, runtime="openvino", precision="int8")
     assert len(int8.predict(texts)) == 3 and ov.mode.key == "openvino/fp32"
+    assert ov.net.path.name == "model.xml" and int8.net.path.name == "model.qdq.onnx"
+
+
+def test_openvino_runs_the_ir_converted_from_torch_and_an_older_export_without_it(trained_dir, tmp_path):
+    import shutil
+
+    import numpy as np
+
+    import bertheads
+
+    meta = json.loads((trained_dir / "onnx" / "export.json").read_text())
+    ir = meta["graphs"]["openvino"]
+    assert ir["file"] == "model.xml" and (trained_dir / "onnx" / ir["weights"]).stat().st_size > 0
+    assert ir["max_abs_diff_vs_torch"] < 1e-4
+    texts = ["a great film", "an awful film", "dull " * 30, "superb"]
+    want = [list(p["scores"].values()) for p in bertheads.load(trained_dir, runtime="torch", precision="fp32")
+            .predict(texts)]
+    old = tmp_path / "model"  # an export made where openvino was not installed: the ONNX graph runs
+    shutil.copytree(trained_dir, old)
+    del meta["graphs"]["openvino"]
+    (old / "onnx" / "export.json").write_text(json.dumps(meta))
+    for directory, graph in ((trained_dir, "model.xml"), (old, "model.onnx")):
+        ov = bertheads.load(directory, runtime="openvino", precision="fp32")
+        assert ov.net.path.name == graph
+        assert np.allclose([list(p["scores"].values()) for p in ov.predict(texts)], want, atol=1e-4)
+    (trained_dir / "onnx" / "model.bin").rename(tmp_path / "model.bin")
+    try:
+        with pytest.raises(UserError, match=r"model\.bin: missing; run `bertheads export .* --to onnx`$"):
+            bertheads.load(trained_dir, runtime="openvino", precision="fp32")
+    finally:
+        (tmp_path / "model.bin").rename(trained_dir / "onnx" / "model.bin")
+
+
+def test_openvino_runs_short_batches_without_attention_snippets_where_that_was_measured(trained_dir):
+    import numpy as np
+
+    import bertheads
+
+    short, long = ["a great film", "an awful film"], ["lovely " * 60, "dull " * 70]
+    want = {t: list(p["scores"].values()) for t, p in
+            zip(short + long, bertheads.load(trained_dir, runtime="torch", precision="fp32").predict(short + long))}
+    with pretend(AMX):
+        ov = bertheads.load(trained_dir, runtime="openvino", precision="fp32")
+    assert ov.net.short_length == 48 and ov.net.short_compiled is None
+    for texts, compiled in ((long, "long"), (short, "short")):
+        got = ov.predict(texts)
+        assert np.allclose([list(p["scores"].values()) for p in got], [want[t] for t in texts], atol=1e-4)
+        assert getattr(ov.net.local, compiled, None) is not None
+        if compiled == "long":
+            assert ov.net.short_compiled is None  # compiled only when a short batch comes
+    with pretend(AVX2):  # not measured there: OpenVINO's default for every batch
+        plain = bertheads.load(trained_dir, runtime="openvino", precision="fp32")
+    plain.predict(short)
+    assert plain.net.short_length == 0 and plain.net.short_compiled is None
+
+
+def test_export_without_the_ir_by_flag_or_when_openvino_cannot_convert(trained_dir, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    import openvino
+
+    import bertheads
+
+    flagged, failed = tmp_path / "flagged", tmp_path / "failed"
+    for target in (flagged, failed):
+        shutil.copytree(trained_dir, target)
+        shutil.rmtree(target / "onnx")
+    assert main(["export", str(trained_dir), "--to", "hf", "--out", str(tmp_path / "hf"), "--no-openvino"]) == 2
+    with pretend(AVX2):
+        assert main(["export", str(flagged), "--to", "onnx", "--no-openvino"]) == 0
+
+        def unsupported(*args, **kwargs):
+            raise RuntimeError("Model wasn't fully converted.\nmore detail")
+
+        monkeypatch.setattr(openvino, "convert_model", unsupported)
+        capsys.readouterr()
+        assert main(["export", str(failed), "--to", "onnx"]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warned == ["bertheads: warning: OpenVINO IR not written (RuntimeError: Model wasn't fully converted.); "
+                      "--runtime openvino reads the ONNX graph"]
+    for target in (flagged, failed):
+        assert "openvino" not in json.loads((target / "onnx" / "export.json").read_text())["graphs"]
+        assert not list((target / "onnx").glob("model.xml")) and not list((target / "onnx").glob("model.bin"))
+        assert bertheads.load(target, runtime="openvino", precision="fp32").net.path.name == "model.onnx"
 
 
 def test_the_gate_refuses_a_broken_mode(trained_dir, tmp_path, monkeypatch, capsys, caplog):

@@ -37,7 +37,7 @@ HEADS = {"sentiment": ("classify", 1, {"labels": ["negative", "positive"]}),
 def model_dir(tiny_bert, tmp_path_factory):
     """Four heads on the tiny BERT, exported once to ONNX in fp32 and int8."""
     out = save_heads(tiny_bert, tmp_path_factory.mktemp("export") / "model", HEADS)
-    export_onnx.export_onnx(out, quantize_to="int8")
+    export_onnx.export_onnx(out, quantize_to="int8", openvino=False)
     return out
 
 
@@ -169,7 +169,7 @@ def test_serve_onnx_runtime(models):
 def test_cls_only_model_runs_last_layer_for_cls(tiny_bert, tmp_path):
     """Like torch, a graph whose heads all read [CLS] computes the last layer for [CLS] alone."""
     model_dir = save_heads(tiny_bert, tmp_path / "model", {"sentiment": HEADS["sentiment"]})
-    meta = export_onnx.export_onnx(model_dir)
+    meta = export_onnx.export_onnx(model_dir, openvino=False)
     assert meta["graphs"]["fp32"]["fusions"]["ops"]["Attention"] == 1  # the other layer is not a full one
     ours, theirs = bertheads.load(model_dir), bertheads.load(model_dir, runtime="onnx")
     _, a = raw_outputs(ours, "sentiment", TEXTS)
@@ -276,7 +276,7 @@ def test_failed_export_leaves_nothing(model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(export_onnx, "fuse", lambda path: {"ops": {}})
     monkeypatch.setattr(export_onnx, "max_difference", lambda net, path: 0.0)
     with pytest.raises(RuntimeError, match="quantizer failed"):
-        export_onnx.export_onnx(target, quantize_to="int8")
+        export_onnx.export_onnx(target, quantize_to="int8", openvino=False)
     assert sorted(p.name for p in (target / "onnx").iterdir()) == before  # the old export is intact
     assert [p.name for p in target.iterdir() if p.name.startswith(".")] == []  # no temporary left
     import bertheads.export.hf as hf_export
@@ -359,7 +359,7 @@ def test_hf_export_in_pipelines(model_dir, models, tmp_path, capsys):
 def test_onnx_parity_on_default_checkpoint(default_model_dir, tmp_path):
     heads = {"sentiment": HEADS["sentiment"], "ner": ("tag", 3, {"tags": TAGS}), "qa": ("qa", 4, {})}
     model_dir = save_heads(default_model_dir, tmp_path / "model", heads)
-    meta = export_onnx.export_onnx(model_dir)
+    meta = export_onnx.export_onnx(model_dir, openvino=False)
     assert meta["graphs"]["fp32"]["fusions"]["ops"]["Attention"] == 6
     ours, theirs = bertheads.load(model_dir), bertheads.load(model_dir, runtime="onnx")
     for head, inputs in (("sentiment", TEXTS), ("ner", TEXTS), ("qa", QUESTIONS)):

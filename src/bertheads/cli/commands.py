@@ -207,8 +207,8 @@ def cmd_analyze(args) -> int:
 
 def cmd_export(args) -> int:
     if args.to == "hf":
-        if args.quantize:
-            raise UserError("--quantize: only with --to onnx")
+        if args.quantize or not args.openvino:
+            raise UserError(f"{'--quantize' if args.quantize else '--no-openvino'}: only with --to onnx")
         if not args.out:
             raise UserError("--to hf needs --out DIR")
         info = export_hf(args.model_dir, args.out, args.head)
@@ -219,7 +219,8 @@ def cmd_export(args) -> int:
         return 0
     if args.head:
         raise UserError("--head: only with --to hf (the ONNX graph holds every head)")
-    meta = export_checked(args.model_dir, args.out, args.quantize, args.gate_data, say=log.info)
+    meta = export_checked(args.model_dir, args.out, args.quantize, args.gate_data, say=log.info,
+                          openvino=args.openvino)
     graphs = ", ".join(f"{g['file']} ({g['bytes'] / 1e6:.1f} MB)" for g in meta["graphs"].values())
     log.info(f"saved {args.out or os.path.join(args.model_dir, 'onnx')}: {graphs}")
     return 0

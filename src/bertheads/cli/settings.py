@@ -126,6 +126,9 @@ class ExportFiles:
     out: str | None = setting(None, "hf: the new directory (required); onnx: default MODEL_DIR/onnx")
     quantize: str | None = setting(None, "onnx: also write the int8 graphs (dynamic for ONNX Runtime; static QDQ, "
                                          "calibrated on dev data, for OpenVINO)", choices=("int8",))
+    openvino: bool = setting(True, "onnx: do not also write the fp32 graph as OpenVINO IR converted from torch "
+                                   "(written where openvino is installed; faster than OpenVINO reading the ONNX "
+                                   "graph, and as large as the weights)", negate=True)
 
 
 @dataclass

@@ -325,7 +325,8 @@ def gate_model(directory: str | Path, given: str | None = None, say: Callable[[s
 
 
 def export_checked(directory: str | Path, out: str | Path | None = None, quantize_to: str | None = None,
-                   gate_file: str | None = None, say: Callable[[str], None] | None = None) -> dict:
+                   gate_file: str | None = None, say: Callable[[str], None] | None = None,
+                   openvino: bool = True) -> dict:
     """`bertheads export --to onnx`: the graphs (int8 calibrated on the dev data), then each
     lower-precision mode of the export this machine runs checked against fp32 (DIR/gate.json)."""
     require("export", "export --to onnx")  # before the model is read: the missing extra is the first thing to say
@@ -333,7 +334,7 @@ def export_checked(directory: str | Path, out: str | Path | None = None, quantiz
     say = say or log.info
     heads = bundle.read_manifest(directory)["heads"]
     data = gate_data(directory, heads, gate_file)
-    meta = export_onnx(directory, out, quantize_to, say, calibration=data)
+    meta = export_onnx(directory, out, quantize_to, say, calibration=data, openvino=openvino)
     if data is None or (out is not None and Path(out).resolve() != (directory / ONNX_DIR).resolve()):
         return meta
     gate_model(directory, gate_file, say)

@@ -6,6 +6,8 @@ DIR/onnx/model.onnx        fp32: inputs input_ids, attention_mask, token_type_id
                            [batch, seq]); one output per head, named after it: [batch, labels]
                            for classify, [batch, seq, tags] for tag, [batch, seq, 2] for qa
 DIR/onnx/model.int8.onnx   with --quantize int8: the encoder's linear layers in int8
+DIR/onnx/model.xml, .bin   where openvino is installed: the fp32 graph as OpenVINO IR, converted
+                           from torch (what --runtime openvino runs in fp32 and bf16)
 DIR/onnx/export.json       what was exported from which manifest, fusion counts, settings
 DIR/onnx/README.md         the model card: the heads, their raw outputs, ONNX Runtime usage
 ```
@@ -21,7 +23,9 @@ The directory is written into a temporary sibling and renamed into place.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -44,7 +48,7 @@ from bertheads.text.encoding import encoder_batch
 ONNX_DIR = "onnx"
 META = "export.json"
 EXPORT_FORMAT = 1
-GRAPHS = {"fp32": "model.onnx", "int8": "model.int8.onnx", "qdq": "model.qdq.onnx"}
+GRAPHS = {"fp32": "model.onnx", "int8": "model.int8.onnx", "qdq": "model.qdq.onnx", "openvino": "model.xml"}
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 PRECISIONS = ("fp32", "int8")
 # Outputs of ORT and torch on the check batch written at export time may differ by this much.
@@ -122,6 +126,15 @@ def example_inputs(tokenizer, batch: int = 2) -> dict[str, np.ndarray]:
     return {name: np.asarray(enc[name], dtype=np.int64) for name in INPUTS}
 
 
+def other_inputs(tokenizer) -> dict[str, np.ndarray]:
+    """A batch of another size and padded length than `example_inputs` (a traced graph's check)."""
+    texts = ["Short.", "A longer sentence about the weather in Lisbon, the river and the bridges over it, "
+                       "on a day in late spring.", "Three."]
+    enc = tokenizer(texts, ["Where?", "Which city is it?", "Why?"], padding=True, return_tensors="np",
+                    return_token_type_ids=True)
+    return {name: np.asarray(enc[name], dtype=np.int64) for name in INPUTS}
+
+
 def first_token_heads(net) -> bool:
     """Whether every head reads only [CLS] of the last layer (then so does the graph)."""
 
@@ -148,6 +161,48 @@ def export_graph(net, path: Path) -> list[str]:
         encoder.first_token_ready = first_token
     program.save(str(path))
     return names
+
+
+def export_openvino(net, path: Path) -> float:
+    """Write the fp32 graph as OpenVINO IR (`path`, and its weights beside it as .bin), converted
+    from the torch module (OpenVINO's TorchScript route), not from the ONNX file: scaled-dot-product
+    attention stays one op that OpenVINO's CPU kernels fuse, where the ONNX graph's packed
+    Attention nodes come back as a product, a Split and Transposes. (The IR converted from
+    `torch.export`'s program ran slower, as slow as the ONNX graph: bench/RESULTS.md.) A trace
+    keeps what Python computed from the example's shapes, so the outputs are checked on a second
+    batch of another size and length too. Returns the largest difference from torch's."""
+    import openvino as ov
+
+    names = list(net.tasks)
+    module = GraphModule(net, names).eval()
+    encoder = net.encoder
+    first_token = encoder.first_token_ready
+    if not first_token_heads(net):
+        encoder.first_token_ready = False
+    feeds = [example_inputs(encoder.tokenizer), other_inputs(encoder.tokenizer)]
+    try:
+        with torch.no_grad():
+            graph = ov.convert_model(module, example_input=tuple(torch.from_numpy(feeds[0][n]) for n in INPUTS),
+                                     input=[ov.PartialShape([-1, -1])] * len(INPUTS))
+            references = [module(*(torch.from_numpy(feed[n]) for n in INPUTS)) for feed in feeds]
+    finally:
+        encoder.first_token_ready = first_token
+    for port, name in zip(graph.outputs, names):
+        port.get_tensor().set_names({name})
+    for port, name in zip(graph.inputs, INPUTS):
+        port.get_tensor().set_names({name})
+    ov.save_model(graph, str(path), compress_to_fp16=False)
+    request = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
+    worst = 0.0
+    for feed, reference in zip(feeds, references):
+        got = request.infer(feed)
+        mask = feed["attention_mask"].astype(bool)
+        for name, want in zip(names, reference):
+            want, have = want.numpy(), np.asarray(got[request.model_outputs[names.index(name)]])
+            if want.ndim == 3:  # token-level outputs: padding positions are not outputs
+                want, have = want[mask], have[mask]
+            worst = max(worst, float(np.abs(want - have).max()))
+    return worst
 
 
 def fuse(path: Path) -> dict[str, int]:
@@ -346,9 +401,11 @@ def max_difference(net, path: Path) -> float:
 
 
 def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_to: str | None = None,
-                log: Callable[[str], None] | None = None, calibration: dict[str, str] | None = None) -> dict:
+                log: Callable[[str], None] | None = None, calibration: dict[str, str] | None = None,
+                openvino: bool = True) -> dict:
     """Export the model in `directory` to `out` (default DIR/onnx); returns export.json's content.
-    With int8 and `calibration` (head -> labelled file), also the static QDQ graph for OpenVINO."""
+    With int8 and `calibration` (head -> labelled file), also the static QDQ graph for OpenVINO;
+    with `openvino` and the package installed, the OpenVINO IR."""
     require("export", "export --to onnx")
     directory = Path(directory)
     manifest = bundle.read_manifest(directory)
@@ -383,6 +440,24 @@ def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_t
             "graphs": {"fp32": {"file": GRAPHS["fp32"], "fusions": fusions, "max_abs_diff_vs_torch": diff,
                                 "bytes": fp32.stat().st_size}},
         }
+        if openvino and importlib.util.find_spec("openvino") is not None:
+            ir = tmp / GRAPHS["openvino"]
+            try:
+                diff = export_openvino(net, ir)
+            except Exception as exc:  # a family OpenVINO cannot convert keeps the ONNX graph for it
+                diff, why = float("nan"), f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
+            else:
+                why = f"its outputs differ from torch's by {diff:.2e}"
+            if diff <= CHECK_TOLERANCE:
+                meta["graphs"]["openvino"] = {"file": GRAPHS["openvino"], "weights": ir.with_suffix(".bin").name,
+                                              "max_abs_diff_vs_torch": diff,
+                                              "bytes": ir.stat().st_size + ir.with_suffix(".bin").stat().st_size}
+                say(f"OpenVINO IR: {GRAPHS['openvino']} (what {said('runtime', 'openvino')} runs in fp32 and bf16)")
+            else:
+                ir.unlink(missing_ok=True)
+                ir.with_suffix(".bin").unlink(missing_ok=True)
+                logging.getLogger("bertheads").warning(
+                    f"OpenVINO IR not written ({why}); {said('runtime', 'openvino')} reads the ONNX graph")
         if quantize_to == "int8":
             int8 = tmp / GRAPHS["int8"]
             info = quantize(fp32, int8, Int8Settings())

@@ -56,12 +56,12 @@ class OnnxSettings:
 
 
 def read_export(directory: Path, graph: str, verify: bool = True) -> tuple[dict, Path]:
-    """export.json and the graph `graph` (fp32, int8, qdq), checked against the model's manifest,
-    heads and (unless `verify` is False) encoder weight files."""
+    """export.json and the graph `graph` (fp32, int8, qdq, openvino), checked against the model's
+    manifest, heads and (unless `verify` is False) encoder weight files."""
     precision = graph
     onnx_dir = directory / ONNX_DIR
     meta_path = onnx_dir / META
-    export_cmd = f"bertheads export {directory} --to onnx" + (" --quantize int8" if graph != "fp32" else "")
+    export_cmd = f"bertheads export {directory} --to onnx" + (" --quantize int8" if graph in ("int8", "qdq") else "")
     if not meta_path.is_file():
         raise UserError(f"{onnx_dir}: no ONNX export of this model; run `{export_cmd}`")
     try:
@@ -77,8 +77,9 @@ def read_export(directory: Path, graph: str, verify: bool = True) -> tuple[dict,
     if verify:
         check_export_encoder(directory, meta, meta_path, export_cmd)
     path = onnx_dir / graph.get("file", GRAPHS[precision])
-    if not path.is_file():
-        raise UserError(f"{path}: missing; run `{export_cmd}`")
+    for needed in (path, *([onnx_dir / graph["weights"]] if graph.get("weights") else [])):
+        if not needed.is_file():
+            raise UserError(f"{needed}: missing; run `{export_cmd}`")
     here = machine()
     if precision == "int8" and graph.get("quantization", {}).get("reduce_range") is False and here.int8_pairs_saturate:
         raise UserError(f"{path}: its int8 weights use the full 8 bits (exported on a CPU with VNNI or AMX), which "

@@ -1,6 +1,8 @@
-"""The OpenVINO path: a saved model's heads run from its ONNX export (`DIR/onnx/`) by OpenVINO
-on the CPU, in fp32, bf16 (the fp32 graph with bf16 inference, on CPUs with AMX or
-AVX512_BF16) or int8 (the static QDQ graph that `bertheads export --quantize int8` writes).
+"""The OpenVINO path: a saved model's heads run from its export (`DIR/onnx/`) by OpenVINO on the
+CPU, in fp32, bf16 (the fp32 graph with bf16 inference, on CPUs with AMX or AVX512_BF16) or int8
+(the static QDQ graph that `bertheads export --quantize int8` writes). The fp32 graph is the
+OpenVINO IR the export converted from torch (`model.xml`), or the ONNX graph in an export that
+has none (made where openvino was not installed).
 
 OpenVINO's inference precision is always set explicitly: left alone, it runs an fp32 graph in
 bf16 on CPUs that have bf16 units. `OpenVinoNet` is an `OnnxNet` (tasks, tokenizer, checks)
@@ -10,6 +12,7 @@ whose batches run on one OpenVINO compiled model, one infer request on its own t
 from __future__ import annotations
 
 import importlib.util
+import json
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,11 +24,37 @@ from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine
 from bertheads.base.schema import said
+from bertheads.export.onnx import META, ONNX_DIR
 from bertheads.export.onnx_runtime import OnnxNet, OnnxSettings
 from bertheads.text.encoding import Feature, encoder_batch
 
-# --precision -> (the export's graph, OpenVINO's INFERENCE_PRECISION_HINT)
-GRAPHS = {"fp32": "fp32", "bf16": "fp32", "int8": "qdq"}
+# --precision -> the export's graph (fp32 and bf16: the OpenVINO IR where the export has one)
+GRAPHS = {"fp32": "openvino", "bf16": "openvino", "int8": "qdq"}
+
+
+def graph_for(directory: Path, precision: str) -> str:
+    """The export's graph that `precision` runs: the IR, or the ONNX fp32 graph without one."""
+    graph = GRAPHS[precision]
+    if graph == "openvino":
+        try:
+            graphs = json.loads((directory / ONNX_DIR / META).read_text()).get("graphs", {})
+        except (OSError, ValueError, AttributeError):
+            graphs = {}  # read_export says what is wrong with it
+        return graph if graph in graphs else "fp32"
+    return graph
+
+
+# OpenVINO's CPU plugin fuses each attention into one generated kernel ("snippets"). On AMX that
+# kernel is slower than separate products below about 48 tokens a row and faster above
+# (bench/openvino_probe.py --lengths), so batches up to this length run on a second compilation
+# with snippets off. CPUs where it was not measured keep OpenVINO's default.
+SHORT_LENGTHS = {"amx_bf16": 48}
+SHORT_CONFIG = {"SNIPPETS_MODE": "DISABLE"}  # a CPU plugin setting not among its listed properties
+
+
+def short_length(here) -> int:
+    """Up to how many tokens a row a batch runs with attention snippets off on this CPU (0: never)."""
+    return max((n for flag, n in SHORT_LENGTHS.items() if flag in here.flags), default=0)
 
 
 def hint_for(precision: str) -> str:
@@ -45,7 +74,7 @@ class OpenVinoNet(OnnxNet):
         settings = settings or OnnxSettings()
         self.hint = hint_for(settings.precision)
         self.local = threading.local()
-        super().__init__(directory, settings, graph=GRAPHS[settings.precision])
+        super().__init__(directory, settings, graph=graph_for(Path(directory), settings.precision))
 
     def parallelism(self) -> tuple[int, int]:
         """One worker thread whose infer request uses every CPU thread (OpenVINO's own thread
@@ -59,26 +88,47 @@ class OpenVinoNet(OnnxNet):
         import openvino
 
         _, threads = self.parallelism()
-        core = openvino.Core()
-        config = {"INFERENCE_PRECISION_HINT": self.hint, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1",
-                  "INFERENCE_NUM_THREADS": str(threads)}
-        self.compiled = core.compile_model(core.read_model(str(path)), "CPU", config)
+        self.core = openvino.Core()
+        self.config = {"INFERENCE_PRECISION_HINT": self.hint, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1",
+                       "INFERENCE_NUM_THREADS": str(threads)}
+        graph = self.core.read_model(str(path))
+        self.compiled = self.core.compile_model(graph, "CPU", self.config)
+        # for the second compilation: the IR's weights are mapped from its file, so keeping the
+        # model costs no memory and both compilations share those pages; an ONNX graph's are
+        # copies in memory, so it is read again when needed
+        self.graph, self.graph_path = (graph if path.suffix == ".xml" else None), str(path)
+        self.short_compiled = None  # compiled at the first short batch
+        self.short_length = short_length(machine()) if self.settings.precision != "int8" else 0
         self.input_names = [i.get_any_name() for i in self.compiled.inputs]
         self.output_names = [o.get_any_name() for o in self.compiled.outputs]
         return set(self.output_names)
 
-    def request(self):
-        """This thread's infer request (requests are not shared between threads)."""
-        req = getattr(self.local, "request", None)
+    def short(self):
+        """The graph compiled for short batches (attention snippets off), or None where this
+        OpenVINO does not take the setting."""
+        if self.short_compiled is None:
+            try:
+                graph = self.graph or self.core.read_model(self.graph_path)
+                self.short_compiled = self.core.compile_model(graph, "CPU", {**self.config, **SHORT_CONFIG})
+            except RuntimeError:
+                self.short_length = 0
+        return self.short_compiled
+
+    def request(self, length: int = 0):
+        """This thread's infer request for a batch of `length` tokens a row (requests are not
+        shared between threads)."""
+        which = "short" if 0 < length <= self.short_length and self.short() is not None else "long"
+        req = getattr(self.local, which, None)
         if req is None:
-            req = self.local.request = self.compiled.create_infer_request()
+            req = (self.short_compiled if which == "short" else self.compiled).create_infer_request()
+            setattr(self.local, which, req)
         return req
 
     def run_batch(self, features: Sequence[Feature], rows: Sequence[int], heads: Sequence[str],
                   with_loss: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """Each head's outputs for a batch; the graph gives no loss."""
         batch = encoder_batch(features, self.pad_id, torch.device("cpu"))
-        req = self.request()
+        req = self.request(batch["input_ids"].shape[1])
         req.infer({k: batch[k].numpy() for k in self.input_names})
         return {name: np.array(req.get_tensor(name).data, dtype=np.float32) for name in heads}, {}
 

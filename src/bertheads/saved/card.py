@@ -403,7 +403,9 @@ def onnx_usage(out: Path, directory: Path, tokenizer: str, manifest: dict, tasks
                      "wanted = {i.name for i in session.get_inputs()}\n"
                      "outputs = session.run(None, {k: v.astype('int64') for k, v in inputs.items() if k in wanted})\n"
                      "print(dict(zip([o.name for o in session.get_outputs()], outputs)))"))
-    files = ", ".join(f"`{g.get('file')}` ({p})" for p, g in graphs.items())
+    files = ", ".join(f"`{g.get('file')}` (the fp32 graph as OpenVINO IR, weights in `{g.get('weights')}`; "
+                      f"`openvino.Core().compile_model` reads it)" if p == "openvino" else f"`{g.get('file')}` ({p})"
+                      for p, g in graphs.items())
     notes = [f"Graphs: {files}; inputs `input_ids`, `attention_mask`, `token_type_ids` (int64, `[batch, seq]`)."]
     notes += [f"Output `{n}`: {t.card_text().raw_outputs}." for n, t in tasks.items()]
     notes.append(f"Exported from the bertheads model `{model}`; the fp32 graph's outputs matched torch's within "
