@@ -27,7 +27,8 @@ import importlib.util
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -143,24 +144,30 @@ def first_token_heads(net) -> bool:
 
 def export_graph(net, path: Path) -> list[str]:
     """Export the fp32 graph with torch's dynamo exporter; returns the output (head) names."""
-    names = list(net.tasks)
-    module = GraphModule(net, names).eval()
-    encoder = net.encoder
-    first_token = encoder.first_token_ready
-    if not first_token_heads(net):  # as in torch: [CLS]-only heads let the last layer run for [CLS] alone
-        encoder.first_token_ready = False
-    feed = example_inputs(encoder.tokenizer)
+    feed = example_inputs(net.encoder.tokenizer)
     args = tuple(torch.from_numpy(feed[n]) for n in INPUTS)
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
     shapes = {name: {0: batch, 1: seq} for name in INPUTS}
-    try:
-        with torch.no_grad():
-            program = torch.onnx.export(module, args, input_names=list(INPUTS), output_names=names,
-                                        dynamic_shapes=shapes, dynamo=True, optimize=True, verbose=False)
-    finally:
-        encoder.first_token_ready = first_token
+    with graph_module(net) as (module, names), torch.no_grad():
+        program = torch.onnx.export(module, args, input_names=list(INPUTS), output_names=names,
+                                    dynamic_shapes=shapes, dynamo=True, optimize=True, verbose=False)
     program.save(str(path))
     return names
+
+
+@contextmanager
+def graph_module(net) -> Iterator[tuple[GraphModule, list[str]]]:
+    """The module the graphs are made from, and its output names; as in torch, [CLS]-only heads
+    let the last layer run for [CLS] alone."""
+    names = list(net.tasks)
+    encoder = net.encoder
+    first_token = encoder.first_token_ready
+    if not first_token_heads(net):
+        encoder.first_token_ready = False
+    try:
+        yield GraphModule(net, names).eval(), names
+    finally:
+        encoder.first_token_ready = first_token
 
 
 def export_openvino(net, path: Path) -> float:
@@ -173,20 +180,11 @@ def export_openvino(net, path: Path) -> float:
     batch of another size and length too. Returns the largest difference from torch's."""
     import openvino as ov
 
-    names = list(net.tasks)
-    module = GraphModule(net, names).eval()
-    encoder = net.encoder
-    first_token = encoder.first_token_ready
-    if not first_token_heads(net):
-        encoder.first_token_ready = False
-    feeds = [example_inputs(encoder.tokenizer), other_inputs(encoder.tokenizer)]
-    try:
-        with torch.no_grad():
-            graph = ov.convert_model(module, example_input=tuple(torch.from_numpy(feeds[0][n]) for n in INPUTS),
-                                     input=[ov.PartialShape([-1, -1])] * len(INPUTS))
-            references = [module(*(torch.from_numpy(feed[n]) for n in INPUTS)) for feed in feeds]
-    finally:
-        encoder.first_token_ready = first_token
+    feeds = [example_inputs(net.encoder.tokenizer), other_inputs(net.encoder.tokenizer)]
+    with graph_module(net) as (module, names), torch.no_grad():
+        graph = ov.convert_model(module, example_input=tuple(torch.from_numpy(feeds[0][n]) for n in INPUTS),
+                                 input=[ov.PartialShape([-1, -1])] * len(INPUTS))
+        references = [module(*(torch.from_numpy(feed[n]) for n in INPUTS)) for feed in feeds]
     for port, name in zip(graph.outputs, names):
         port.get_tensor().set_names({name})
     for port, name in zip(graph.inputs, INPUTS):
