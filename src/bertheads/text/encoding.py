@@ -30,7 +30,7 @@ def readable_prefix(tokenizer, text: str, max_tokens: int) -> str:
     size = CHARS_PER_TOKEN * max_tokens + CUT_MARGIN
     while size < len(text):
         cut = text[:size]
-        ends = tokenizer(cut, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        ends = tokenizer(cut, add_special_tokens=False, return_offsets_mapping=True, verbose=False)["offset_mapping"]
         if sum(1 for _, end in ends if end <= size - CUT_MARGIN) >= max_tokens:
             return cut
         size *= 2

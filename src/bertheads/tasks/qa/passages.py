@@ -16,7 +16,7 @@ def cut_questions(tokenizer, questions: list[str], max_tokens: int) -> list[str]
     """Questions longer than `max_tokens` tokens are cut before the word holding token
     `max_tokens` (inside a word only when its first word is that long)."""
     enc = tokenizer(questions, add_special_tokens=False, return_offsets_mapping=True,
-                    return_attention_mask=False, return_token_type_ids=False)
+                    return_attention_mask=False, return_token_type_ids=False, verbose=False)
     out = []
     for i, (question, offsets) in enumerate(zip(questions, enc["offset_mapping"])):
         if len(offsets) <= max_tokens:

@@ -131,7 +131,7 @@ def topic_pieces(examples: list, pieces: list[tuple[int, int, int]], piece_of: l
         return pieces
     texts = [examples[pieces[p][0]].context[pieces[p][1]: pieces[p][2]] for p in long]
     starts = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True,
-                       return_attention_mask=False, return_token_type_ids=False)["offset_mapping"]
+                       return_attention_mask=False, return_token_type_ids=False, verbose=False)["offset_mapping"]
     cut: dict[int, list[tuple[int, int, int]]] = {}
     for p, text, offsets in zip(long, texts, starts):
         seq = enc.sequence_ids(first[p])
