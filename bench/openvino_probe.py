@@ -10,6 +10,7 @@ per-node profile of each graph on the predict batches, its time by node type and
 
     .venv/bin/python bench/openvino_probe.py --model bench/out/precision-classify-fp32-default --precision bf16
     .venv/bin/python bench/openvino_probe.py --model DIR --graphs --lengths
+    .venv/bin/python bench/openvino_probe.py --model TAG_DIR --task tag --limit 1000 --graphs
 
 Results: Markdown-ready lines on stdout, with the CPU line. Passes: `--passes` after one warm-up.
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import cpu_line, require_data  # noqa: E402
+from common import cpu_line  # noqa: E402
 
 
 def rates(call, inputs: int, passes: int) -> list[int]:
@@ -38,6 +39,9 @@ def rates(call, inputs: int, passes: int) -> list[int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True)
+    parser.add_argument("--task", default="classify", choices=("classify", "tag", "qa"),
+                        help="the model's kind: its inputs are bench/export.py's (SST-2 dev, CoNLL dev, SQuAD)")
+    parser.add_argument("--limit", type=int, help="only the first N inputs")
     parser.add_argument("--precision", default="bf16", choices=("fp32", "bf16"))
     parser.add_argument("--passes", type=int, default=4)
     parser.add_argument("--graphs", action="store_true", help="the ONNX graph against the IR, snippets on and off")
@@ -47,14 +51,15 @@ def main() -> None:
     import numpy as np
     import openvino as ov
     import torch
+    from export import read_inputs
 
     import bertheads
     from bertheads.export import openvino_runtime
     from bertheads.text.encoding import encoder_batch
 
-    lines = require_data("sst2", "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]
-    texts = [line.split("\t")[0] for line in lines]
-    model = bertheads.load(args.model, runtime="openvino", precision=args.precision, verbose=False)
+    texts = read_inputs(args.task, args.limit)[0]
+    # force: the speed is the question here, not the gate's verdict (qa bf16 is refused on agreement)
+    model = bertheads.load(args.model, runtime="openvino", precision=args.precision, verbose=False, force=True)
     model.predict(texts)  # every batch shape met once
     print(f"<!-- {cpu_line()} -->")
     parts = {"infer": 0.0, "batch": 0.0, "tokens": 0, "padded": 0}
