@@ -26,9 +26,10 @@ def test_each_kind_s_table_chooses_by_the_number_of_examples():
     assert few.epochs_for(32, 8) == few.epochs[1]
     assert some.epochs_for(400, 8) > some.epochs_for(2000, 8) == 3
     assert recipe_for(table, 32, "fixed") == table[-1]
-    qa = TASKS["qa"].recipes  # qa: batch 8 and about 300 steps up to 1,000 questions, then batches of 16, 3 epochs
+    qa = TASKS["qa"].recipes  # qa: batch 8, about 600 steps up to 200 questions and 300 up to 1,000, then 16
     assert (recipe_for(qa, 200).mode, recipe_for(qa, 200).batch_size, recipe_for(qa, 200).epochs_for(200, 8)) == \
-        ("finetune", 8, 12)
+        ("finetune", 8, 24)
+    assert recipe_for(qa, 201).epochs_for(201, 8) == 12 and recipe_for(qa, 201).batch_size == 8
     assert recipe_for(qa, 1000).epochs_for(1000, 8) == 3 and recipe_for(qa, 1001).batch_size == 16
     assert recipe_for(qa, 88000).epochs_for(88000, 16) == 3 == recipe_for(qa, 50, "fixed").epochs_for(50, 16)
     tag = TASKS["tag"].recipes  # tagging: about 600 steps, batch 8 up to 1,000 sentences, then 32
