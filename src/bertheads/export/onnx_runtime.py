@@ -55,19 +55,21 @@ class OnnxSettings:
     verify: bool = True  # the export must match the model's encoder weights (False: --no-verify)
 
 
-def read_export(directory: Path, graph: str, verify: bool = True) -> tuple[dict, Path]:
-    """export.json and the graph `graph` (fp32, int8, qdq, openvino), checked against the model's
-    manifest, heads and (unless `verify` is False) encoder weight files."""
-    precision = graph
+def read_export(directory: Path, graph: str | tuple[str, ...], verify: bool = True) -> tuple[dict, Path]:
+    """export.json and the graph `graph` (fp32, int8, qdq, openvino; of several, the first the
+    export has, else the last), checked against the model's manifest, heads and (unless `verify`
+    is False) encoder weight files."""
+    wanted = (graph,) if isinstance(graph, str) else graph
     onnx_dir = directory / ONNX_DIR
     meta_path = onnx_dir / META
-    export_cmd = f"bertheads export {directory} --to onnx" + (" --quantize int8" if graph in ("int8", "qdq") else "")
+    export_cmd = f"bertheads export {directory} --to onnx" + (" --quantize int8" if wanted[-1] in ("int8", "qdq") else "")
     if not meta_path.is_file():
         raise UserError(f"{onnx_dir}: no ONNX export of this model; run `{export_cmd}`")
     try:
         meta = json.loads(meta_path.read_text())
     except json.JSONDecodeError as exc:
         raise UserError(f"{meta_path}:{exc.lineno}: malformed JSON ({exc.msg})") from None
+    precision = next((g for g in wanted if g in meta.get("graphs", {})), wanted[-1])
     graph = meta.get("graphs", {}).get(precision)
     if not graph:
         raise UserError(f"{onnx_dir}: no {precision} graph; run `{export_cmd}`")
@@ -109,7 +111,8 @@ class OnnxNet(EncoderInputs):
 
     runtime = "onnx"
 
-    def __init__(self, directory: str | Path, settings: OnnxSettings | None = None, graph: str | None = None) -> None:
+    def __init__(self, directory: str | Path, settings: OnnxSettings | None = None,
+                 graph: str | tuple[str, ...] | None = None) -> None:
         self.settings = settings or OnnxSettings()
         directory = Path(directory)
         manifest = bundle.read_manifest(directory)

@@ -12,7 +12,6 @@ whose batches run on one OpenVINO compiled model, one infer request on its own t
 from __future__ import annotations
 
 import importlib.util
-import json
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,24 +23,12 @@ from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine
 from bertheads.base.schema import said
-from bertheads.export.onnx import META, ONNX_DIR
 from bertheads.export.onnx_runtime import OnnxNet, OnnxSettings
 from bertheads.text.encoding import Feature, encoder_batch
 
-# --precision -> the export's graph (fp32 and bf16: the OpenVINO IR where the export has one)
-GRAPHS = {"fp32": "openvino", "bf16": "openvino", "int8": "qdq"}
-
-
-def graph_for(directory: Path, precision: str) -> str:
-    """The export's graph that `precision` runs: the IR, or the ONNX fp32 graph without one."""
-    graph = GRAPHS[precision]
-    if graph == "openvino":
-        try:
-            graphs = json.loads((directory / ONNX_DIR / META).read_text()).get("graphs", {})
-        except (OSError, ValueError, AttributeError):
-            graphs = {}  # read_export says what is wrong with it
-        return graph if graph in graphs else "fp32"
-    return graph
+# --precision -> the export's graph (fp32 and bf16: the OpenVINO IR, or the ONNX graph of an
+# export without one)
+GRAPHS = {"fp32": ("openvino", "fp32"), "bf16": ("openvino", "fp32"), "int8": "qdq"}
 
 
 # OpenVINO's CPU plugin fuses each attention into one generated kernel ("snippets"). On AMX that
@@ -74,7 +61,7 @@ class OpenVinoNet(OnnxNet):
         settings = settings or OnnxSettings()
         self.hint = hint_for(settings.precision)
         self.local = threading.local()
-        super().__init__(directory, settings, graph=graph_for(Path(directory), settings.precision))
+        super().__init__(directory, settings, graph=GRAPHS[settings.precision])
 
     def parallelism(self) -> tuple[int, int]:
         """One worker thread whose infer request uses every CPU thread (OpenVINO's own thread
