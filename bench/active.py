@@ -160,7 +160,8 @@ def main() -> None:
     print(f"\n{cpu_line()}\ntask={args.task} ({metric}), pool={args.pool} ({pool_file.name}), dev={dev_file.name} ({len(dev)}), "
           f"features cache built/read in {cache_seconds:.1f} s\n")
     sizes = [c["labels"] for c in results[0]["curve"]]
-    print("| strategy | " + " | ".join(str(s) for s in sizes) + " | gain at " + str(sizes[-1]) + " vs random |")
+    print("| strategy | " + " | ".join(str(s) for s in sizes) + " | gain at " + str(sizes[-1])
+          + " vs random, mean [95% t-interval over the seeds] |")
     print("|---|" + "---|" * (len(sizes) + 1))
     randoms = {r["seed"]: r for r in results if r["strategy"] == "random"}
     for strategy in args.strategies.split(","):
@@ -168,7 +169,8 @@ def main() -> None:
         cells = [f"{statistics.median(r['curve'][j]['accuracy'] for r in mine):.3f}" for j in range(len(sizes))]
         gains = [r["curve"][-1]["accuracy"] - randoms[r["seed"]]["curve"][-1]["accuracy"] for r in mine
                  if r["seed"] in randoms]
-        gain = f"{statistics.mean(gains):+.3f} (seeds: {', '.join(f'{g:+.3f}' for g in gains)})" if gains else "-"
+        gain = (f"{statistics.mean(gains):+.3f} [{interval(gains)}] (seeds: {', '.join(f'{g:+.3f}' for g in gains)})"
+                if gains else "-")
         print(f"| {strategy} | " + " | ".join(cells) + f" | {gain} |")
     if rare is not None:
         print(f"\nrows of the rarest class ({rare}) labelled, median of the seeds:\n")
@@ -178,6 +180,17 @@ def main() -> None:
             mine = [r for r in results if r["strategy"] == strategy]
             print(f"| {strategy} | " + " | ".join(str(statistics.median(r["curve"][j]["rare"] for r in mine))
                                                  for j in range(len(sizes))) + " |")
+
+
+def interval(values: list[float]) -> str:
+    """The 95% Student t-interval of the mean of `values` (one value: no interval)."""
+    if len(values) < 2:
+        return "one seed"
+    from scipy.stats import t
+
+    half = t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
+    mean = statistics.mean(values)
+    return f"{mean - half:+.3f}, {mean + half:+.3f}"
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ CASES = {  # name: (kind, train, dev, settings)
     "conll-ft1": ("tag", ("conll2003", "train.txt"), ("conll2003", "dev.txt"), {"epochs": 1}),
     "squad-ft1": ("qa", ("squad", "train-split.json"), ("squad", "eval-split.json"), {"epochs": 1}),
     "squad2-ft1": ("qa", ("squad2", "train-split.json"), ("squad2", "eval-split.json"), {"epochs": 1}),
+    "squad2-ft3": ("qa", ("squad2", "train-split.json"), ("squad2", "eval-split.json"), {}),  # qa's defaults here
     "squad2-feat2": ("qa", ("squad2", "train-split.json"), ("squad2", "eval-split.json"),
                      {"epochs": 2, "mode": "features"}),
 }
@@ -98,6 +99,7 @@ def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False, 
     row["dev_ece_calibrated_in_sample"] = round(calibration.ece(*used), 6)
     row["risk_coverage"] = calibration.risk_coverage(*used)
     row["main_metric"] = {k: v for k, v in metrics["dev"].items() if k == task.main_metric}
+    row["dev_metrics"] = {k: v for k, v in metrics["dev"].items() if isinstance(v, (int, float))}
     row["cross_fitted_floor"] = c.get("ece_floor")
     if holdout:  # the training file's last rows, never trained on: T (fitted on all of dev) measured there
         held = task.read(str(train_path), need_labels=True)
