@@ -91,7 +91,7 @@ def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False, 
     examples = task.read(str(dev_path), need_labels=True)[:dev_limit]
     outputs = head_outputs(trained.net, name, examples)
     rows = task.calibration_rows(outputs, examples, str(dev_path))
-    raw, used = confidence_pairs(*rows), confidence_pairs(*rows, task.temperature())
+    raw, used = confidence_pairs(*rows), task.confidence_part(outputs, examples, str(dev_path))  # (the kind's calibration)
     row["dev_rows"] = len(rows[1])
     row["dev_accuracy_raw"] = round(float(raw[1].mean()), 6)
     row["dev_accuracy_calibrated"] = round(float(used[1].mean()), 6)

@@ -247,10 +247,16 @@ def test_qa_span_score_calibrated_with_the_null_answer(tiny_bert, tmp_path):
     on, off = model.predict(inputs), model.predict(inputs, calibrate=False)
     assert on[0]["answer"] == off[0]["answer"] and on[0]["raw_score"] == off[0]["raw_score"]
     outputs = bertheads.model.head_outputs(model.net, model.head_name(None), task.from_inputs(inputs))
-    row = calibration.probabilities(candidates(outputs[0], task.spec.n_best, task.spec.null_threshold, True)[None],
-                                    task.spec.temperature)
+    assert c["null_scaling"] == task.spec.null_scaling  # (a head that may answer nothing)
+    assert bertheads.load(tmp_path / "m").task().spec.null_scaling == task.spec.null_scaling  # saved with the head
+    logits = candidates(outputs[0], task.spec.n_best, task.spec.null_threshold, True)
+    row = calibration.probabilities(logits[None], task.temperature())
     nothing = on[0]["answer"] == ""
-    assert on[0]["score"] == pytest.approx(row[0, -1] if nothing else row[0, 0], abs=1e-5)
+    expected = row[0, 0]
+    if nothing:  # a null answer's probability is the logistic of its margin over the best span
+        expected = (calibration.logistic(logits[-1] - logits[:-1].max(), task.spec.null_scaling)
+                    if task.spec.null_scaling else row[0, -1])
+    assert on[0]["score"] == pytest.approx(float(expected), abs=1e-5)
     assert model.predict(inputs, min_confidence=1.0)[0]["abstained"] is True
     by_f1 = model.evaluate(str(tmp_path / "q.json"))
     rows = by_f1["calibration"]["metric_coverage"]
@@ -328,3 +334,32 @@ def test_rows_without_a_right_candidate_calibrate_the_top_score():
     some = gold >= 0  # fitted on the rows with a right candidate alone, the scores would say "sure"
     alone = calibration.confidence_pairs(logits, gold, calibration.fit_temperature(logits[some], gold[some]))
     assert calibration.ece(*alone) > 3 * calibration.ece(conf, right)
+
+
+def test_null_answers_calibrated_apart_keep_every_decision():
+    """SQuAD v2's null answers: right about half the time whatever their margin over the best
+    span, while the softmax calls the wide margins sure. One temperature over every candidate
+    cannot fix that; the logistic of the margin (`NullScaled`) does, on halves it was not
+    fitted on, and no decision moves."""
+    from bertheads.tasks.qa.confidence import NullScaled, null_margins
+
+    rng = np.random.default_rng(0)
+    n = 4000
+    spans = rng.normal(size=(n, 3)) * 2
+    margin = np.abs(rng.normal(size=n)) * 4
+    null_decided = rng.random(n) < 0.6
+    null = np.where(null_decided, spans.max(1) + margin, spans.max(1) - margin)
+    logits = np.concatenate([spans, null[:, None]], axis=1)
+    span_right = rng.random(n) < calibration.probabilities(spans).max(-1)  # answered: the span softmax is honest
+    null_right = rng.random(n) < 0.5  # abstained: a coin, whatever the margin
+    gold = np.where(null_decided, np.where(null_right, 3, -1), np.where(span_right, spans.argmax(1), -1))
+    decided, measured_margin = null_margins(logits)
+    assert (decided == null_decided).all() and np.allclose(measured_margin[decided], margin[decided])
+    one = calibration.cross_fitted(logits, gold)
+    apart = calibration.cross_fitted(logits, gold, calibrator=NullScaled())
+    assert one["ece_before"] > 0.2 and one["ece_after"] > 0.1
+    assert apart["ece_after"] < 0.04 and apart["ece_after"] < one["ece_after"] / 3
+    assert apart["null_scaling"][0] == pytest.approx(0.0, abs=0.05)  # the margin says nothing here
+    params = (apart["temperature"], tuple(apart["null_scaling"]))
+    conf, right = NullScaled().pairs(logits, gold, params)
+    assert (right == (logits.argmax(-1) == gold)).all() and abs(conf[decided].mean() - 0.5) < 0.05

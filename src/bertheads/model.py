@@ -15,7 +15,7 @@ from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import EncoderInputs, Runner, eval_mode, run_heads
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.encoder.pretrained import Encoder
-from bertheads.tasks.calibration import coverage_part, head_summary, metric_coverage
+from bertheads.tasks.calibration import calibrate_head, coverage_part, head_summary, metric_coverage
 from bertheads.text.encoding import Feature, collate, to_device
 
 
@@ -100,7 +100,7 @@ def evaluate_head(model: Runner, name: str, examples: list, path: str | None = N
     collected = task.collect(outputs, owner, examples, features)
     metrics = task.metrics(collected, examples, path, **options)
     if options.get("during_training"):
-        metrics["calibration"] = task.calibrate_on(collected, examples, path)
+        metrics["calibration"] = calibrate_head(task, collected, examples, path)
     else:  # what the scores mean: as `evaluate` reports it
         chunk = coverage_part(task, collected, examples, None, path, **options)
         metrics["calibration"] = head_summary(task, [task.confidence_part(collected, examples, path)],

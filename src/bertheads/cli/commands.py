@@ -233,7 +233,8 @@ def cmd_calibrate(args) -> int:
             log.info(f"{name}: no temperature ({c['none']})")
         elif "ece_before" in c:
             floor = f"; a calibrated model measures about {c['ece_floor']:.4f} on so few rows" if "ece_floor" in c else ""
-            log.info(f"{name}: temperature {c['temperature']:.4f}; ECE {c['ece_before']:.4f} -> {c['ece_after']:.4f}, "
+            fitted = c.get("fitted") or f"temperature {c['temperature']:.4f}"
+            log.info(f"{name}: {fitted}; ECE {c['ece_before']:.4f} -> {c['ece_after']:.4f}, "
                      f"Brier {c['brier_before']:.4f} -> {c['brier_after']:.4f} (cross-fitted halves of {args.data}{floor})")
         else:
             log.info(f"{name}: temperature {c['temperature']}")

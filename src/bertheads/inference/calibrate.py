@@ -11,6 +11,7 @@ from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.model import head_outputs, pick_head
 from bertheads.saved import bundle
 from bertheads.saved.card import read_metrics
+from bertheads.tasks.calibration import calibrate_head
 
 MANIFEST_OWN = ("format_version", "heads", "encoder_hash", "encoder")  # what `bundle.save` writes itself
 
@@ -20,7 +21,7 @@ def recalibrate(directory: str | Path, data: str, out: str | Path, head: str | N
     """Fit the temperature of `head` (default: every head that reads `data`'s format) on the
     labelled file `data` and save the model with it at `out`, a new folder (never the model's
     own nor one inside it). `metrics.json` there gains `calibration`: per head, what
-    `Judging.calibrate_on` measured (ECE and Brier before and after, on cross-fitted halves of
+    `calibration.calibrate_head` measured (ECE and Brier before and after, on cross-fitted halves of
     `data`) and the file. Returns that."""
     directory, out = Path(directory), Path(out)
     if out.resolve() == directory.resolve() or directory.resolve() in out.resolve().parents:
@@ -38,7 +39,7 @@ def recalibrate(directory: str | Path, data: str, out: str | Path, head: str | N
             raise UserError(f"{data}: no examples")
         task.spec.calibrate = True  # (a head trained with --no-calibrate gets one now)
         outputs = head_outputs(net, name, examples, batch_size)
-        results[name] = {**task.calibrate_on(outputs, examples, data), "fitted_on": str(data)}
+        results[name] = {**calibrate_head(task, outputs, examples, data), "fitted_on": str(data)}
     metrics = read_metrics(directory) or {}
     metrics["calibration"] = {**metrics.get("calibration", {}), **results}
     extra = {k: v for k, v in (getattr(net, "manifest", None) or {}).items() if k not in MANIFEST_OWN}

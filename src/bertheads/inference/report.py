@@ -171,7 +171,7 @@ def calibration_figures(task, outputs: list, examples: list, data: str, section:
         section.notes.append(f"no reliability diagram: {task.no_calibration()}")
         return
     t = task.temperature()
-    raw, used = confidence_pairs(*rows), confidence_pairs(*rows, t)
+    raw, used = confidence_pairs(*rows), task.confidence_part(outputs, examples, data)  # (the kind's calibration)
     section.figures.append(Figure("reliability", "reliability diagram", reliability(raw, used, t)))
     section.figures.append(Figure("risk-coverage", "risk-coverage curve", risk_coverage(raw, used)))
     section.notes.append(f"expected calibration error over {len(rows[1])} decisions: {ece(*used):.4f} at the "

@@ -323,7 +323,8 @@ def calibration_section(dev: dict, names: list[str], refitted: dict) -> list[str
         cells = [c.get(k) for k in ("temperature", "ece_before", "ece_after", "ece_floor", "brier_before",
                                     "brier_after", "accuracy")]
         lines.append(f"| `{name}` | " + " | ".join("-" if v is None else number(float(v)) for v in cells) + " |")
-    return lines + [""]
+    notes = [f"`{name}`: {c['fitted']}." for name, c in found.items() if c.get("fitted")]  # a kind's own calibration
+    return lines + ([""] + notes if notes else []) + [""]
 
 
 def license_note(manifest: dict) -> str:

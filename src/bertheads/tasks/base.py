@@ -51,7 +51,7 @@ class HeadSettings:
                                            "is right about nine times in ten (--no-calibrate: keep the raw softmax); "
                                            "at predict, evaluate, analyze and serve: use the head's temperature or "
                                            "not", toggle=True, group="calibration", at=CALIBRATING)
-    # fitted on dev at the end of training (`Judging.calibrate_on`): the scores are a softmax of
+    # fitted on dev at the end of training (`calibration.calibrate_head`): the scores are a softmax of
     # the logits divided by it; None: not fitted (no --dev, --no-calibrate, or a head without scores)
     temperature: float | None = schema.settled(None)
 

@@ -65,6 +65,33 @@ def fit_temperature(logits: np.ndarray, gold: np.ndarray) -> float | None:
     return round(value, 6) if math.isfinite(value) else None
 
 
+def fit_logistic(x: np.ndarray, right: np.ndarray) -> tuple[float, float] | None:
+    """Platt scaling: (a, b) (LBFGS) minimising the binary cross-entropy of sigmoid(a x + b)
+    against `right`; None when the rows are not both right and wrong (nothing to fit)."""
+    x, right = np.asarray(x, dtype=np.float64), np.asarray(right, dtype=np.float64)
+    if len(x) < 2 or right.min() == right.max():
+        return None
+    xs, ys = torch.tensor(np.clip(x, -50.0, 50.0)), torch.tensor(right)
+    ab = torch.tensor([1.0, 0.0], dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([ab], lr=0.5, max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(ab[0] * xs + ab[1], ys)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    a, b = (float(v) for v in ab.detach())
+    return (round(a, 6), round(b, 6)) if math.isfinite(a) and math.isfinite(b) else None
+
+
+def logistic(x: np.ndarray, ab: tuple[float, float]) -> np.ndarray:
+    """sigmoid(a x + b) (x clipped to +-50, as `fit_logistic` fits it)."""
+    z = ab[0] * np.clip(np.asarray(x, dtype=np.float64), -50.0, 50.0) + ab[1]
+    return 1.0 / (1.0 + np.exp(-z))
+
+
 def confidence_pairs(logits: np.ndarray, gold: np.ndarray, temperature: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Each row's top score and whether its top candidate is the right one."""
     p = probabilities(logits, temperature)
@@ -132,26 +159,29 @@ def measured(logits: np.ndarray, gold: np.ndarray, temperature: float = 1.0) -> 
             "mean_confidence": round(float(conf.mean()), 6) if len(conf) else float("nan")}
 
 
-def cross_fitted(logits: np.ndarray, gold: np.ndarray, seed: int = 0) -> dict:
-    """The calibration measured honestly: the rows split into two random halves, a temperature
-    fitted on each half and measured on the other; ECE and Brier before and after are the means
-    of the two measurements. Also the temperature fitted on all rows (what is kept)."""
+def cross_fitted(logits: np.ndarray, gold: np.ndarray, seed: int = 0, calibrator=None) -> dict:
+    """The calibration measured honestly: the rows split into two random halves, fitted on each
+    half and measured on the other; ECE and Brier before and after are the means of the two
+    measurements. Also what is fitted on all rows (what is kept). `calibrator` (default: one
+    temperature) fits parameters on rows (`fit(logits, gold)`, None: nothing to fit) and
+    measures rows with them (`measure(logits, gold, params)`, None: the raw scores)."""
+    calibrator = calibrator or Temperature()
     logits, gold = np.asarray(logits, dtype=np.float64), np.asarray(gold)
     order = np.random.default_rng(seed).permutation(len(gold))
     halves = (order[: len(order) // 2], order[len(order) // 2:])
-    before, after, temps = [], [], []
+    before, after, fitted = [], [], []
     for fit_on, test_on in (halves, halves[::-1]):
-        t = fit_temperature(logits[fit_on], gold[fit_on]) if len(test_on) else None
-        if t is None:
+        params = calibrator.fit(logits[fit_on], gold[fit_on]) if len(test_on) else None
+        if params is None:
             continue
-        temps.append(t)
-        before.append(measured(logits[test_on], gold[test_on]))
-        after.append(measured(logits[test_on], gold[test_on], t))
-    kept = fit_temperature(logits, gold)
-    out: dict = {"temperature": kept, "rows": int(len(gold))}
+        fitted.append(params)
+        before.append(calibrator.measure(logits[test_on], gold[test_on], None))
+        after.append(calibrator.measure(logits[test_on], gold[test_on], params))
+    kept = calibrator.fit(logits, gold)
+    out: dict = {**calibrator.named(kept), "rows": int(len(gold))}
     if not before:
         return out
-    calibrated_confidence = confidence_pairs(logits, gold, kept or 1.0)[0]
+    calibrated_confidence = calibrator.pairs(logits, gold, kept)[0]
 
     def mean(items: list[dict], key: str) -> float:
         return round(float(np.mean([i[key] for i in items])), 6)
@@ -160,9 +190,37 @@ def cross_fitted(logits: np.ndarray, gold: np.ndarray, seed: int = 0) -> dict:
                 "brier_before": mean(before, "brier"), "brier_after": mean(after, "brier"),
                 "accuracy": mean(before, "accuracy"), "confidence_before": mean(before, "mean_confidence"),
                 "confidence_after": mean(after, "mean_confidence"),
-                "half_temperatures": temps, "measured_on": "cross-fitted halves",
+                **calibrator.halves(fitted), "measured_on": "cross-fitted halves",
                 "ece_floor": round(ece_floor(calibrated_confidence, len(halves[0])), 6)})
     return out
+
+
+class Temperature:
+    """The calibrator of `cross_fitted` and `Judging.calibrator` by default: one temperature over
+    every row's candidates (a kind may give its own with the same methods)."""
+
+    def fit(self, logits: np.ndarray, gold: np.ndarray) -> float | None:
+        return fit_temperature(logits, gold)
+
+    def pairs(self, logits: np.ndarray, gold: np.ndarray, params) -> tuple[np.ndarray, np.ndarray]:
+        return confidence_pairs(logits, gold, params or 1.0)
+
+    def measure(self, logits: np.ndarray, gold: np.ndarray, params) -> dict:
+        return measured(logits, gold, params or 1.0)
+
+    def named(self, params) -> dict:
+        return {"temperature": params}
+
+    def halves(self, fitted: list) -> dict:
+        return {"half_temperatures": fitted}
+
+    def keep(self, spec, named: dict) -> None:
+        """Keep what was fitted (`named`'s fields; {}: nothing) in the head's spec."""
+        spec.temperature = named.get("temperature")
+
+    def in_use(self, task):
+        """The params a head's scores use now (`Judging.temperature`: 1 when off)."""
+        return task.temperature()
 
 
 def fold_into_output_layer(model: torch.nn.Module, out: torch.nn.Linear, temperature: float | None) -> str | None:
@@ -255,18 +313,20 @@ def summary(confidence: np.ndarray, correct: np.ndarray, target: float | None = 
 
 
 def calibrate_head(task, outputs: list, examples: list, path=None) -> dict:
-    """Fit `task`'s temperature on labelled outputs and keep it in its spec (None: calibration
-    off, or no rows); ECE and Brier before and after, each measured on the half of the rows the
-    temperature was not fitted on (`cross_fitted`), or why there is no temperature."""
+    """Fit `task`'s calibration (its `Judging.calibrator`: one temperature unless the kind says
+    otherwise) on labelled outputs and keep it in its spec (None: calibration off, or no rows);
+    ECE and Brier before and after, each measured on the half of the rows it was not fitted on
+    (`cross_fitted`), or why there is no temperature."""
+    calibrator = task.calibrator()
     if not getattr(task.spec, "calibrate", True):
-        task.spec.temperature = None
+        calibrator.keep(task.spec, {})
         return {"temperature": None, "none": "calibration off (--no-calibrate)"}
     rows = task.calibration_rows(outputs, examples, path)
     if rows is None:
-        task.spec.temperature = None
+        calibrator.keep(task.spec, {})
         return {"temperature": None, "none": task.no_calibration()}
-    result = cross_fitted(*rows)
-    task.spec.temperature = result["temperature"]
+    result = cross_fitted(*rows, calibrator=calibrator)
+    calibrator.keep(task.spec, result)
     return result
 
 

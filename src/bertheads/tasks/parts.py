@@ -21,7 +21,7 @@ from torch import nn
 
 from bertheads.base.errors import UserError
 from bertheads.base.schema import said
-from bertheads.tasks.calibration import calibrate_head, confidence_pairs
+from bertheads.tasks.calibration import Temperature
 from bertheads.tasks.forms import InputForm
 
 
@@ -189,16 +189,16 @@ class Judging:
         t = getattr(self.spec, "temperature", None)
         return float(t) if t and getattr(self.spec, "calibrate", True) else 1.0
 
-    def calibrate_on(self, outputs: list, examples: list, path=None) -> dict:
-        """Fit the head's temperature on labelled outputs (dev, after an evaluation) and keep it
-        in the spec; what metrics.json records (`calibration.calibrate_head`)."""
-        return calibrate_head(self, outputs, examples, path)
+    def calibrator(self):
+        """How the head's scores are calibrated (`calibration.Temperature`: one temperature)."""
+        return Temperature()
 
     def confidence_part(self, outputs: list, examples: list, path=None) -> tuple[np.ndarray, np.ndarray] | None:
         """Each row's top score at the temperature in use and whether it is right (for the
         risk-coverage table and `--target-accuracy`); None without rows."""
         rows = self.calibration_rows(outputs, examples, path)
-        return None if rows is None else confidence_pairs(*rows, self.temperature())
+        calibrator = self.calibrator()
+        return None if rows is None else calibrator.pairs(*rows, calibrator.in_use(self))
 
     def input_confidence(self, outputs: list, examples: list) -> np.ndarray | None:
         """Per input, what `--min-confidence` compares, where decisions are not inputs (then

@@ -23,6 +23,7 @@ from bertheads.store.features_cache import (
     encoder_identity,
     ensure_cache,
 )
+from bertheads.tasks.calibration import calibrate_head
 from bertheads.text.encoding import to_device
 from bertheads.training.settings import FROZEN_HEAD_MODES
 
@@ -103,7 +104,7 @@ def evaluate_cached(task, head, dev: CachedDev, examples: list, path=None, batch
     outputs = run_heads(runner, dev.features, [runner.name], batch_size, losses=losses)[runner.name]
     collected = task.collect(outputs, dev.owner, examples, dev.features)
     metrics = task.metrics(collected, examples, path, during_training=True)
-    metrics["calibration"] = task.calibrate_on(collected, examples, path)
+    metrics["calibration"] = calibrate_head(task, collected, examples, path)
     total, count = losses[runner.name]
     metrics["loss"] = total / count if count else float("nan")
     return metrics

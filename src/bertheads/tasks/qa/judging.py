@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from bertheads.tasks.calibration import Temperature
 from bertheads.tasks.parts import Disputes, Judging
-from bertheads.tasks.qa.confidence import answer_scores, calibration_rows
+from bertheads.tasks.qa.confidence import NullScaled, answer_scores, calibration_rows
 from bertheads.tasks.qa.formats import QAExample
 from bertheads.tasks.qa.metrics import (
+    answered_none,
     best_threshold,
     exact,
     f1_v1,
@@ -39,11 +41,8 @@ class QAJudging(Judging):
     main_metric = "f1"
     metric_scale = 100.0  # SQuAD's EM and F1 are percentages
 
-    def learned_nothing(self, metrics: dict) -> str | None:
-        """No answer right on the questions that have one: it always abstains, or its spans miss."""
-        answerable, f1 = metrics.get("HasAns_total", metrics.get("examples", 0)), metrics.get("HasAns_f1", metrics.get("f1"))
-        return None if f1 is None or answerable < 10 or f1 >= 1.0 else (
-            f"it gets none of the {answerable} questions that have an answer right (F1 {f1:.1f}: it abstains or its spans miss)")
+    def learned_nothing(self, metrics: dict) -> str | None:  # `metrics.py`
+        return answered_none(metrics)
 
     def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples: list[QAExample],
                 features: list[dict]) -> list[QAOutput]:
@@ -110,6 +109,9 @@ class QAJudging(Judging):
     def calibration_rows(self, outputs: list[QAOutput], examples: list[QAExample], path=None):  # `confidence.py`
         t = self.threshold(None)
         return calibration_rows(outputs, examples, self.spec.n_best, t, bool(self.spec.unanswerable) or t is not None)
+
+    def calibrator(self):  # `confidence.py`: a head that may answer nothing calibrates null answers apart
+        return NullScaled() if self.spec.unanswerable or self.threshold(None) is not None else Temperature()
 
     def disputes(self, outputs: list[QAOutput], examples: list[QAExample], path=None) -> Disputes:
         """Gold answers against out-of-fold spans (`question_disputes`; `uncertainty`: `answer_shares`)."""

@@ -108,3 +108,11 @@ def scores_from_parts(parts: list) -> dict:
                 result[f"{name}_f1"] = 100.0 * float(scores[mask, 1].mean())
                 result[f"{name}_total"] = int(mask.sum())
     return result
+
+
+def answered_none(metrics: dict) -> str | None:
+    """`Judging.learned_nothing` for qa: no answer right on the questions that have one (it
+    always abstains, or its spans miss)."""
+    answerable, f1 = metrics.get("HasAns_total", metrics.get("examples", 0)), metrics.get("HasAns_f1", metrics.get("f1"))
+    return None if f1 is None or answerable < 10 or f1 >= 1.0 else (
+        f"it gets none of the {answerable} questions that have an answer right (F1 {f1:.1f}: it abstains or its spans miss)")

@@ -54,4 +54,7 @@ class QASpec(HeadSettings):
     # what training settled
     unanswerable: bool = False  # the training data had questions without an answer (SQuAD v2.0)
     tune_threshold: bool = True  # tune `null_threshold` on the dev set (off when it was given)
+    # fitted on dev with the temperature when the head may answer nothing (`confidence.NullScaled`):
+    # (a, b) of sigmoid(a * margin + b), a null answer's probability of being right
+    null_scaling: list[float] | None = None
 
