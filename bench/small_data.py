@@ -33,7 +33,8 @@ Arms (`ARMS`; an arm a task cannot take is skipped, said once with why):
   (`--mode features`, batch 8, the same budget), `feat32` (`--mode features`, batch 32, 3
   epochs), `contrastive` (single-text classify: the encoder tuned on pairs of examples as
   SetFit does, then the head as `feat` trains it), `pairs5k` (the same with 5,000 pairs: the
-  arm that measured the default cap, which `contrastive` now takes too).
+  arm that measured the default cap, which `contrastive` now takes too), `pairs32k` (32,000 pairs: setfit20's
+  count at 800 rows).
 - `trainer`: transformers' Trainer at its defaults (batch 8, 3 epochs, lr 5e-5, no warm-up, no
   weight decay, fp32, the last epoch) on the same checkpoint, by bench/gpu_sides.py's Trainer
   side of the kind (max length 128; qa: run_qa's windows of 384 tokens, stride 128).
@@ -160,6 +161,7 @@ ARMS = {
     "feat32": Arm(recipe=Recipe(None, "features", 32)),
     "contrastive": CONTRASTIVE,
     "pairs5k": replace(CONTRASTIVE, settings={"pairs": 5000}),
+    "pairs32k": replace(CONTRASTIVE, settings={"pairs": 32000}),
     "trainer": Arm(peer="trainer"),
     "setfit": Arm(peer="setfit", kinds=("classify",), pairs=False, up_to=200,
                   why={"kinds": "SetFit classifies texts", "pairs": "SetFit embeds one text per input",
