@@ -8,6 +8,7 @@ equal ours). It checks that the labels do not move.
     python bench/calibration.py --cases sst2-ft1,sst2-feat3 --limit 2000
     python bench/calibration.py --cases conll-feat1 --limit 1000
     python bench/calibration.py --cases sst2-ft1 --limit 8000 --holdout 7000   # also on 7,000 held-out sentences
+    python bench/calibration.py --cases sst2-ft3 --limit 800 --holdout 7000 --seeds 42,1,2   # a model per seed
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def pipeline_scores(model_dir: Path, texts: list[str], fold: bool) -> np.ndarray
 
 
 def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False, dev_limit: int | None = None,
-             holdout: int = 0) -> dict:
+             holdout: int = 0, seed: int | None = None) -> dict:
     import bertheads
     from bertheads.base.errors import UserError
     from bertheads.export.hf import check_equivalent
@@ -71,7 +72,9 @@ def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False, 
 
     kind, train, dev, settings = CASES[case]
     train_path, dev_path = require_data(*train), require_data(*dev)
-    target = out / case
+    target = out / (case if seed is None else f"{case}-seed{seed}")
+    if seed is not None:
+        settings = {**settings, "seed": seed}
     start = time.perf_counter()
     if reuse and (target / "metrics.json").is_file():
         trained = bertheads.load(target, runtime="torch", precision="fp32")
@@ -82,7 +85,7 @@ def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False, 
     seconds = time.perf_counter() - start
     metrics = json.loads((target / "metrics.json").read_text())
     c = metrics["dev"]["calibration"]
-    row = {"case": case, "kind": kind, "limit": limit, **settings, "train_seconds": round(seconds, 1),
+    row = {"case": case if seed is None else f"{case} (seed {seed})", "kind": kind, "limit": limit, **settings, "train_seconds": round(seconds, 1),
            "temperature": c.get("temperature"), "cross_fitted": c}
     task = trained.task()
     name = trained.head_name(None)
@@ -174,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="default")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reuse", action="store_true", help="measure the models already trained in bench/out")
+    p.add_argument("--seeds", default=None, help="comma-separated training seeds, a model each (default: the seed's default)")
     p.add_argument("--dev-limit", type=int, default=None, help="the full-dev pass on the first N dev examples only")
     p.add_argument("--holdout", type=int, default=0,
                    help="also measure on the training file's last N rows (not trained on; more rows than dev's halves)")
@@ -182,8 +186,9 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     out = OUT / "calibration"
-    rows = [run_case(case, args.limit, out, args.model, args.reuse, args.dev_limit, args.holdout)
-            for case in args.cases.split(",")]
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [None]
+    rows = [run_case(case, args.limit, out, args.model, args.reuse, args.dev_limit, args.holdout, seed)
+            for case in args.cases.split(",") for seed in seeds]
     path = save_json("calibration-" + args.cases.replace(",", "-"), {"environment": environment(), "cpu": cpu_line(), "argv": sys.argv, "rows": rows})
     print(cpu_line())
     print(table(rows))

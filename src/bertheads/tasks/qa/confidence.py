@@ -58,8 +58,7 @@ def answer_scores(task, outputs: list[QAOutput], threshold: float | None) -> lis
     the head has a temperature in use."""
     spec = task.spec
     calibrated = bool(spec.temperature or spec.null_scaling) and spec.calibrate
-    temperature = task.temperature() if calibrated else None
-    null_scaling = spec.null_scaling if calibrated else None
+    temperature, null_scaling = NullScaled().in_use(task) if calibrated else (None, None)
     with_null = bool(spec.unanswerable) or threshold is not None
     return [None if (v := shown_score(o, answers_nothing(o, threshold), spec.n_best, threshold, with_null,
                                       temperature, null_scaling)) is None else round(float(v), 6) for o in outputs]
