@@ -12,6 +12,11 @@ kind's `Judging.uncertainty`, `choose`, the k-means of `diverse` on the cached m
     python bench/active.py --task sst2 --pool 4000 --seeds 0,1,2
     python bench/active.py --task conll --pool 2000 --seeds 0,1,2
     python bench/active.py --task skewed --pool 4000 --seeds 0,1,2
+
+Probes beside `select`'s strategies (the bench's own, not `select`'s): `mixedNN` (NN% of each
+round at random, the rest by margin), `badge` (k-means++ seeding on each input's gradient
+embedding, (probabilities - its argmax's one-hot) x its mean vector; Ash et al. 2020), and
+`--class-weights balanced` (the head's loss weighted by the pool's label counts).
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ def main() -> None:
     parser.add_argument("--strategies", default="random,margin,entropy,diverse")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--lr", type=float, help="the head's learning rate (default: the task's)")
+    parser.add_argument("--class-weights", choices=["none", "balanced"], help="classify: the head's loss weights")
     parser.add_argument("--out", default=str(OUT / "active" / "results.jsonl"))
     args = parser.parse_args()
 
@@ -86,7 +92,9 @@ def main() -> None:
     kind, metric, lr = TASKS[args.task]
     pool_file, dev_file = task_files(args.task, args.pool, folder)
     config = single_task(kind, str(pool_file), str(dev_file), {"mode": "features",
-                                                                     "cache_dir": str(OUT / "audit" / "cache")})
+                                                                     "cache_dir": str(OUT / "audit" / "cache"),
+                                                                     **({"class_weights": args.class_weights}
+                                                                        if args.class_weights else {})})
     t = config.tasks[0]
     options = task_settings(t, {}, config.options)
     encoder = Encoder.load("default", lazy=True)
@@ -148,8 +156,28 @@ def main() -> None:
                 rest = [i for i in range(len(examples)) if i not in taken]
                 units = pool_units(net, fold_task, rest)
                 scores = entropy_scores(units) if strategy == "entropy" else margin_scores(units)
-                picked = choose(scores, args.step, strategy, seed + round_,
-                                lambda idx, rest=rest: vectors_all[np.asarray(rest)[idx]])
+                if strategy == "badge":  # probe: k-means++ seeding on gradient embeddings (Ash et al. 2020)
+                    probs = np.stack([np.asarray(u, dtype=np.float64).reshape(-1) for u in units])
+                    residual = probs.copy()
+                    residual[np.arange(len(probs)), probs.argmax(1)] -= 1.0
+                    g = (residual[:, :, None] * vectors_all[np.asarray(rest)][:, None, :]).reshape(len(rest), -1)
+                    rng = np.random.default_rng(seed + round_)
+                    chosen = [int(np.argmax((g ** 2).sum(1)))]
+                    d2 = ((g - g[chosen[0]]) ** 2).sum(1)
+                    while len(chosen) < args.step:
+                        nxt = int(rng.choice(len(g), p=d2 / d2.sum())) if d2.sum() > 0 else int(rng.integers(len(g)))
+                        chosen.append(nxt)
+                        d2 = np.minimum(d2, ((g - g[nxt]) ** 2).sum(1))
+                    picked = np.asarray(chosen)
+                elif strategy.startswith("mixed"):  # probe: a share at random, the rest by margin
+                    share = int(strategy[5:] or 50) / 100
+                    at_random = choose(scores, int(round(args.step * share)), "random", seed + round_)
+                    rest_scores = scores.copy()
+                    rest_scores[at_random] = -np.inf
+                    picked = np.concatenate([at_random, choose(rest_scores, args.step - len(at_random), "margin", 0)])
+                else:
+                    picked = choose(scores, args.step, strategy, seed + round_,
+                                    lambda idx, rest=rest: vectors_all[np.asarray(rest)[idx]])
                 labelled += [rest[i] for i in picked]
             row = {"seed": seed, "strategy": strategy, "curve": curve, "seconds": round(time.perf_counter() - began, 1)}
             results.append(row)
