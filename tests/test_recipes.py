@@ -17,8 +17,9 @@ from bertheads.tasks.recipes import holdout_size, recipe_for
 
 def test_each_kind_s_table_chooses_by_the_number_of_examples():
     table = TASKS["classify"].recipes
-    few, some, many = recipe_for(table, 32), recipe_for(table, 1000), recipe_for(table, 60000)
-    assert (few.mode, few.batch_size) == ("contrastive", 8)  # a few hundred or fewer: SetFit's recipe
+    few, some, many = recipe_for(table, 32), recipe_for(table, 2000), recipe_for(table, 60000)
+    assert (few.mode, few.batch_size, few.pairs_each) == ("contrastive", 8, 0)  # a few hundred or fewer: SetFit's recipe
+    assert (recipe_for(table, 800).mode, recipe_for(table, 800).pairs_each) == ("contrastive", 40)  # more pairs
     assert (some.mode, some.batch_size) == ("finetune", 8)
     assert (many.mode, many.batch_size, many.epochs_for(60000, 32)) == ("finetune", 32, 3)  # as before
     # a step budget, not a fixed epoch count: fewer examples, more epochs, within the row's bounds
@@ -39,6 +40,33 @@ def test_each_kind_s_table_chooses_by_the_number_of_examples():
     assert recipe_for(tag, 6400).epochs_for(6400, 32) == 3 == recipe_for(tag, 14000).epochs_for(14000, 32)
     assert [holdout_size(n, 0.1) for n in (19, 20, 40, 200, 10**6)] == [0, 4, 4, 20, 2000]
     assert holdout_size(200, 0.0) == 0
+
+
+def test_contrastive_pairs_grow_with_the_examples_where_the_table_says_so():
+    """Up to 200 examples the default count of pairs; from 201 to 1,000, 40 an example (never
+    fewer than the default), and none for a run the recipe does not tune on pairs."""
+    from bertheads.training.joint import recipe_pairs
+    from bertheads.training.settings import MOST_PAIRS
+
+    table = TASKS["classify"].recipes
+    assert recipe_pairs(recipe_for(table, 200), "contrastive", 200) is None
+    assert recipe_pairs(recipe_for(table, 800), "contrastive", 800) == 32_000
+    assert recipe_pairs(recipe_for(table, 201), "contrastive", 201) == 8_040
+    assert recipe_pairs(replace(recipe_for(table, 800), pairs_each=10), "contrastive", 300) == MOST_PAIRS  # not fewer
+    assert recipe_pairs(recipe_for(table, 800), "finetune", 800) is None
+    assert recipe_pairs(recipe_for(table, 1001), "contrastive", 1001) is None
+    # the run's settings take the count and its line says it; a count the user gives wins
+    from types import SimpleNamespace
+
+    from bertheads.training.joint import settle_recipe
+    from bertheads.training.settings import TrainSettings
+
+    data = [SimpleNamespace(train_features=[{}] * 800, examples=800, task=SimpleNamespace(spec=SimpleNamespace(
+        mode="contrastive")), held_out=0, dev_path="dev.tsv")]
+    settled, line = settle_recipe(TrainSettings(), recipe_for(table, 800), data, "auto", ["classify"])
+    assert settled.pairs == 32_000 and "32,000 pairs (40 an example), batch 8" in line
+    settled, line = settle_recipe(TrainSettings(pairs=900), recipe_for(table, 800), data, "auto", ["classify"])
+    assert settled.pairs == 900 and "pairs" not in line.split("),", 1)[1]
 
 
 def test_text_pairs_and_regression_fine_tune_where_the_table_says_contrastive():

@@ -25,13 +25,15 @@ class Recipe:
     """What a run of up to `up_to` training examples (None: any number) trains with: `mode`
     ("finetune", "features" or "contrastive"), `batch_size`, and its epochs (in features and
     contrastive mode the head's): enough for about `steps` optimizer steps, within `epochs`
-    (fewest, most); without `steps`, the fewest."""
+    (fewest, most); without `steps`, the fewest. In contrastive mode, `pairs_each` pairs per
+    training example (0: the default count of pairs)."""
 
     up_to: int | None
     mode: str
     batch_size: int
     steps: int = 0
     epochs: tuple[int, int] = (3, 3)
+    pairs_each: int = 0
 
     def epochs_for(self, features: int, batch_size: int) -> int:
         """Epochs for `features` training inputs in batches of `batch_size`."""

@@ -37,7 +37,15 @@ from bertheads.training.contrastive import tune_encoder
 from bertheads.training.features import attach_cache
 from bertheads.training.flags import kind_defaults, task_class
 from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit, resolved_settings
-from bertheads.training.settings import AUTO, FROZEN_HEAD_MODES, MODES, HeadOptions, recipe_of, spec_name
+from bertheads.training.settings import (
+    AUTO,
+    FROZEN_HEAD_MODES,
+    MODES,
+    MOST_PAIRS,
+    HeadOptions,
+    recipe_of,
+    spec_name,
+)
 from bertheads.training.trackers import check_trackers
 
 log = logging.getLogger("bertheads")
@@ -214,6 +222,14 @@ def recipe_of_data(data: list[TaskData], how: str) -> Recipe:
     return largest if len({r.mode for r in own}) == 1 else dataclasses.replace(largest, mode="finetune")
 
 
+def recipe_pairs(recipe: Recipe, mode: str, examples: int) -> int | None:
+    """The pairs a contrastive run tunes the encoder on when the recipe gives a count per
+    example (never fewer than the default's most); None: the default count."""
+    if mode != "contrastive" or not recipe.pairs_each:
+        return None
+    return max(MOST_PAIRS, recipe.pairs_each * examples)
+
+
 def settle_recipe(settings: TrainSettings, recipe: Recipe, data: list[TaskData], how: str,
                   auto_mode: list[str]) -> tuple[TrainSettings, str]:
     """The run's settings with what was left to the recipe filled in (what was given stays), and
@@ -222,12 +238,14 @@ def settle_recipe(settings: TrainSettings, recipe: Recipe, data: list[TaskData],
     batch = settings.batch_size or recipe.batch_size
     features = sum(len(d.train_features) for d in data)
     epochs = settings.epochs or recipe.epochs_for(features, batch * settings.grad_accum)
-    settled = dataclasses.replace(settings, batch_size=batch, epochs=epochs, recipe=how,
-                                  holdout=settings.holdout if settings.holdout is not None else
-                                  (0.0 if how == "fixed" else HOLDOUT))
     examples = sum(d.examples for d in data)
     mode = data[0].task.spec.mode
+    pairs = settings.pairs or recipe_pairs(recipe, mode, examples)
+    settled = dataclasses.replace(settings, batch_size=batch, epochs=epochs, recipe=how, pairs=pairs,
+                                  holdout=settings.holdout if settings.holdout is not None else
+                                  (0.0 if how == "fixed" else HOLDOUT))
     parts = [mode_line(mode) + ("" if auto_mode else " (given)"),
+             *([f"{pairs:,} pairs ({recipe.pairs_each} an example)"] if pairs and not settings.pairs else []),
              f"batch {batch}" + ("" if settings.batch_size is None else " (given)")]
     held = sum(d.held_out for d in data)
     given = "" if settings.epochs is None else " (given)"

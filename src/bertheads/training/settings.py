@@ -100,7 +100,8 @@ class TrainSettings:
                                        "$BERTHEADS_RECIPE, else auto", choices=RECIPE_CHOICES, group="training")
     pairs: int | None = setting(None, "--mode contrastive: pairs of training texts the encoder is tuned on, half "
                                       "with a label in common, half without (default: SetFit's oversampling, every "
-                                      f"pair of the commoner sort and as many of the other, at most {MOST_PAIRS:,})",
+                                      f"pair of the commoner sort and as many of the other, at most {MOST_PAIRS:,}; "
+                                      "where the recipe gives a count per example, that many)",
                                 type=positive_int, group="training", metavar="N")
     select_metric: str | None = setting(None, "dev metric that chooses the best evaluation (default: the task's main "
                                               "one: accuracy, f1, pearson, ...)", group="training")
