@@ -156,25 +156,10 @@ def main() -> None:
                 rest = [i for i in range(len(examples)) if i not in taken]
                 units = pool_units(net, fold_task, rest)
                 scores = entropy_scores(units) if strategy == "entropy" else margin_scores(units)
-                if strategy == "badge":  # probe: k-means++ seeding on gradient embeddings (Ash et al. 2020)
-                    probs = np.stack([np.asarray(u, dtype=np.float64).reshape(-1) for u in units])
-                    residual = probs.copy()
-                    residual[np.arange(len(probs)), probs.argmax(1)] -= 1.0
-                    g = (residual[:, :, None] * vectors_all[np.asarray(rest)][:, None, :]).reshape(len(rest), -1)
-                    rng = np.random.default_rng(seed + round_)
-                    chosen = [int(np.argmax((g ** 2).sum(1)))]
-                    d2 = ((g - g[chosen[0]]) ** 2).sum(1)
-                    while len(chosen) < args.step:
-                        nxt = int(rng.choice(len(g), p=d2 / d2.sum())) if d2.sum() > 0 else int(rng.integers(len(g)))
-                        chosen.append(nxt)
-                        d2 = np.minimum(d2, ((g - g[nxt]) ** 2).sum(1))
-                    picked = np.asarray(chosen)
-                elif strategy.startswith("mixed"):  # probe: a share at random, the rest by margin
-                    share = int(strategy[5:] or 50) / 100
-                    at_random = choose(scores, int(round(args.step * share)), "random", seed + round_)
-                    rest_scores = scores.copy()
-                    rest_scores[at_random] = -np.inf
-                    picked = np.concatenate([at_random, choose(rest_scores, args.step - len(at_random), "margin", 0)])
+                if strategy == "badge":
+                    picked = badge_picks(units, vectors_all[np.asarray(rest)], args.step, seed + round_)
+                elif strategy.startswith("mixed"):
+                    picked = mixed_picks(scores, args.step, int(strategy[5:] or 50) / 100, seed + round_)
                 else:
                     picked = choose(scores, args.step, strategy, seed + round_,
                                     lambda idx, rest=rest: vectors_all[np.asarray(rest)[idx]])
@@ -208,6 +193,32 @@ def main() -> None:
             mine = [r for r in results if r["strategy"] == strategy]
             print(f"| {strategy} | " + " | ".join(str(statistics.median(r["curve"][j]["rare"] for r in mine))
                                                  for j in range(len(sizes))) + " |")
+
+
+def badge_picks(units, vectors: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """Probe: k-means++ seeding on each input's gradient embedding, (probabilities - its
+    argmax's one-hot) x its vector (BADGE, Ash et al. 2020)."""
+    probs = np.stack([np.asarray(u, dtype=np.float64).reshape(-1) for u in units])
+    probs[np.arange(len(probs)), probs.argmax(1)] -= 1.0
+    g = (probs[:, :, None] * vectors[:, None, :]).reshape(len(probs), -1)
+    rng = np.random.default_rng(seed)
+    chosen = [int(np.argmax((g ** 2).sum(1)))]
+    d2 = ((g - g[chosen[0]]) ** 2).sum(1)
+    while len(chosen) < k:
+        nxt = int(rng.choice(len(g), p=d2 / d2.sum())) if d2.sum() > 0 else int(rng.integers(len(g)))
+        chosen.append(nxt)
+        d2 = np.minimum(d2, ((g - g[nxt]) ** 2).sum(1))
+    return np.asarray(chosen)
+
+
+def mixed_picks(scores: np.ndarray, k: int, share: float, seed: int) -> np.ndarray:
+    """Probe: `share` of the k at random (`select`'s `choose`), the rest by margin."""
+    from bertheads.inference.select import choose
+
+    at_random = choose(scores, int(round(k * share)), "random", seed)
+    rest = scores.copy()
+    rest[at_random] = -np.inf
+    return np.concatenate([at_random, choose(rest, k - len(at_random), "margin", 0)])
 
 
 def interval(values: list[float]) -> str:

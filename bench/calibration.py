@@ -72,9 +72,9 @@ def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False, 
 
     kind, train, dev, settings = CASES[case]
     train_path, dev_path = require_data(*train), require_data(*dev)
-    target = out / (case if seed is None else f"{case}-seed{seed}")
+    name, target = case, out / case
     if seed is not None:
-        settings = {**settings, "seed": seed}
+        name, target, settings = f"{case} (seed {seed})", out / f"{case}-seed{seed}", {**settings, "seed": seed}
     start = time.perf_counter()
     if reuse and (target / "metrics.json").is_file():
         trained = bertheads.load(target, runtime="torch", precision="fp32")
@@ -85,7 +85,7 @@ def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False, 
     seconds = time.perf_counter() - start
     metrics = json.loads((target / "metrics.json").read_text())
     c = metrics["dev"]["calibration"]
-    row = {"case": case if seed is None else f"{case} (seed {seed})", "kind": kind, "limit": limit, **settings, "train_seconds": round(seconds, 1),
+    row = {"case": name, "kind": kind, "limit": limit, **settings, "train_seconds": round(seconds, 1),
            "temperature": c.get("temperature"), "cross_fitted": c}
     task = trained.task()
     name = trained.head_name(None)
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="default")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reuse", action="store_true", help="measure the models already trained in bench/out")
-    p.add_argument("--seeds", default=None, help="comma-separated training seeds, a model each (default: the seed's default)")
+    p.add_argument("--seeds", default=None, help="comma-separated training seeds, a model each (default: one model, train's default seed)")
     p.add_argument("--dev-limit", type=int, default=None, help="the full-dev pass on the first N dev examples only")
     p.add_argument("--holdout", type=int, default=0,
                    help="also measure on the training file's last N rows (not trained on; more rows than dev's halves)")
