@@ -13,6 +13,10 @@ kind's `Judging.uncertainty`, `choose`, the k-means of `diverse` on the cached m
     python bench/active.py --task conll --pool 2000 --seeds 0,1,2
     python bench/active.py --task skewed --pool 4000 --seeds 0,1,2
 
+`select`'s strategies follow its cold-start rule as `select` does (a round at random while the
+head was trained on fewer than `--cold-start` of some class, counted as training saves them;
+a curve point's `cold` says so); `--cold-start 0` turns it off.
+
 Probes beside `select`'s strategies (the bench's own, not `select`'s): `mixedNN` (NN% of each
 round at random, the rest by margin), `badge` (k-means++ seeding on each input's gradient
 embedding, (probabilities - its argmax's one-hot) x its mean vector; Ash et al. 2020), and
@@ -70,6 +74,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--lr", type=float, help="the head's learning rate (default: the task's)")
     parser.add_argument("--class-weights", choices=["none", "balanced"], help="classify: the head's loss weights")
+    parser.add_argument("--cold-start", type=int, help="select's cold-start rule: a round is picked at random while "
+                                                       "the head was trained on fewer than this many of some class "
+                                                       "(default: select's; 0: never)")
     parser.add_argument("--out", default=str(OUT / "active" / "results.jsonl"))
     args = parser.parse_args()
 
@@ -78,7 +85,14 @@ def main() -> None:
     from bertheads.compute.batching import INFERENCE_BATCH
     from bertheads.compute.runner import run_heads
     from bertheads.encoder.pretrained import Encoder
-    from bertheads.inference.select import choose, entropy_scores, margin_scores
+    from bertheads.inference.select import (
+        STRATEGIES,
+        SelectSettings,
+        choose,
+        entropy_scores,
+        margin_scores,
+        settled_strategy,
+    )
     from bertheads.model import BertHeads
     from bertheads.store.features_cache import CachedDev
     from bertheads.training.audit import FoldCache
@@ -127,6 +141,7 @@ def main() -> None:
         # no dev set while training (the last epoch is kept), one evaluation after it
         data = TaskData(t.name, fold_task, [features[i] for i in labelled],
                         cached=FoldCache(whole.cached, labelled, features))
+        fold_task.spec.trained_counts = fold_task.class_counts([examples[i] for i in labelled])  # (as training saves)
         torch.manual_seed(seed)
         fit(net, [data], TrainSettings(**{**settings.__dict__, "seed": seed}), None, evaluate_task)
         data.dev_examples, data.dev_path, data.dev_cached = dev, str(dev_file), whole.dev_cached
@@ -139,6 +154,7 @@ def main() -> None:
         raw = run_heads(runner, view.features, [t.name], INFERENCE_BATCH)[t.name]
         return fold_task.uncertainty(fold_task.collect(raw, view.owner, [examples[i] for i in rows], view.features))
 
+    cold = SelectSettings().cold_start if args.cold_start is None else args.cold_start
     results = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         start = np.random.default_rng(seed).permutation(len(examples))[: args.start].tolist()
@@ -156,7 +172,13 @@ def main() -> None:
                 rest = [i for i in range(len(examples)) if i not in taken]
                 units = pool_units(net, fold_task, rest)
                 scores = entropy_scores(units) if strategy == "entropy" else margin_scores(units)
-                if strategy == "badge":
+                used = strategy
+                if strategy in STRATEGIES:  # select's own: its cold-start rule as well
+                    used, scarce = settled_strategy(fold_task, SelectSettings(strategy=strategy, cold_start=cold))
+                    curve[-1]["cold"] = bool(scarce)
+                if used != strategy:
+                    picked = choose(scores, args.step, used, seed + round_)
+                elif strategy == "badge":
                     picked = badge_picks(units, vectors_all[np.asarray(rest)], args.step, seed + round_)
                 elif strategy.startswith("mixed"):
                     picked = mixed_picks(scores, args.step, int(strategy[5:] or 50) / 100, seed + round_)
@@ -169,7 +191,8 @@ def main() -> None:
             print(json.dumps(row), flush=True)
     with open(args.out, "a", encoding="utf-8") as f:
         for r in results:
-            f.write(json.dumps({**r, "task": args.task, "metric": metric, "pool": args.pool, "machine": cpu_line()}) + "\n")
+            f.write(json.dumps({**r, "task": args.task, "metric": metric, "pool": args.pool, "cold_start": cold,
+                                "machine": cpu_line()}) + "\n")
     print(f"\n{cpu_line()}\ntask={args.task} ({metric}), pool={args.pool} ({pool_file.name}), dev={dev_file.name} ({len(dev)}), "
           f"features cache built/read in {cache_seconds:.1f} s\n")
     sizes = [c["labels"] for c in results[0]["curve"]]

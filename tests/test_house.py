@@ -13,7 +13,7 @@ from bertheads.encoder.pretrained import Encoder
 from bertheads.tasks import TASKS
 from bertheads.tasks.base import Task
 from bertheads.tasks.options import Options
-from bertheads.tasks.parts import Judging, Modeling, Publishing, Reading
+from bertheads.tasks.parts import Curating, Judging, Modeling, Publishing, Reading
 
 PACKAGE = str(Path(bertheads.__file__).parent)
 
@@ -44,7 +44,7 @@ def test_predict_reaches_the_encoder_in_six_calls_entering_each_module_once(tiny
 
 
 def test_the_task_interface_and_each_kinds_parts_fit_on_a_screen():
-    for part in (Task, Options, Reading, Modeling, Judging, Publishing):
+    for part in (Task, Options, Reading, Modeling, Judging, Curating, Publishing):
         lines = len(inspect.getsource(part).splitlines())
         members = [k for k in vars(part) if not k.startswith("__")]
         assert lines <= 80 and len(members) <= 16, (part.__name__, lines, len(members))

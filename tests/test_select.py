@@ -91,7 +91,13 @@ def test_tag_and_qa_select_write_their_own_formats(tiny_bert, write, tmp_path):
 
     tagger = bertheads.train("tag", write("t.txt", conll(sentences(8))), None, None, model=tiny_bert, epochs=1,
                              progress=False)
-    chosen = tagger.select([{"tokens": ["Angela", "Merkel", "visited", "Paris"]}, {"tokens": ["Hello"]}], k=1)
+    # the entities each type had in the sentences trained on (a held-out few choose the epoch)
+    counts = tagger.net.tasks[tagger.head_name(None)].spec.trained_counts
+    assert set(counts) == {"LOC", "ORG", "PER"} and counts["LOC"] == counts["ORG"] + counts["PER"] <= 8
+    pool = [{"tokens": ["Angela", "Merkel", "visited", "Paris"]}, {"tokens": ["Hello"]}]
+    assert tagger.select(pool, k=1).cold_start == counts  # (fewer than 10 of every type: at random)
+    chosen = tagger.select(pool, k=1, cold_start=0)
+    assert chosen.strategy == "margin" and not chosen.cold_start
     assert chosen.records[0]["tags"] == [] and chosen.records[0]["tokens"][0] in ("Angela", "Hello")
     reader = bertheads.train("qa", write("q.json", json.dumps(squad_doc(4))), None, None, model=tiny_bert,
                              epochs=1, max_length=64, stride=16, max_question_length=16, progress=False)
@@ -100,3 +106,33 @@ def test_tag_and_qa_select_write_their_own_formats(tiny_bert, write, tmp_path):
     chosen = reader.select(pool, k=1, strategy="entropy")
     assert chosen.records[0]["answers"] == [] and chosen.records[0]["id"] in ("q0", "q1", "q2")
     assert set(chosen.records[0]) == {"question", "context", "answers", "id", "score"}
+
+
+def test_a_head_trained_on_a_handful_of_a_class_picks_at_random(tiny_bert, write, tmp_path, caplog, capsys):
+    rows = [(f"the film {i} was {'wonderful' if i < 4 else 'awful'}", int(i < 4)) for i in range(30)]
+    train = write("skewed.tsv", "sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows))
+    bertheads.train("classify", train, None, tmp_path / "model", model=tiny_bert, epochs=1, holdout=0,
+                    progress=False)
+    model = bertheads.load(tmp_path / "model")  # (the counts are saved with the head)
+    assert model.net.tasks[model.head_name(None)].spec.trained_counts == {"0": 26, "1": 4}
+    pool = [f"the show {i} was {'wonderful' if i % 2 else 'awful'} and long" for i in range(12)]
+    with caplog.at_level("WARNING", logger="bertheads"):
+        cold = model.select(pool, k=3, seed=5)
+    assert cold.strategy == "random" and cold.cold_start == {"1": 4}
+    assert "trained on 4 of '1'" in caplog.text and "cold_start=10" in caplog.text and "random sample" in caplog.text
+    assert [r["id"] for r in cold.records] == [r["id"] for r in model.select(pool, k=3, seed=5, strategy="random").records]
+    # 4 of a class is no cold start below 4, nor with the rule off: the least margins first
+    gaps = sorted(abs(p["scores"]["0"] - p["scores"]["1"]) for p in model.predict(pool))
+    for informed in (model.select(pool, k=3, cold_start=4), model.select(pool, k=3, cold_start=0)):
+        assert informed.strategy == "margin" and not informed.cold_start
+        assert [r["score"] for r in informed.records] == pytest.approx([1 - g for g in gaps[:3]], abs=1e-5)
+    # the command line says so
+    (tmp_path / "pool.txt").write_text("\n".join(pool) + "\n")
+    capsys.readouterr()
+    assert main(["select", str(tmp_path / "model"), "--pool", str(tmp_path / "pool.txt"), "-k", "2",
+                 "--out", str(tmp_path / "next.jsonl")]) == 0
+    said = capsys.readouterr().err
+    assert "(random, a cold start)" in said and "--cold-start 10" in said
+    with pytest.raises(SystemExit):
+        main(["select", str(tmp_path / "model"), "--pool", str(tmp_path / "pool.txt"), "--cold-start", "-1",
+              "--out", str(tmp_path / "bad.jsonl")])

@@ -144,7 +144,7 @@ def test_regression_trains_with_mse_and_reports_pearson_spearman(tiny_bert, writ
     saved = json.loads(Path(tmp_path / "reg" / "metrics.json").read_text())
     history = [h["train_loss"] for h in saved["history"]]
     assert history[-1] < history[0]  # MSE on the scores goes down
-    assert m.task().spec.problem == "regression" and m.task().spec.labels == []
+    assert m.task().spec.problem == "regression" and m.task().spec.labels == [] and m.task().spec.trained_counts == {}
     pairs = [(a, b) for a, b, _ in (line.split("\t") for line in Path(sts).read_text().splitlines()[1:])]
     gold = [float(line.split("\t")[2]) for line in Path(sts).read_text().splitlines()[1:]]
     values = [p["value"] for p in m.predict(pairs)]
@@ -163,6 +163,7 @@ def test_multilabel_uses_sigmoid_and_micro_f1(tiny_bert, write, tmp_path):
     m = bertheads.train("classify", ml, ml, tmp_path / "ml", model=tiny_bert,
                         settings=bertheads.TrainSettings(epochs=2, batch_size=8, lr=1e-2, progress=False))
     assert m.task().spec.problem == "multi_label" and m.task().spec.labels == ["blue", "red"]
+    assert m.task().spec.trained_counts == {"blue": 8, "red": 16}  # the examples that have each label
     preds = m.predict(["red and blue", "only red", "plain"] * 8)
     raw = m.predict(["red and blue", "only red", "plain"] * 8, calibrate=False)  # the thresholds' scores
     cut = dict(zip(["blue", "red"], m.task().spec.thresholds))  # tuned on dev, saved in the spec

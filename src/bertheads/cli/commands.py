@@ -105,7 +105,8 @@ def cmd_select(args) -> int:
         name = model.head_name(args.head)
         chosen = select(model.net, name, args.pool, SelectSettings(**vars_for(SelectSettings, args)), args.out,
                         args.batch_size)
-    log.info(f"wrote {args.out}: {len(chosen.records)} of {chosen.pool} inputs ({chosen.strategy})")
+    log.info(f"wrote {args.out}: {len(chosen.records)} of {chosen.pool} inputs ({chosen.strategy}"
+             f"{', a cold start' if chosen.cold_start else ''})")
     return 0
 
 

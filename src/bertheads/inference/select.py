@@ -2,22 +2,24 @@
 gets the head's class probabilities (per unit: the input, or each word of a tagger's); the
 strategies rank by the least margin between the two best classes, by entropy, or (`diverse`)
 cluster the most uncertain inputs' encoder vectors (the mean of the last layer's tokens) with
-k-means and take the most uncertain of each cluster. The chosen inputs are written in the
-kind's own training format with the label left empty, each with its `id` and `score`."""
+k-means and take the most uncertain of each cluster. While the head was trained on fewer than
+`cold_start` examples of some class (the counts training saved), the pick is a random sample
+instead. The chosen inputs are written in the kind's own training format with the label left
+empty, each with its `id` and `score`."""
 
 from __future__ import annotations
 
 import heapq
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from bertheads.base.errors import UserError
 from bertheads.base.schema import said, setting
-from bertheads.base.values import positive_int
+from bertheads.base.values import non_negative_int, positive_int
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import run_heads
 from bertheads.compute.states import EncoderStates
@@ -43,6 +45,10 @@ class SelectSettings:
                                       "most uncertain inputs, the most uncertain of each cluster; random",
                             choices=STRATEGIES)
     seed: int = setting(0, "random seed (diverse's k-means, random)", type=int)
+    cold_start: int = setting(10, "while the head was trained on fewer than this many examples of some class "
+                                  "(label, entity type), pick at random instead: the inputs such a head is least "
+                                  "sure of are mostly lookalikes of the class it hardly knows; 0: never",
+                              type=non_negative_int)
 
 
 def margin_scores(units: list[np.ndarray]) -> np.ndarray:
@@ -136,7 +142,24 @@ class Selection:
 
     records: list[dict]
     pool: int
-    strategy: str
+    strategy: str  # the one used (random at a cold start)
+    cold_start: dict[str, int] = field(default_factory=dict)  # the scarce classes that made it random
+
+
+def settled_strategy(task, settings: SelectSettings) -> tuple[str, dict[str, int]]:
+    """The strategy a pick uses: the one asked for, or random while the head was trained on
+    fewer than `settings.cold_start` examples of some class (those classes and their counts)."""
+    if settings.strategy == "random" or not settings.cold_start:
+        return settings.strategy, {}
+    scarce = task.scarce_classes(settings.cold_start)
+    if scarce:
+        seen = ", ".join(f"{n} of {name!r}" for name, n in sorted(scarce.items(), key=lambda item: item[1]))
+        log.warning(f"the head was trained on {seen}: fewer than {said('cold_start', settings.cold_start)} of a "
+                    f"class, so these picks are a random sample, not {settings.strategy} (the inputs such a head is "
+                    f"least sure of are mostly lookalikes of that class; {said('cold_start', 0)}: "
+                    f"{settings.strategy} all the same)")
+        return "random", scarce
+    return settings.strategy, {}
 
 
 def kept_candidates(net, name: str, examples, settings: SelectSettings, keep: int,
@@ -182,6 +205,8 @@ def select(net, name: str, pool, settings: SelectSettings | None = None, out: st
     if settings.strategy not in STRATEGIES:
         raise UserError(f"{said('strategy')}: expected one of {', '.join(STRATEGIES)}, got {settings.strategy!r}")
     task = net.tasks[name]
+    strategy, scarce = settled_strategy(task, settings)
+    settings = replace(settings, strategy=strategy)
     keep = settings.k * (CANDIDATES_PER_PICK if settings.strategy == "diverse" else 1)
     kept, total = kept_candidates(net, name, task.iter_read(pool, need_labels=False, fmt=fmt), settings, keep,
                                   batch_size)
@@ -203,4 +228,4 @@ def select(net, name: str, pool, settings: SelectSettings | None = None, out: st
         records.append(record)
     if out is not None:
         atomic_write_text(Path(out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-    return Selection(records, total, settings.strategy)
+    return Selection(records, total, settings.strategy, scarce)

@@ -54,6 +54,8 @@ class HeadSettings:
     # fitted on dev at the end of training (`calibration.calibrate_head`): the scores are a softmax of
     # the logits divided by it; None: not fitted (no --dev, --no-calibrate, or a head without scores)
     temperature: float | None = schema.settled(None)
+    # each class's count in the training examples (`Judging.class_counts`; empty: none counted)
+    trained_counts: dict = schema.settled(factory=dict)
 
 
 class Task(Options, Reading, Modeling, Judging, Publishing):

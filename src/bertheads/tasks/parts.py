@@ -136,7 +136,34 @@ def learned_nothing_line(head: str, why: str) -> str:
             f"(docs/little-data.md)")
 
 
-class Judging:
+class Curating:
+    """What `audit` and `select` read of a head, with their defaults (a kind's judging part
+    gives its own): the labels it disputes, how unsure it is, the classes it was trained on."""
+
+    def disputes(self, outputs: list, examples: list, path=None) -> Disputes:
+        """What `bertheads audit` ranks of the examples, from one output per example (out of
+        fold; called with none first, to refuse a head it cannot audit before any training): by
+        default nothing, the kind has no audit."""
+        raise UserError(f"{self.kind} heads have no audit")
+
+    def uncertainty(self, outputs: list) -> list[np.ndarray]:
+        """What `bertheads select` weighs: per example, the probabilities (units x classes) of
+        its units (one row for a whole-input judgment, one per token for a tagger)."""
+        raise UserError(f"{self.kind} heads have no selection of inputs")
+
+    def class_counts(self, examples: list) -> dict[str, int]:
+        """How many of each class the head decides among `examples` (labelled) hold, by the
+        names predictions show: what training saves (`trained_counts`) for `select` to read.
+        By default none: a kind without classes (QA's spans) has no count."""
+        return {}
+
+    def scarce_classes(self, fewest: int) -> dict[str, int]:
+        """The classes the head was trained on fewer than `fewest` examples of (a head saved
+        before training counted them: none)."""
+        return {name: n for name, n in (getattr(self.spec, "trained_counts", None) or {}).items() if n < fewest}
+
+
+class Judging(Curating):
     """Its decoding and metric: the outputs of one example's features merged (`collect`),
     predictions (`decode`), their text (`render`), and the metrics, a chunk at a time."""
 
@@ -234,17 +261,6 @@ class Struct:
     @classmethod
     def of(cls, **fields) -> Struct:
         return cls(tuple(fields.items()))
-
-    def disputes(self, outputs: list, examples: list, path=None) -> Disputes:
-        """What `bertheads audit` ranks of the examples, from one output per example (out of
-        fold; called with none first, to refuse a head it cannot audit before any training): by
-        default nothing, the kind has no audit."""
-        raise UserError(f"{self.kind} heads have no audit")
-
-    def uncertainty(self, outputs: list) -> list[np.ndarray]:
-        """What `bertheads select` weighs: per example, the probabilities (units x classes) of
-        its units (one row for a whole-input judgment, one per token for a tagger)."""
-        raise UserError(f"{self.kind} heads have no selection of inputs")
 
 
 @dataclass

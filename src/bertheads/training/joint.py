@@ -119,6 +119,7 @@ def prepare_task(kind: str, train_path: str, dev_path: str | None, encoder: Enco
     features = task.encode(examples, encoder.tokenizer, with_labels=True, path=train_path)
     if not features:
         raise UserError(f"{train_path}: no usable training examples")
+    task.spec.trained_counts = task.class_counts(examples)  # (saved with the head, read by `select`)
     if dev_path:
         dev = task.read(dev_path, need_labels=True)
     return TaskData(name or kind, task, features, dev, dev_path, examples=given, held_out=len(dev or ()) * (not dev_path))

@@ -137,6 +137,15 @@ class ClassifyJudging(Judging):
                  for i, e in enumerate(examples)]
         return Disputes(units, labels, [str(n) for n in self.spec.shown_labels()], probs, multi)
 
+    def class_counts(self, examples: list[ClassifyExample]) -> dict[str, int]:
+        """Examples per label (multi-label: the examples that have it); regression: none."""
+        if self.spec.problem == "regression":
+            return {}
+        targets, n = [self.label_target(e) for e in examples], len(self.spec.labels)
+        hits = ((np.asarray(targets).reshape(-1, n) >= 0.5).sum(0) if self.spec.problem == "multi_label"
+                else np.bincount(np.asarray(targets, dtype=np.int64), minlength=n))
+        return dict(zip(map(str, self.spec.shown_labels()), hits.tolist()))
+
     def uncertainty(self, logits: list[np.ndarray]) -> list[np.ndarray]:
         """One row per example: its label probabilities (multi-label: each label's yes/no)."""
         if self.spec.problem == "regression":

@@ -11,7 +11,13 @@ from bertheads.base.errors import UserError, where
 from bertheads.tasks.base import softmax
 from bertheads.tasks.parts import Disputes, Judging
 from bertheads.tasks.tag.formats import TagExample, separator
-from bertheads.tasks.tag.scheme import entity_errors, entity_metrics, entity_spans, scheme_codes
+from bertheads.tasks.tag.scheme import (
+    entity_counts,
+    entity_errors,
+    entity_metrics,
+    entity_spans,
+    scheme_codes,
+)
 
 
 @dataclass
@@ -78,13 +84,16 @@ class TagJudging(Judging):
         """Each word's given tag against its out-of-fold tag probabilities (`word_disputes`)."""
         return word_disputes(outputs, examples, list(self.spec.tags), path)
 
+    def class_counts(self, examples: list[TagExample]) -> dict[str, int]:
+        """Entities per type (by the scheme's rules; every type the tags name)."""
+        return entity_counts([e.tags or [] for e in examples], self.spec.tags)
+
     def uncertainty(self, outputs: list[WordScores]) -> list[np.ndarray]:
         """Each word's tag probabilities."""
         return [o.probs for o in outputs]
 
     def predicted_tags(self, outputs: list[WordScores]) -> list[list[str]]:
-        tags = self.spec.tags
-        return [[tags[i] for i in o.probs.argmax(-1).tolist()] for o in outputs]
+        return [[self.spec.tags[i] for i in o.probs.argmax(-1).tolist()] for o in outputs]
 
     def decode(self, outputs: list[WordScores], examples: list[TagExample], min_confidence: float | None = None,
                **_) -> list[dict]:
@@ -107,10 +116,8 @@ class TagJudging(Judging):
                 else:
                     entities.append({"text": " ".join(e.words[a:b]), "type": kind, "start_token": a,
                                      "end_token": b, "score": score})
-            if e.text is not None:
-                result = {"entities": entities}
-            else:
-                result = {"tokens": e.words, "tags": [self.spec.tags[i] for i in best], "entities": entities}
+            result = ({"entities": entities} if e.text is not None else
+                      {"tokens": e.words, "tags": [self.spec.tags[i] for i in best], "entities": entities})
             result = self.abstain(result, float(top.min()) if len(top) else None, min_confidence)
             results.append({**e.extra, **result} if e.extra else result)
         return results
@@ -134,9 +141,8 @@ class TagJudging(Judging):
         return np.concatenate(rows), np.asarray(gold, dtype=int)
 
     def metrics(self, outputs: list[WordScores], examples: list[TagExample], path=None, **_) -> dict:
-        """Entity precision, recall and F1 (micro and per type) as seqeval's default mode
-        (conlleval rules) computes them, word accuracy, and the span and type errors
-        (`scheme.entity_errors`)."""
+        """Entity precision, recall and F1 (micro and per type) by seqeval's default mode (conlleval
+        rules), word accuracy, and the span and type errors (`scheme.entity_errors`)."""
         return self.metrics_from_parts([self.metric_part(outputs, examples, path)])
 
     def metrics_from_parts(self, parts: list, path=None, **_) -> dict:

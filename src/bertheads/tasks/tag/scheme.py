@@ -121,6 +121,15 @@ def sentence_entities(tags: list[str]) -> list[tuple[str, int, int]]:
     return entity_spans(codes, types)
 
 
+def entity_counts(sentences: list[list[str]], tags: list[str]) -> dict[str, int]:
+    """Entities per type in `sentences` (each a list of tags), every type of `tags` counted."""
+    counts = dict.fromkeys(sorted({kind for kind in scheme_codes(tags)[1] if kind}), 0)
+    for sentence in sentences:
+        for kind, _, _ in sentence_entities(sentence):
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
 def entity_errors(gold: list[list[str]], pred: list[list[str]]) -> dict:
     """How predicted entities miss the gold ones, and the confusion between entity types.
 
