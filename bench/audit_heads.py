@@ -5,9 +5,11 @@ pooling, bf16 autocast); then 5-fold out-of-fold probabilities from each reader,
 self-confidence, and precision at k (k = the number flipped). Readers: scikit-learn's logistic
 regression (the peer's; on raw or L2-normalised vectors, over several C), a torch head of
 bertheads' classify shape (dense + tanh + dropout + linear, AdamW) and a linear head (AdamW), and
-the agreement of the k nearest neighbours' given labels.
+the agreement of the k nearest neighbours' given labels. `--prune`: the best of them, and it
+pruned and retrained (the suspects left out, the folds fitted again).
 
     python bench/audit_heads.py --n 4000 --fractions 0.1,0.2 --seeds 0,1,2
+    python bench/audit_heads.py --n 4000 --fractions 0.1,0.2 --seeds 0,1,2 --prune
 """
 
 from __future__ import annotations
@@ -60,6 +62,28 @@ def logistic(x: np.ndarray, given: np.ndarray, seed: int, c: float) -> np.ndarra
     return probs
 
 
+def pruned(x: np.ndarray, given: np.ndarray, seed: int, drop: str, c: float = 1.0) -> np.ndarray:
+    """Prune and retrain: `logistic`'s out-of-fold probabilities, then the rows it suspects most
+    (`drop`: "disputed", its argmax not the given label; or "top k"/"top 2k", the k or 2k
+    least sure of their given label, k = 10% of the rows) left out and the folds fitted
+    again; a row left out is scored by the mean of the five fold models, none of which saw it."""
+    from sklearn.linear_model import LogisticRegression
+
+    first = logistic(x, given, seed, c)
+    own = first[np.arange(len(given)), given]
+    k = len(given) // 10
+    out = {"disputed": first.argmax(1) != given, "top k": np.isin(np.arange(len(given)), np.argsort(own)[:k]),
+           "top 2k": np.isin(np.arange(len(given)), np.argsort(own)[:2 * k])}[drop]
+    probs, seen = np.zeros((len(given), 2)), np.zeros(len(given))
+    folds = folds_of(len(given), seed)
+    for j in range(5):
+        fit = LogisticRegression(max_iter=3000, C=c).fit(x[(folds != j) & ~out], given[(folds != j) & ~out])
+        scored = (folds == j) | out
+        probs[scored] += fit.predict_proba(x[scored])
+        seen[scored] += 1
+    return probs / seen[:, None]
+
+
 def torch_head(x: np.ndarray, given: np.ndarray, seed: int, shape: str, epochs: int = 10, lr: float = 1e-3) -> np.ndarray:
     """Out-of-fold probabilities of a head trained as `audit --mode features` trains its heads
     (AdamW, weight decay 0.01, batch 32): `pooler` (bertheads' classify head) or `linear`."""
@@ -109,6 +133,7 @@ def main() -> None:
     p.add_argument("--fractions", default="0.1")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--prune", action="store_true", help="the best reader, and it pruned and retrained (`pruned`)")
     args = p.parse_args()
     import torch
 
@@ -130,6 +155,11 @@ def main() -> None:
         "a linear head (AdamW), mean of last 4 normalised x5": ("mean of last 4", lambda x, g, s: torch_head(5 * normed(x), g, s, "linear")),
         "25 nearest neighbours' labels, mean of last 4": ("mean of last 4", None),
     }
+    if args.prune:  # the best reader above, pruned and retrained
+        readers = {k: v for k, v in readers.items() if "side by side" in k}
+        readers.update({f"the same, {drop} left out and refitted": ("last 4 side by side",
+                                                                    lambda x, g, s, drop=drop: pruned(x, g, s, drop))
+                        for drop in ("disputed", "top k", "top 2k")})
     results: dict[str, dict[str, list[float]]] = {}
     for fraction in [float(f) for f in args.fractions.split(",")]:
         for seed in [int(s) for s in args.seeds.split(",")]:
