@@ -285,9 +285,12 @@ def test_model_dir_trains_its_head_further_or_a_new_one(whole_run, data, tmp_pat
     saved = bundle.load(whole_run)
     encoder = Encoder.load(str(whole_run / "encoder"))
     same = prepare_task("classify", str(data / "train.tsv"), None, encoder, {"max_length": 128}, name="classify")
+    counts = dict(same.task.spec.trained_counts)
+    assert saved.tasks["classify"].spec.trained_counts == counts and sum(counts.values()) == len(rows())
     continue_heads(saved, [same], str(whole_run))
     state, old = same.task.head.state_dict(), saved.heads["classify"].state_dict()
     assert all(torch.equal(state[k], old[k]) for k in old)
+    assert same.task.spec.trained_counts == {k: 2 * n for k, n in counts.items()}  # the head has seen both runs' data
     other = tmp_path / "three.tsv"
     other.write_text("sentence\tlabel\n" + "".join(f"text {i}\t{i % 3}\n" for i in range(9)))
     new = prepare_task("classify", str(other), None, encoder, {"max_length": 128}, name="classify")
