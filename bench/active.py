@@ -208,6 +208,18 @@ def main() -> None:
         gain = (f"{statistics.mean(gains):+.3f} [{interval(gains)}] (seeds: {', '.join(f'{g:+.3f}' for g in gains)})"
                 if gains else "-")
         print(f"| {strategy} | " + " | ".join(cells) + f" | {gain} |")
+    print("\neach strategy minus random, same seed: mean over the seeds (seeds below random)\n")
+    print("| strategy | " + " | ".join(str(s) for s in sizes[1:]) + " |")
+    print("|---|" + "---|" * (len(sizes) - 1))
+    for strategy in args.strategies.split(","):
+        mine = [r for r in results if r["strategy"] == strategy and r["seed"] in randoms]
+        if strategy == "random" or not mine:
+            continue
+        cells = []
+        for j in range(1, len(sizes)):
+            gaps = [r["curve"][j]["accuracy"] - randoms[r["seed"]]["curve"][j]["accuracy"] for r in mine]
+            cells.append(f"{statistics.mean(gaps):+.3f} ({sum(g < 0 for g in gaps)} of {len(gaps)})")
+        print(f"| {strategy} | " + " | ".join(cells) + " |")
     if rare is not None:
         print(f"\nrows of the rarest class ({rare}) labelled, median of the seeds:\n")
         print("| strategy | " + " | ".join(str(s) for s in sizes) + " |")
