@@ -54,7 +54,7 @@ class HeadSettings:
     # fitted on dev at the end of training (`calibration.calibrate_head`): the scores are a softmax of
     # the logits divided by it; None: not fitted (no --dev, --no-calibrate, or a head without scores)
     temperature: float | None = schema.settled(None)
-    # each class's count in the training examples (`Judging.class_counts`; empty: none counted)
+    # each class's count in the training examples (`Curating.class_counts`; empty: none counted)
     trained_counts: dict = schema.settled(factory=dict)
 
 
