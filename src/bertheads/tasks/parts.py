@@ -160,7 +160,7 @@ class Curating:
     def scarce_classes(self, fewest: int) -> dict[str, int]:
         """The classes the head was trained on fewer than `fewest` examples of (a head saved
         before training counted them: none)."""
-        return {name: n for name, n in (getattr(self.spec, "trained_counts", None) or {}).items() if n < fewest}
+        return {name: n for name, n in self.spec.trained_counts.items() if n < fewest}
 
 
 class Judging(Curating):

@@ -282,7 +282,7 @@ def continue_heads(saved: BertHeads, data: list[TaskData], source: str) -> None:
             log.info(f"{said('model', source)}: new head {d.name!r} (its {', '.join(differ)} differ from the saved head's)")
             continue
         d.task.head.load_state_dict(old.head.state_dict())
-        before, now = old.spec.trained_counts or {}, d.task.spec.trained_counts
+        before, now = old.spec.trained_counts, d.task.spec.trained_counts
         d.task.spec.trained_counts = {k: before.get(k, 0) + now.get(k, 0) for k in {**before, **now}}  # (both runs')
         log.info(f"{said('model', source)}: training head {d.name!r} further")
 
