@@ -113,9 +113,9 @@ def main() -> None:
     options = task_settings(t, {}, config.options)
     encoder = Encoder.load("default", lazy=True)
     task, examples = read_task(kind, t.train, encoder, options)
-    features, owner = task.encode_for_inference(examples, encoder.tokenizer, with_labels=True)
+    features, owner = task.modeling.encode_for_inference(examples, encoder.tokenizer, with_labels=True)
     assert owner == list(range(len(examples))), "one feature per input (a longer one would need its windows merged)"
-    dev = task.read(str(dev_file), need_labels=True)
+    dev = task.reading.read(str(dev_file), need_labels=True)
     whole = TaskData(t.name, task, features, dev, str(dev_file))
     started = time.perf_counter()
     attach_cache(BertHeads(encoder, {t.name: task}), [whole], options, "default", t.train, progress=False)
@@ -141,7 +141,7 @@ def main() -> None:
         # no dev set while training (the last epoch is kept), one evaluation after it
         data = TaskData(t.name, fold_task, [features[i] for i in labelled],
                         cached=FoldCache(whole.cached, labelled, features))
-        fold_task.spec.trained_counts = fold_task.class_counts([examples[i] for i in labelled])  # (as training saves)
+        fold_task.spec.trained_counts = fold_task.scoring.class_counts([examples[i] for i in labelled])  # (as training saves)
         torch.manual_seed(seed)
         fit(net, [data], TrainSettings(**{**settings.__dict__, "seed": seed}), None, evaluate_task)
         data.dev_examples, data.dev_path, data.dev_cached = dev, str(dev_file), whole.dev_cached
@@ -152,7 +152,7 @@ def main() -> None:
         view = CachedDev([features[i] for i in rows], list(range(len(rows))), FoldCache(whole.cached, rows, features))
         runner = CachedHead(t.name, fold_task, net.heads[t.name], view, torch.device("cpu"))
         raw = run_heads(runner, view.features, [t.name], INFERENCE_BATCH)[t.name]
-        return fold_task.uncertainty(fold_task.collect(raw, view.owner, [examples[i] for i in rows], view.features))
+        return fold_task.scoring.uncertainty(fold_task.judging.collect(raw, view.owner, [examples[i] for i in rows], view.features))
 
     cold = SelectSettings().cold_start if args.cold_start is None else args.cold_start
     results = []

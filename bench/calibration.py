@@ -54,7 +54,7 @@ def pipeline_scores(model_dir: Path, texts: list[str], fold: bool) -> np.ndarray
     task = net.tasks[name]
     model = to_transformers(net, name, Path(bundle.encoder_location(model_dir)))
     if fold:
-        task.hf_fold_temperature(model)
+        task.exporting.fold_temperature(model)
     pipe = pipeline("text-classification", model=model, tokenizer=net.encoder.tokenizer, top_k=None)
     names = [str(x) for x in task.spec.shown_labels()]
     rows = pipe(texts, batch_size=32, truncation=True, max_length=task.spec.max_length)
@@ -91,38 +91,38 @@ def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False, 
     name = trained.head_name(None)
     # one pass over dev (its first `dev_limit` examples): the raw and the calibrated scores of the
     # same outputs (the temperature was fitted on all of dev: in-sample here)
-    examples = task.read(str(dev_path), need_labels=True)[:dev_limit]
+    examples = task.reading.read(str(dev_path), need_labels=True)[:dev_limit]
     outputs = head_outputs(trained.net, name, examples)
-    rows = task.calibration_rows(outputs, examples, str(dev_path))
-    raw, used = confidence_pairs(*rows), task.confidence_part(outputs, examples, str(dev_path))  # (the kind's calibration)
+    rows = task.scoring.calibration_rows(outputs, examples, str(dev_path))
+    raw, used = confidence_pairs(*rows), task.scoring.confidence_part(outputs, examples, str(dev_path))  # (the kind's calibration)
     row["dev_rows"] = len(rows[1])
     row["dev_accuracy_raw"] = round(float(raw[1].mean()), 6)
     row["dev_accuracy_calibrated"] = round(float(used[1].mean()), 6)
     row["dev_ece_raw"] = round(calibration.ece(*raw), 6)
     row["dev_ece_calibrated_in_sample"] = round(calibration.ece(*used), 6)
     row["risk_coverage"] = calibration.risk_coverage(*used)
-    row["main_metric"] = {k: v for k, v in metrics["dev"].items() if k == task.main_metric}
+    row["main_metric"] = {k: v for k, v in metrics["dev"].items() if k == task.judging.main_metric}
     row["dev_metrics"] = {k: v for k, v in metrics["dev"].items() if isinstance(v, (int, float))}
     row["cross_fitted_floor"] = c.get("ece_floor")
     if holdout:  # the training file's last rows, never trained on: T (fitted on all of dev) measured there
-        held = task.read(str(train_path), need_labels=True)
+        held = task.reading.read(str(train_path), need_labels=True)
         if limit + holdout > len(held):
             raise SystemExit(f"--holdout {holdout}: the training file has {len(held)} rows, {limit} are trained on")
         held = held[-holdout:]
-        logits, gold = task.calibration_rows(head_outputs(trained.net, name, held), held, str(train_path))
-        before, after = calibration.measured(logits, gold), calibration.measured(logits, gold, task.temperature())
+        logits, gold = task.scoring.calibration_rows(head_outputs(trained.net, name, held), held, str(train_path))
+        before, after = calibration.measured(logits, gold), calibration.measured(logits, gold, task.scoring.temperature())
         row["holdout"] = {"rows": len(gold), "before": before, "after": after,
                           "own_halves": calibration.cross_fitted(logits, gold),
-                          "floor": round(calibration.ece_floor(calibration.confidence_pairs(logits, gold, task.temperature())[0],
+                          "floor": round(calibration.ece_floor(calibration.confidence_pairs(logits, gold, task.scoring.temperature())[0],
                                                                len(gold)), 6)}
     if kind == "classify":
         texts = [e.text for e in examples]
-        gold = np.array([task.label_target(e) for e in examples])
+        gold = np.array([task.reading.label_target(e) for e in examples])
         if task.spec.pair:
             texts = [{"text": e.text, "text_pair": e.pair} for e in examples]
-        preds_on = task.decode(outputs, examples)
-        with task.using_options({"calibrate": False}):
-            preds_off = task.decode(outputs, examples)
+        preds_on = task.judging.decode(outputs, examples)
+        with task.options.using({"calibrate": False}):
+            preds_off = task.judging.decode(outputs, examples)
         row["same_labels"] = sum(a["label"] == b["label"] for a, b in zip(preds_on, preds_off))
         row["dev_examples"] = len(examples)
         names = [str(x) for x in task.spec.shown_labels()]

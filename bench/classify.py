@@ -78,7 +78,7 @@ def read_split(path: Path, labels: list | None = None):
     from bertheads.tasks.classify.spec import ClassifySpec
     from bertheads.tasks.classify.task import ClassifyTask
 
-    examples = ClassifyTask.read_file(str(path), ClassifySpec())
+    examples = ClassifyTask.parts.reading.read_file(str(path), ClassifySpec())
     if labels is None:
         _, labels = infer_labels(examples, str(path), None)
     gold = [labels.index(normalise_label(e.label)) for e in examples]

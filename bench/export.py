@@ -201,16 +201,16 @@ def quality(task: str, model_dir: Path, dev_path: str, limit: int | None, qa_all
             continue
         name = model.head_name(None)
         task_obj = model.task()
-        examples = task_obj.read(dev_path, need_labels=True)
+        examples = task_obj.reading.read(dev_path, need_labels=True)
         if task == "qa" and not qa_all:
             examples = examples[:1000]
         examples = examples[:limit] if limit else examples
         start = time.perf_counter()
-        features, owner = task_obj.encode_for_inference(examples, model.net.encoder.tokenizer)
+        features, owner = task_obj.modeling.encode_for_inference(examples, model.net.encoder.tokenizer)
         outputs = run_heads(model.net, features, [name])[name]
-        collected = task_obj.collect(outputs, owner, examples, features)
-        metrics = task_obj.metrics(collected, examples, dev_path)
-        decided[mode] = compact_decisions(task, task_obj.decode(collected, examples))
+        collected = task_obj.judging.collect(outputs, owner, examples, features)
+        metrics = task_obj.judging.metrics(collected, examples, dev_path)
+        decided[mode] = compact_decisions(task, task_obj.judging.decode(collected, examples))
         raw[mode] = outputs
         result[mode] = {"metrics": {k: v for k, v in metrics.items() if not isinstance(v, dict)},
                         "seconds": round(time.perf_counter() - start, 2), "examples": len(examples)}

@@ -74,8 +74,8 @@ def train_run(kind: str, train: Path, dev: Path, out: Path, epochs: int, lr: flo
     wall = time.perf_counter() - start
     metrics = model.metrics
     task = model.task()
-    examples = task.read(str(train))
-    n = len(task.encode(examples, model.net.encoder.tokenizer))  # what the loop counts (windows)
+    examples = task.reading.read(str(train))
+    n = len(task.modeling.encode(examples, model.net.encoder.tokenizer))  # what the loop counts (windows)
     history = metrics["history"]
     return {"dev": metrics["dev"], "best_epoch": metrics["best_epoch"], "examples": len(examples), "features": n,
             "epoch_seconds": [round(n / h["train_examples_per_second"], 2) for h in history],
@@ -111,7 +111,7 @@ def memory_child(args) -> None:
     task, examples = ClassifyTask.prepare(args.child_train, spec, encoder)
     if args.child_limit:
         examples = examples[: args.child_limit]
-    features = task.encode(examples, encoder.tokenizer)
+    features = task.modeling.encode(examples, encoder.tokenizer)
     layers = tuple(i % (encoder.info.num_layers + 1) for i in (-1, -2, -3, -4))
     settings = CacheSettings(Path(args.child_cache), progress=False)
     from bertheads.store.features_cache import cache_key
@@ -166,7 +166,7 @@ def last_cls_build(train: Path, tmp: Path, limit: int, repeats: int) -> dict:
 
     encoder = Encoder.load("default")
     task, examples = ClassifyTask.prepare(str(train), ClassifySpec(max_length=128), encoder)
-    features = task.encode(examples[:limit], encoder.tokenizer)
+    features = task.modeling.encode(examples[:limit], encoder.tokenizer)
     layers = (encoder.info.num_layers,)
     key = cache_key(encoder_identity(encoder), features, layers, "cls", "float32", encoder.info.uses_token_types)
     sides = {"first_token_only": (True, True), "full_last_layer": (False, True), "serial_batches": (True, False)}

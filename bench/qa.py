@@ -317,7 +317,7 @@ def main() -> None:
     log("ours: training")
     ours = train_ours(train_path, args.limit, work / "ours-model")
     model = bertheads.load(work / "ours-model")
-    windows = len(model.task().encode(train_examples, model.net.encoder.tokenizer, with_labels=True))
+    windows = len(model.task().modeling.encode(train_examples, model.net.encoder.tokenizer, with_labels=True))
     ours.update(windows=windows, train_seconds=windows / ours["windows_per_second"])
     log(f"ours: {windows} windows, {ours['windows_per_second']:.2f} windows/s")
 

@@ -114,7 +114,7 @@ def window_logits(model, examples, cache: Path):
 
     name = next(iter(model.net.tasks))
     task = model.net.tasks[name]
-    features, owner = task.encode_for_inference(examples, model.net.encoder.tokenizer)
+    features, owner = task.modeling.encode_for_inference(examples, model.net.encoder.tokenizer)
     keys = [(model.weights_key, np.asarray(f["input_ids"], dtype=np.int32).tobytes()) for f in features]
     if cache.exists():
         data = np.load(cache)
@@ -145,7 +145,7 @@ def decode_seconds(task, features, owner, logits, examples, rounds: int = 3, mat
         for name, choice, weight in decodings:
             task.spec.window_choice, task.spec.paragraph_match = choice, weight
             start = time.perf_counter()
-            task.collect(logits, owner, examples, features)
+            task.judging.collect(logits, owner, examples, features)
             times[name].append(time.perf_counter() - start)
     task.spec.paragraph_match = 0.0
     return {c: round(median(t), 4) for c, t in times.items()}
@@ -154,9 +154,9 @@ def decode_seconds(task, features, owner, logits, examples, rounds: int = 3, mat
 def our_scores(task, features, owner, logits, examples, choice: str, threshold: float | None,
                match: float = 0.0) -> dict:
     task.spec.window_choice, task.spec.paragraph_match = choice, match
-    outputs = task.collect(logits, owner, examples, features)
+    outputs = task.judging.collect(logits, owner, examples, features)
     task.spec.paragraph_match = 0.0
-    result = task.metrics(outputs, examples, null_threshold=threshold)
+    result = task.judging.metrics(outputs, examples, null_threshold=threshold)
     keep = ("exact_match", "f1", "HasAns_f1", "NoAns_f1")
     return {k.replace("exact_match", "exact"): round(float(result[k]), 2) for k in keep if k in result}
 
@@ -171,8 +171,8 @@ def oracle_scores(task, features, owner, logits, examples) -> dict | None:
     if len({owner[i] for i in keep}) != len(examples):
         return None
     task.spec.window_choice = "raw"
-    outputs = task.collect([logits[i] for i in keep], [owner[i] for i in keep], examples, [features[i] for i in keep])
-    result = task.metrics(outputs, examples)
+    outputs = task.judging.collect([logits[i] for i in keep], [owner[i] for i in keep], examples, [features[i] for i in keep])
+    result = task.judging.metrics(outputs, examples)
     return {"exact": round(float(result["exact_match"]), 2), "f1": round(float(result["f1"]), 2)}
 
 
@@ -182,7 +182,7 @@ def tuned_threshold(task, features, owner, logits, examples, choice: str) -> flo
     from bertheads.tasks.qa.spans import null_minus_best
 
     task.spec.window_choice = choice
-    outputs = task.collect(logits, owner, examples, features)
+    outputs = task.judging.collect(logits, owner, examples, features)
     text = [e.context[int(o.spans[0][0]):int(o.spans[0][1])] if len(o.scores) else "" for o, e in zip(outputs, examples)]
     diffs = np.array([null_minus_best(o) for o in outputs])
     has = np.array([bool(e.answers) for e in examples])

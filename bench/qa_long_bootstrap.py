@@ -28,7 +28,7 @@ READS = [("v1+para", "bench/out/qalong/ours-v1", "bench/out/qa-long-para"),
 
 def per_question_f1(model, examples, cache: Path) -> np.ndarray:
     task, features, owner, logits = qa_long.window_logits(model, examples, cache)
-    _, v1_scores, _ = task.metric_part(task.collect(logits, owner, examples, features), examples)
+    _, v1_scores, _ = task.judging.metric_part(task.judging.collect(logits, owner, examples, features), examples)
     return v1_scores[:, 1]  # (exact, F1) per question
 
 

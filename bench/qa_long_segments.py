@@ -46,8 +46,8 @@ def main() -> None:
                 continue
             _, features, owner, logits = qa_long.window_logits(model, examples,
                                                                work / f"{label}-{version.replace(' ', '-')}.npz")
-            outputs = task.collect(logits, owner, examples, features)
-            row[version] = (round(task.metrics(outputs, examples)["f1"], 2), len(features))
+            outputs = task.judging.collect(logits, owner, examples, features)
+            row[version] = (round(task.judging.metrics(outputs, examples)["f1"], 2), len(features))
         print(label, row, flush=True)
 
 

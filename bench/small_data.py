@@ -445,7 +445,7 @@ def tables(args) -> None:
         shards = sorted({r.get("shards", 1) for r in records})
         print(f"### {name} ({task.kind}; {path}; on {', '.join(devices)}; dev examples "
               f"{', '.join(str(d or 'all') for d in devs)}; processes sharing the device {shards})\n")
-        for metric in task.metrics:
+        for metric in task.judging.metrics:
             print(f"{metric}:\n\n{table(records, metric, arms, task.percent, task.unit)}\n")
             if args.per_seed:
                 print(f"{per_seed(records, metric, arms, task.percent)}\n")

@@ -149,9 +149,12 @@ def test_side_by_side_fold_heads_learn_only_outside_their_fold():
 
     from bertheads.training.audit import FOLD, FoldHeads, FoldLoss
 
-    class Task:
+    class Modeling:
         def loss(self, logits, batch):
             return F.cross_entropy(logits, batch["labels"])
+
+    class Task:
+        modeling = Modeling()
 
     class Head(torch.nn.Linear):
         layers, token_level = (-1,), False

@@ -3,6 +3,7 @@ the head, used by every command; abstention (`min_confidence`) and `--target-acc
 
 import json
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -102,7 +103,7 @@ def test_scores_use_the_temperature_and_no_calibrate_gives_the_raw_ones(classifi
     calibrated = model.predict(texts)
     raw = model.predict(texts, calibrate=False)
     assert [p["label"] for p in calibrated] == [p["label"] for p in raw]
-    logits = np.stack([o for o in bertheads.model.head_outputs(model.net, "classify", task.from_inputs(texts))])
+    logits = np.stack([o for o in bertheads.model.head_outputs(model.net, "classify", task.reading.from_inputs(texts))])
     expected = calibration.probabilities(logits, t)
     got = np.array([[p["scores"][k] for k in ("0", "1")] for p in calibrated])
     assert np.allclose(got, expected, atol=1e-5)
@@ -181,9 +182,11 @@ def test_metric_coverage_measures_the_kinds_metric_on_the_most_confident_inputs_
             return {"f1": float(np.mean(np.concatenate([p[0] for p in parts])))}
 
     chunks = [(np.array([0.9, 0.2]), (np.array([1.0, 0.0]),)), (np.array([0.8, 0.5]), (np.array([1.0, 1.0]),))]
-    rows = calibration.metric_coverage(Mean(), chunks, coverages=(1.0, 0.8, 0.5))
+    task = SimpleNamespace()
+    task.judging = Mean(task)
+    rows = calibration.metric_coverage(task, chunks, coverages=(1.0, 0.8, 0.5))
     assert [(r["answered"], r["value"], r["threshold"]) for r in rows] == [(4, 0.75, 0.2), (3, 1.0, 0.5), (2, 1.0, 0.8)]
-    assert calibration.metric_coverage(Mean(), [None]) == []
+    assert calibration.metric_coverage(task, [None]) == []
 
 
 def test_evaluate_prints_the_metric_coverage_lines():
@@ -246,11 +249,11 @@ def test_qa_span_score_calibrated_with_the_null_answer(tiny_bert, tmp_path):
     inputs = [{"question": "What is the capital?", "context": "The old town has many bridges. The capital is Rome."}]
     on, off = model.predict(inputs), model.predict(inputs, calibrate=False)
     assert on[0]["answer"] == off[0]["answer"] and on[0]["raw_score"] == off[0]["raw_score"]
-    outputs = bertheads.model.head_outputs(model.net, model.head_name(None), task.from_inputs(inputs))
+    outputs = bertheads.model.head_outputs(model.net, model.head_name(None), task.reading.from_inputs(inputs))
     assert c["null_scaling"] == task.spec.null_scaling  # (a head that may answer nothing)
     assert bertheads.load(tmp_path / "m").task().spec.null_scaling == task.spec.null_scaling  # saved with the head
     logits = candidates(outputs[0], task.spec.n_best, task.spec.null_threshold, True)
-    row = calibration.probabilities(logits[None], task.temperature())
+    row = calibration.probabilities(logits[None], task.scoring.temperature())
     nothing = on[0]["answer"] == ""
     expected = row[0, 0]
     if nothing:  # a null answer's probability is the logistic of its margin over the best span

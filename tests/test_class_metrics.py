@@ -138,12 +138,12 @@ def test_thresholds_tuned_after_an_epoch_unless_one_is_fixed():
     examples = [ClassifyExample("t", label=labels) for labels in (["a"], ["a", "b"], [], ["b"])]
     logits = [np.array(x, dtype=float) for x in ([-1.0, -3.0], [-0.5, 2.0], [-2.0, -1.0], [-3.0, 1.0])]
     task = ClassifyTask(ClassifySpec(problem="multi_label", labels=["a", "b"]), None)
-    out = task.metrics(logits, examples, during_training=True)
+    out = task.judging.metrics(logits, examples, during_training=True)
     sig = 1 / (1 + np.exp(-np.stack(logits)))
     assert sig[1, 0] > task.spec.thresholds[0] > sig[2, 0]  # "a": positives -1.0 and -0.5 above the cut
     assert out["micro_f1"] == 1.0 and out["thresholds"]["a"] == pytest.approx(task.spec.thresholds[0], abs=1e-4)
-    assert task.decode(logits)[0]["labels"] == ["a"]
+    assert task.judging.decode(logits)[0]["labels"] == ["a"]
     fixed = ClassifyTask(ClassifySpec(problem="multi_label", labels=["a", "b"], threshold=0.5), None)
-    out = fixed.metrics(logits, examples, during_training=True)
+    out = fixed.judging.metrics(logits, examples, during_training=True)
     assert fixed.spec.thresholds is None and out["thresholds"] == {"a": 0.5, "b": 0.5}
     assert out["per_label"]["a"]["recall"] == 0.0  # both "a" scores are below 0.5

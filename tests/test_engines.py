@@ -80,8 +80,8 @@ def test_batch_predictor_on_pandas_matches_predict_from_one_encoder_pass(multi_d
 def test_a_kind_without_column_types_gets_one_json_column():
     from bertheads.tasks.parts import Publishing, Struct
 
-    assert Publishing().output_columns() == Struct.of(prediction=str)  # parts.py's default
-    assert json.loads(Publishing().output_row({"x": [1, 2]})["prediction"]) == {"x": [1, 2]}
+    assert Publishing(None).output_columns() == Struct.of(prediction=str)  # parts.py's default
+    assert json.loads(Publishing(None).output_row({"x": [1, 2]})["prediction"]) == {"x": [1, 2]}
 
 
 def test_engine_ray_without_its_extra_says_so_in_one_line(tmp_path, capsys, monkeypatch):

@@ -49,8 +49,8 @@ def models(model_dir):
 
 def raw_outputs(model, head: str, inputs: list) -> tuple[list, list]:
     task = model.task(head)
-    examples = task.from_inputs(inputs)
-    features, _ = task.encode_for_inference(examples, model.net.encoder.tokenizer)
+    examples = task.reading.from_inputs(inputs)
+    features, _ = task.modeling.encode_for_inference(examples, model.net.encoder.tokenizer)
     return features, run_heads(model.net, features, [head])[head]
 
 

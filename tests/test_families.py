@@ -60,7 +60,7 @@ INPUTS = {"sentiment": TEXTS, "ner": TEXTS, "qa": QUESTIONS}
 
 def raw(model, head: str, inputs: list) -> tuple[list, list]:
     task = model.task(head)
-    features, _ = task.encode_for_inference(task.from_inputs(inputs), model.net.encoder.tokenizer)
+    features, _ = task.modeling.encode_for_inference(task.reading.from_inputs(inputs), model.net.encoder.tokenizer)
     return features, run_heads(model.net, features, [head])[head]
 
 
@@ -95,7 +95,7 @@ def test_train_predict_evaluate(family_run):
     for kind, head in HEADS.items():
         assert MATRIX[family, kind, "evaluate"] == "yes"
         metrics = model.evaluate(str(data[kind]), head=head)
-        assert np.isfinite(metrics[model.task(head).main_metric]) and np.isfinite(metrics["loss"])
+        assert np.isfinite(metrics[model.task(head).judging.main_metric]) and np.isfinite(metrics["loss"])
 
 
 def test_features_mode(family_run, tmp_path):
@@ -134,7 +134,7 @@ def test_export_hf_pipelines_agree(family_run):
                 if "token_type_ids" in enc:
                     batch["token_type_ids"] = enc["token_type_ids"]
                 with torch.no_grad():  # the export folds the head's temperature into its last layer
-                    probs = torch.softmax(net(batch, [head])[head][0] / task.temperature(), -1)
+                    probs = torch.softmax(net(batch, [head])[head][0] / task.scoring.temperature(), -1)
                 rows = tagger(text)
                 assert rows
                 for r in rows:

@@ -371,7 +371,7 @@ def test_tag_features_mode_linear_and_bilstm_share_one_cache(tiny_bert, write, t
     meta = json.loads((entry / "meta.json").read_text())
     assert meta["positions"] == "tokens" and meta["layers"] == [2, 1, 0]
     assert meta["rows"] == int(np.load(entry / "offsets.npy")[-1]) == sum(
-        len(f["input_ids"]) for f in linear.task().encode(linear.task().read(train), linear.net.encoder.tokenizer))
+        len(f["input_ids"]) for f in linear.task().modeling.encode(linear.task().reading.read(train), linear.net.encoder.tokenizer))
 
     count_encoder_calls.clear()
     bilstm = bertheads.train("tag", train, None, tmp_path / "m", model=tiny_bert, settings=settings,
@@ -404,7 +404,7 @@ def test_qa_features_mode_trains_on_cached_windows(tiny_bert, write, tmp_path):
                             settings=bertheads.TrainSettings(epochs=6, batch_size=8, lr=1e-2, progress=False))
     [entry] = entries(cache)
     meta = json.loads((entry / "meta.json").read_text())
-    windows = model.task().encode(model.task().read(train), model.net.encoder.tokenizer)
+    windows = model.task().modeling.encode(model.task().reading.read(train), model.net.encoder.tokenizer)
     assert meta["positions"] == "tokens" and meta["features"] == len(windows) > 16  # passages > one window
     assert meta["rows"] == sum(len(w["input_ids"]) for w in windows)
     assert model.evaluate(train)["f1"] > 50.0

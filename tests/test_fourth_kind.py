@@ -26,7 +26,19 @@ from bertheads.cli.main import main
 from bertheads.export.hf import export_hf
 from bertheads.inference.report import report
 from bertheads.tasks import TASKS, register, unregister
-from bertheads.tasks.base import HeadSettings, Task, copy_linear, init_linear, option, softmax
+from bertheads.tasks.base import (
+    Exporting,
+    HeadSettings,
+    Judging,
+    Modeling,
+    Parts,
+    Reading,
+    Task,
+    copy_linear,
+    init_linear,
+    option,
+    softmax,
+)
 from bertheads.tasks.forms import Extra, Field, InputForm
 from bertheads.tasks.parts import set_labels
 from bertheads.text.encoding import encode_texts
@@ -100,27 +112,11 @@ class LongestHead(nn.Module):
         return self.out(self.dropout(torch.tanh(self.pooler(hidden[:, 0]))))
 
 
-class LongestTask(Task):
-    """Which candidate sentence is the longest (in words): the label comes from the input itself."""
+class LongestReading(Reading):
+    """JSON lines of a text and its candidates; Python dicts of the same."""
 
-    kind = "longest"
-    help = "which of up to four candidate sentences is the longest"
-    spec_type = LongestSpec
-    main_metric = "accuracy"
-    options_type = LongestOptions
     form = CANDIDATES
     formats = ("jsonl",)
-    hf_auto_class = "AutoModelForSequenceClassification"
-    hf_pipeline = "text-classification"
-
-    @classmethod
-    def build(cls, spec, encoder, pooler_state=None):
-        return cls(spec, LongestHead(encoder.info.hidden_size, spec))
-
-    @classmethod
-    def prepare(cls, path, spec, encoder):
-        task = cls.build(spec, encoder)
-        return task, task.read(path)
 
     def read(self, path, need_labels=True, fmt=None, **_):
         examples = []
@@ -140,6 +136,10 @@ class LongestTask(Task):
             out.append(LongestExample(str(item["text"]), [str(c) for c in item["candidates"]]))
         return out
 
+
+class LongestModeling(Modeling):
+    """The text and its candidates packed as a pair; cross-entropy over the candidates."""
+
     def encode(self, examples, tokenizer, with_labels=True, path=None):
         features = encode_texts(tokenizer, [e.text for e in examples], [" | ".join(e.candidates) for e in examples],
                                 self.spec.max_length)
@@ -154,11 +154,17 @@ class LongestTask(Task):
     def encoder_cost(self, counts):
         return ("longest",), min(sum(counts) + len(counts) + 1, int(self.spec.max_length))
 
-    def collect(self, feature_outputs, owner, examples, features):
-        return list(feature_outputs)
-
     def loss(self, logits, batch):
         return F.cross_entropy(logits, batch["labels"].long())
+
+
+class LongestJudging(Judging):
+    """The best candidate and its score; accuracy."""
+
+    main_metric = "accuracy"
+
+    def collect(self, feature_outputs, owner, examples, features):
+        return list(feature_outputs)
 
     def decode(self, outputs, examples, min_words=None, **_):
         preds = []
@@ -176,13 +182,38 @@ class LongestTask(Task):
         return {"accuracy": float(np.mean([p == e.target for p, e in zip(predicted, examples)])),
                 "examples": len(examples)}
 
-    # export --to hf: the pooler into BERT's pooler, the linear layer into the classifier
-    def hf_configure(self, config):
+
+class LongestExporting(Exporting):
+    """export --to hf: the pooler into BERT's pooler, the linear layer into the classifier."""
+
+    hf_auto_class = "AutoModelForSequenceClassification"
+    hf_pipeline = "text-classification"
+
+    def configure(self, config):
         set_labels(config, ORDINALS)
 
-    def hf_copy_head(self, model, name):
-        copy_linear(model.base_model.pooler.dense, self.head.pooler, f"head {name!r}")
-        copy_linear(model.classifier, self.head.out, f"head {name!r}")
+    def copy_head(self, model, name):
+        copy_linear(model.base_model.pooler.dense, self.task.head.pooler, f"head {name!r}")
+        copy_linear(model.classifier, self.task.head.out, f"head {name!r}")
+
+
+class LongestTask(Task):
+    """Which candidate sentence is the longest (in words): the label comes from the input itself."""
+
+    kind = "longest"
+    help = "which of up to four candidate sentences is the longest"
+    spec_type = LongestSpec
+    parts = Parts(reading=LongestReading, modeling=LongestModeling, judging=LongestJudging,
+                  exporting=LongestExporting, options=LongestOptions)
+
+    @classmethod
+    def build(cls, spec, encoder, pooler_state=None):
+        return cls(spec, LongestHead(encoder.info.hidden_size, spec))
+
+    @classmethod
+    def prepare(cls, path, spec, encoder):
+        task = cls.build(spec, encoder)
+        return task, task.reading.read(path)
 
 
 RECORDS = [{"text": "Which is longest?", "candidates": ["Short one.", "This second sentence is clearly the longest."]},
@@ -352,7 +383,7 @@ def test_serve_options_are_fixed_per_head(longest_model):
         with pytest.raises(UserError, match="^null_threshold= is for qa heads"):
             model.set_options(null_threshold=1.0)
     finally:
-        model.task().fixed_options.clear()
+        model.task().options.fixed.clear()
 
 
 def test_register_refuses_a_second_class_of_a_kind(longest_kind):
@@ -387,12 +418,12 @@ def test_set_options_on_several_heads_goes_to_the_heads_that_take_each():
     model = bertheads.Model(SimpleNamespace(tasks={"sentiment": sentiment, "qa": qa}))
     model.set_options(threshold=0.3, window_choice="raw", long_input="windows")
     # threshold and long_input override the saved head's settings; a call option would be fixed
-    assert sentiment.fixed_options == {} and sentiment.spec.threshold == 0.3 and sentiment.spec.long_input == "windows"
-    assert qa.fixed_options == {} and qa.spec.window_choice == "raw"
-    with qa.using_options({"window_choice": "context"}) as call:
+    assert sentiment.options.fixed == {} and sentiment.spec.threshold == 0.3 and sentiment.spec.long_input == "windows"
+    assert qa.options.fixed == {} and qa.spec.window_choice == "raw"
+    with qa.options.using({"window_choice": "context"}) as call:
         assert call == {} and qa.spec.window_choice == "context"
     assert qa.spec.window_choice == "raw"  # a call's override lasts for the call
     with pytest.raises(UserError, match="unknown option 'treshold'"):
         model.set_options(treshold=0.3)
     model.set_options(head="sentiment", min_score=0.6)
-    assert sentiment.fixed_options == {"min_score": 0.6}
+    assert sentiment.options.fixed == {"min_score": 0.6}

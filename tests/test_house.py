@@ -13,7 +13,7 @@ from bertheads.encoder.pretrained import Encoder
 from bertheads.tasks import TASKS
 from bertheads.tasks.base import Task
 from bertheads.tasks.options import Options
-from bertheads.tasks.parts import Curating, Judging, Modeling, Publishing, Reading
+from bertheads.tasks.parts import Exporting, Judging, Modeling, Publishing, Reading, Scoring
 
 PACKAGE = str(Path(bertheads.__file__).parent)
 
@@ -43,13 +43,34 @@ def test_predict_reaches_the_encoder_in_six_calls_entering_each_module_once(tiny
     assert len(entered) == len(set(entered)), calls  # no module entered twice on the way
 
 
+PARTS = ("reading", "modeling", "judging", "scoring", "publishing", "exporting")
+
+
+def public(obj) -> list[str]:
+    """What a caller of `obj` can reach: its public names, inherited ones counted."""
+    return [name for name in dir(obj) if not name.startswith("_")]
+
+
 def test_the_task_interface_and_each_kinds_parts_fit_on_a_screen():
-    for part in (Task, Options, Reading, Modeling, Judging, Curating, Publishing):
+    for part in (Task, Options, Reading, Modeling, Judging, Scoring, Publishing, Exporting):
         lines = len(inspect.getsource(part).splitlines())
         members = [k for k in vars(part) if not k.startswith("__")]
         assert lines <= 80 and len(members) <= 16, (part.__name__, lines, len(members))
     for kind, cls in TASKS.items():
-        parts = [c for c in cls.__mro__[1:] if c.__module__.startswith(f"bertheads.tasks.{kind}.")]
-        assert len(parts) == 4, (kind, parts)  # its reading, head, judging and publishing
-        for part in [cls, *parts]:
+        own = [getattr(cls.parts, name) for name in PARTS]
+        own = [c for c in own if c.__module__.startswith(f"bertheads.tasks.{kind}.")]
+        assert len(own) == len(PARTS), (kind, own)  # each part written in the kind's folder
+        for part in [cls, *own]:
             assert len(inspect.getsource(part).splitlines()) <= 140, (kind, part.__name__)
+
+
+def test_a_task_holds_its_parts_and_no_object_a_caller_holds_has_over_fifteen_members():
+    """A task is made of parts it holds, not parts it is: the task, its options and each part
+    show at most 15 public members, inherited ones counted."""
+    for kind, cls in TASKS.items():
+        task = cls(cls.spec_type(), None)
+        assert not any(issubclass(cls, base) for base in (Reading, Modeling, Judging, Scoring, Publishing, Exporting))
+        held = {"task": task, "options": task.options, **{name: getattr(task, name) for name in PARTS}}
+        for name, obj in held.items():
+            assert len(public(obj)) <= 15, (kind, name, public(obj))
+        assert all(getattr(task, name).task is task for name in PARTS)

@@ -4,6 +4,7 @@ card), by `evaluate`, and on the report page; each kind says how it shows."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 from bertheads.cli.main import main
 
@@ -31,8 +32,7 @@ def test_a_degenerate_run_is_loud_everywhere(tiny_bert, write, tmp_path, capsys)
 def test_a_model_that_learned_says_nothing_of_the_kind():
     from bertheads.tasks.classify.judging import ClassifyJudging
 
-    judging = ClassifyJudging.__new__(ClassifyJudging)
-    judging.spec = type("Spec", (), {"problem": "single_label"})()
+    judging = ClassifyJudging(SimpleNamespace(spec=SimpleNamespace(problem="single_label")))
     fine = {"examples": 40, "mcc": 0.6, "confusion": {"labels": ["0", "1"], "matrix": [[16, 4], [4, 16]]}}
     assert judging.learned_nothing(fine) is None
     chance = {"examples": 40, "mcc": 0.0, "confusion": {"labels": ["0", "1"], "matrix": [[10, 10], [10, 10]]}}
@@ -48,14 +48,14 @@ def test_tag_and_qa_say_what_they_never_find():
     from bertheads.tasks.qa.judging import QAJudging
     from bertheads.tasks.tag.judging import TagJudging
 
-    tag = TagJudging.__new__(TagJudging)
+    tag = TagJudging(None)
     per_type = {"LOC": {"recall": 0.8, "support": 20}, "MISC": {"recall": 0.0, "support": 9},
                 "ORG": {"recall": 0.0, "support": 2}}  # two ORG entities are too few to judge by
     assert tag.learned_nothing({"f1": 0.5, "per_type": per_type}) == \
         "it never finds MISC entities (recall 0 on 9 MISC)"
     none = {t: {**m, "recall": 0.0} for t, m in per_type.items()}
     assert "none of the entities" in tag.learned_nothing({"f1": 0.0, "per_type": none})
-    qa = QAJudging.__new__(QAJudging)
+    qa = QAJudging(None)
     abstains = {"f1": 50.0, "HasAns_f1": 0.0, "HasAns_total": 40, "NoAns_f1": 100.0, "examples": 80}
     assert "none of the 40 questions that have an answer" in qa.learned_nothing(abstains)
     assert qa.learned_nothing({"f1": 35.0, "examples": 80}) is None

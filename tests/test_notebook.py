@@ -47,7 +47,7 @@ def test_one_string_gives_one_prediction(classifier):
 def test_one_pair_and_one_question_give_one_prediction(tiny_bert, tmp_path):
     rows = [{"text": GOOD[i % 4], "text_b": BAD[i % 4], "label": i % 2} for i in range(12)]
     pairs = bertheads.train("classify", rows, rows, None, model=tiny_bert, **FAST)
-    assert pairs.task().form.name == "pair"
+    assert pairs.task().reading.form.name == "pair"
     one = pairs.predict(("a wonderful film", "a dull film"))
     assert isinstance(one, dict) and "label" in one
     assert pairs.predict([("a wonderful film", "a dull film")]) == [one]

@@ -46,8 +46,8 @@ def tag_entities(tok, text: str, gold: list[tuple[str, int, int]]) -> list[tuple
     """Entities decoded from token scores that give each piece the gold tag of the characters
     the tokenizer says it covers."""
     task = TagTask(TagSpec(tags=TAGS, max_length=128), None)
-    examples = task.from_inputs([text])
-    feats, owner = task.encode_for_inference(examples, tok)
+    examples = task.reading.from_inputs([text])
+    feats, owner = task.modeling.encode_for_inference(examples, tok)
     enc = tok(text, return_offsets_mapping=True)
     assert feats[0]["input_ids"] == enc["input_ids"]
     logits = np.zeros((len(enc["input_ids"]), len(TAGS)), dtype=np.float32)
@@ -59,7 +59,7 @@ def tag_entities(tok, text: str, gold: list[tuple[str, int, int]]) -> list[tuple
                 logits[i] = 0.0
                 logits[i, TAGS.index(("I-" if (s, e) in begun else "B-") + kind)] = 10.0
                 begun.add((s, e))
-    out = task.decode(task.collect([logits], owner, examples, feats), examples)[0]
+    out = task.judging.decode(task.judging.collect([logits], owner, examples, feats), examples)[0]
     return [(x["type"], x["start"], x["end"], x["text"]) for x in out["entities"]]
 
 
@@ -100,7 +100,7 @@ def word_tags(tok, words: list[str], gold: list[str]) -> list[str]:
     tokenizer offsets fall in (words joined by single spaces)."""
     task = TagTask(TagSpec(tags=TAGS, max_length=128), None)
     example = TagExample(words=words)
-    feats, owner = task.encode_for_inference([example], tok)
+    feats, owner = task.modeling.encode_for_inference([example], tok)
     joined = " ".join(words)
     enc = tok(joined, return_offsets_mapping=True)
     assert feats[0]["input_ids"] == enc["input_ids"]
@@ -110,7 +110,7 @@ def word_tags(tok, words: list[str], gold: list[str]) -> list[str]:
         if b > a and joined[a:b].strip():
             k = int(np.searchsorted(starts, a, side="right")) - 1
             logits[i, TAGS.index(gold[k])] = 10.0
-    out = task.decode(task.collect([logits], owner, [example], feats), [example])[0]
+    out = task.judging.decode(task.judging.collect([logits], owner, [example], feats), [example])[0]
     return out["tags"]
 
 
@@ -132,9 +132,9 @@ def test_word_input_keeps_words_without_pieces(tok):
         task = TagTask(TagSpec(tags=TAGS, max_length=128), None)
         words = ["Paris", "\u200b", "is", "\u200b", "\u200b", "big"]
         examples = [TagExample(words=words), TagExample(words=["\u200b", "Rome"])]
-        feats, owner = task.encode_for_inference(examples, tok)
+        feats, owner = task.modeling.encode_for_inference(examples, tok)
         logits = [np.tile(np.eye(len(TAGS), dtype=np.float32)[1], (len(f["input_ids"]), 1)) for f in feats]
-        out = task.decode(task.collect(logits, owner, examples, feats), examples)
+        out = task.judging.decode(task.judging.collect(logits, owner, examples, feats), examples)
         assert [len(o["tags"]) for o in out] == [6, 2]
         assert [o["tokens"] for o in out] == [words, ["\u200b", "Rome"]]
     finally:
@@ -143,7 +143,7 @@ def test_word_input_keeps_words_without_pieces(tok):
 
 def test_first_piece_is_not_a_bare_marker(tok):
     task = TagTask(TagSpec(tags=TAGS, max_length=128), None)
-    feats, _ = task.encode_for_inference([TagExample(words=["東京", "Zürich"]), TagExample(text="東京 Zürich")], tok)
+    feats, _ = task.modeling.encode_for_inference([TagExample(words=["東京", "Zürich"]), TagExample(text="東京 Zürich")], tok)
     for f in feats:
         firsts = tok.convert_ids_to_tokens([f["input_ids"][p] for p in f["_pos"]])
         assert all(tok.convert_tokens_to_string([t]).strip() for t in firsts), firsts
@@ -156,8 +156,8 @@ def qa_answer(tok, context: str, start_char: int, end_char: int, on_marker: bool
     piece starting before `end_char`."""
     task = QATask(QASpec(max_length=128, stride=16, max_question_length=32, paragraph_windows=False,
                          window_choice="raw"), None)
-    examples = task.from_inputs([("Where is it?", context)])
-    feats, owner = task.encode_for_inference(examples, tok)
+    examples = task.reading.from_inputs([("Where is it?", context)])
+    feats, owner = task.modeling.encode_for_inference(examples, tok)
     enc = tok("Where is it?", context, return_offsets_mapping=True)
     assert feats[0]["input_ids"] == enc["input_ids"]
     spans = enc["offset_mapping"]
@@ -169,7 +169,7 @@ def qa_answer(tok, context: str, start_char: int, end_char: int, on_marker: bool
         assert context[spans[start][0]: spans[start][1]].isspace()
     logits = np.full((len(enc["input_ids"]), 2), -10.0, dtype=np.float32)
     logits[start, 0] = logits[end, 1] = 10.0
-    pred = task.decode(task.collect([logits], owner, examples, feats), examples)[0]
+    pred = task.judging.decode(task.judging.collect([logits], owner, examples, feats), examples)[0]
     return pred["start"], pred["end"], pred["answer"]
 
 
@@ -196,7 +196,7 @@ def test_qa_training_labels_point_at_the_answer(tok):
                                    ("The capital is\t\tRome.\n\nIt is old.", "Rome", 16),
                                    (NFD, "cafe\u0301", 15), ("東京に住んでいます", "東京", 0)):
         example = QAExample("Where is it?", context, "q", answers=[answer], starts=[start])
-        feats, _ = task.encode_for_inference([example], tok, with_labels=True)
+        feats, _ = task.modeling.encode_for_inference([example], tok, with_labels=True)
         s, e = answer_tokens(feats[0], example)
         chars = (int(feats[0]["_offsets"][s, 0]), int(feats[0]["_offsets"][e, 1]))
         assert chars == (start, start + len(answer)) and context[chars[0]:chars[1]] == answer

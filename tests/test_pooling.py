@@ -249,7 +249,7 @@ def raw(model, head: str, inputs: list) -> list[dict]:
     from bertheads.compute.runner import run_heads
 
     task = model.task(head)
-    features, _ = task.encode_for_inference(task.from_inputs(inputs), model.net.encoder.tokenizer)
+    features, _ = task.modeling.encode_for_inference(task.reading.from_inputs(inputs), model.net.encoder.tokenizer)
     return [{head: o} for o in run_heads(model.net, features, [head])[head]]
 
 

@@ -66,7 +66,7 @@ def test_a_passage_longer_than_the_encoder_reads_is_windowed_without_transformer
     task, tokenizer = make_task(tiny_bert, max_length=384, stride=128, max_question_length=64)
     context = " ".join(f"{w}{i}" for i, w in enumerate(["river", "bridge", "tower", "square"] * 200))
     example = QAExample("Which tower stood by the river?", context, "x", ["tower2"], [context.index("tower2")])
-    feats = task.encode([example], tokenizer, with_labels=True)
+    feats = task.modeling.encode([example], tokenizer, with_labels=True)
     # transformers marks a tokenizer that warned "Token indices sequence length is longer than the
     # specified maximum ... will result in indexing errors" (a Python caller sees that line; the
     # windows are what the encoder reads, so it would be false)
@@ -83,7 +83,7 @@ def test_windows_long_passage_answer_near_end(tiny_bert):
     context = " ".join(words) + f", and finally {answer} stood there."
     example = QAExample("Which wonder stood there at the very end of this long list?", context, "x",
                         [answer], [context.index(answer)])
-    feats = task.encode([example], tokenizer, with_labels=True)
+    feats = task.modeling.encode([example], tokenizer, with_labels=True)
     assert len(feats) > 5  # the passage was cut into several windows
     assert all(len(f["input_ids"]) <= 48 for f in feats)
     assert len(feats[-1]["input_ids"]) < 48  # the last window is not padded
@@ -110,7 +110,7 @@ def test_windows_long_passage_answer_near_end(tiny_bert):
 def test_question_cut_to_max_question_length(tiny_bert):
     task, tokenizer = make_task(tiny_bert, max_length=64, stride=8, max_question_length=5)
     example = QAExample("one two three four five six seven eight nine ten?", "A short passage here.", "x")
-    feats, owner = task.encode_for_inference([example], tokenizer)
+    feats, owner = task.modeling.encode_for_inference([example], tokenizer)
     assert owner == [0]
     assert feats[0]["_context"][0] == 1 + 5 + 1  # [CLS] five question tokens [SEP]
 
@@ -213,12 +213,12 @@ def test_null_threshold_decides_no_answer():
                     probabilities=np.array([0.4]), null_probability=0.3)
     far = QAOutput(null_score=8.0, scores=np.array([5.5]), spans=np.array([[4, 9]]),  # 2.5 > 1.0
                    probabilities=np.array([0.1]), null_probability=0.7)
-    got = task.decode([near, far], [ex, ex])
+    got = task.judging.decode([near, far], [ex, ex])
     assert got[0] == {"answer": "Paris", "start": 4, "end": 9, "score": 0.4, "raw_score": 5.5}
     assert got[1] == {"answer": "", "start": 0, "end": 0, "score": 0.7, "raw_score": 8.0}
-    assert task.decode([far], [ex], null_threshold=3.0)[0]["answer"] == "Paris"  # the override
+    assert task.judging.decode([far], [ex], null_threshold=3.0)[0]["answer"] == "Paris"  # the override
     v1 = QATask(QASpec(), None)  # a v1.1 model never answers nothing
-    assert v1.decode([far], [ex])[0]["answer"] == "Paris"
+    assert v1.judging.decode([far], [ex])[0]["answer"] == "Paris"
 
 
 def test_best_threshold_maximises_f1():

@@ -56,28 +56,28 @@ def distractor_logits(feats: list[dict], example: QAExample) -> list[np.ndarray]
 def test_distractor_window_outscores_answer_raw_but_not_relative(tiny_bert, choice):
     task, tokenizer = make_task(tiny_bert, max_length=48, stride=12, max_question_length=8)
     example = long_example()
-    feats, owner = task.encode_for_inference([example], tokenizer)
+    feats, owner = task.modeling.encode_for_inference([example], tokenizer)
     assert len(feats) > 3
     assert answer_tokens(feats[0], example) == (0, 0)
     logits = distractor_logits(feats, example)
     task.spec.window_choice = "raw"
-    raw = task.decode(task.collect(logits, owner, [example], feats), [example])[0]
+    raw = task.judging.decode(task.judging.collect(logits, owner, [example], feats), [example])[0]
     assert raw["answer"] != example.answers[0]  # today's decoding: the distractor wins (10 > 8)
     assert raw["start"] < feats[0]["_offsets"][feats[0]["_context"][1]][1]
     task.spec.window_choice = choice
-    got = task.decode(task.collect(logits, owner, [example], feats), [example])[0]
+    got = task.judging.decode(task.judging.collect(logits, owner, [example], feats), [example])[0]
     assert got["answer"] == example.answers[0]
     assert got["raw_score"] == pytest.approx(8.0 + 8.0)  # span minus its own window's null score
 
 
 def test_saved_choice_is_kept_and_old_models_get_raw():
-    assert QATask.spec_from_dict({"max_length": 256}).window_choice == "raw"  # saved before the setting
-    assert QATask.spec_from_dict({"window_choice": "relative"}).window_choice == "relative"
-    assert QATask.spec_from_dict({"window_choice": "relative+context"}).window_choice == "relative+context"
-    assert not QATask.spec_from_dict({"max_length": 256}).paragraph_windows  # windows across paragraphs, as saved
-    assert QATask.spec_from_dict({"max_length": 256}).paragraph_match == 0.0  # no paragraph match, as saved
-    assert QATask.spec_from_dict({"paragraph_match": 4.0}).paragraph_match == 4.0
-    assert QATask.spec_from_dict({"paragraph_windows": True}).paragraph_windows and QASpec().paragraph_windows
+    assert QASpec.from_saved({"max_length": 256}).window_choice == "raw"  # saved before the setting
+    assert QASpec.from_saved({"window_choice": "relative"}).window_choice == "relative"
+    assert QASpec.from_saved({"window_choice": "relative+context"}).window_choice == "relative+context"
+    assert not QASpec.from_saved({"max_length": 256}).paragraph_windows  # windows across paragraphs, as saved
+    assert QASpec.from_saved({"max_length": 256}).paragraph_match == 0.0  # no paragraph match, as saved
+    assert QASpec.from_saved({"paragraph_match": 4.0}).paragraph_match == 4.0
+    assert QASpec.from_saved({"paragraph_windows": True}).paragraph_windows and QASpec().paragraph_windows
 
 
 def test_span_context_counts_passage_ends_as_unlimited():
@@ -107,16 +107,16 @@ def test_v2_null_decision_per_window_with_long_passages():
     a = (np.array([-3.0]), np.array([[0, 4]]), -2.0, None)  # null - span = 1
     b = (np.array([8.0]), np.array([[20, 24]]), 10.0, None)  # null - span = 2
     raw = merge_windows([a, b], n_best=20)
-    assert task.decode([raw], [ex])[0]["answer"] != ""
+    assert task.judging.decode([raw], [ex])[0]["answer"] != ""
     rel = merge_windows([(a[0] - a[2], *a[1:]), (b[0] - b[2], *b[1:])], n_best=20, relative=True)
     assert rel.null_score == 0.0
-    assert task.decode([rel], [ex])[0] == {"answer": "", "start": 0, "end": 0, "score": None, "raw_score": 0.0}
+    assert task.judging.decode([rel], [ex])[0] == {"answer": "", "start": 0, "end": 0, "score": None, "raw_score": 0.0}
     # an answerable window (span beats its own null by 3) is answered despite the other window
     c = (np.array([1.0]), np.array([[40, 44]]), -2.0, None)
     rel = merge_windows([(a[0] - a[2], *a[1:]), (c[0] - c[2], *c[1:])], n_best=20, relative=True)
-    got = task.decode([rel], [ex])[0]
+    got = task.judging.decode([rel], [ex])[0]
     assert (got["start"], got["end"], got["raw_score"]) == (40, 44, 3.0)
-    assert task.decode([rel], [ex], null_threshold=-3.5)[0]["answer"] == ""
+    assert task.judging.decode([rel], [ex], null_threshold=-3.5)[0]["answer"] == ""
 
 
 def test_other_passages_are_the_nearest_distinct_ones():
@@ -134,11 +134,11 @@ def test_negative_windows_added_to_training_only(tiny_bert):
     task, tokenizer = make_task(tiny_bert, max_length=64, stride=16, max_question_length=16, negative_windows=1)
     ex = [QAExample("What is the capital?", f"The capital is {c}.", str(i), [c], [15])
           for i, c in enumerate(["Paris", "Rome", "Oslo"])]
-    feats = task.encode(ex, tokenizer, with_labels=True)
+    feats = task.modeling.encode(ex, tokenizer, with_labels=True)
     assert len(feats) == 6
     assert all(f["start_positions"] > 0 for f in feats[:3])
     assert all(f["start_positions"] == 0 and f["end_positions"] == 0 for f in feats[3:])
-    assert len(task.encode_for_inference(ex, tokenizer)[0]) == 3
+    assert len(task.modeling.encode_for_inference(ex, tokenizer)[0]) == 3
     assert "group" not in feats[0]  # only with shared_norm
 
 
@@ -147,11 +147,11 @@ def test_shared_norm_groups_a_questions_windows(tiny_bert):
                                 shared_norm=True)
     ex = [QAExample("What is the capital?", f"The capital is {c}.", str(i), [c], [15])
           for i, c in enumerate(["Paris", "Rome", "Oslo"])]
-    feats = task.encode(ex, tokenizer, with_labels=True)
+    feats = task.modeling.encode(ex, tokenizer, with_labels=True)
     # own windows first, then each question's negative window (nearest passage: 1, 0, 1)
     assert [f["group"] for f in feats] == [0, 1, 2, 0, 1, 2]
     assert [f["start_positions"] > 0 for f in feats] == [True] * 3 + [False] * 3
-    assert "group" not in task.encode_for_inference(ex, tokenizer)[0][0]
+    assert "group" not in task.modeling.encode_for_inference(ex, tokenizer)[0][0]
     from bertheads.compute.batching import length_grouped_batches
 
     batches = length_grouped_batches([len(f["input_ids"]) for f in feats], 2, seed=0,
@@ -204,7 +204,7 @@ def test_shared_norm_loss_adds_to_the_window_loss(tiny_bert):
     alone = {k: v for k, v in batch.items() if k != "group"}
     from bertheads.tasks.qa.spans import shared_window_loss
 
-    assert float(task.loss(x, batch)) == pytest.approx(float(task.loss(x, alone) + shared_window_loss(x, batch)))
+    assert float(task.modeling.loss(x, batch)) == pytest.approx(float(task.modeling.loss(x, alone) + shared_window_loss(x, batch)))
 
 
 def test_joined_passages_keep_the_answer_and_the_file_order():
@@ -230,8 +230,8 @@ def test_join_passages_trains_on_longer_windows_only(tiny_bert):
     ex = [QAExample("What is the capital?", f"The capital of the country number {i} is {c}, by the river.",
                     str(i), [c], [f"The capital of the country number {i} is ".__len__()])
           for i, c in enumerate(cities)]
-    plain, _ = task.encode_for_inference(ex, tokenizer, with_labels=True)
-    feats = task.encode(ex, tokenizer, with_labels=True)
+    plain, _ = task.modeling.encode_for_inference(ex, tokenizer, with_labels=True)
+    feats = task.modeling.encode(ex, tokenizer, with_labels=True)
     assert len(feats) >= 2 * len(plain)  # three passages a question: more windows
     positives = [f for f in feats if f["start_positions"] > 0]
     assert positives and any(f["start_positions"] == 0 for f in feats)  # windows without the answer: [CLS]
@@ -239,7 +239,7 @@ def test_join_passages_trains_on_longer_windows_only(tiny_bert):
         s, e = f["_offsets"][f["start_positions"]][0], f["_offsets"][f["end_positions"]][1]
         assert any(tokenizer.decode(f["input_ids"][f["start_positions"]: f["end_positions"] + 1]).lower() == c.lower()
                    for c in cities) and e > s
-    assert len(task.encode_for_inference(ex, tokenizer)[0]) == len(plain)  # prediction reads passages as given
+    assert len(task.modeling.encode_for_inference(ex, tokenizer)[0]) == len(plain)  # prediction reads passages as given
 
 
 def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
@@ -268,8 +268,8 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     with pytest.raises(UserError, match="window_choice='best'"):
         model.set_options(window_choice="best")
     used = []
-    decode = bertheads.tasks.qa.task.QATask.collect
-    monkeypatch.setattr(bertheads.tasks.qa.task.QATask, "collect",
+    decode = bertheads.tasks.qa.judging.QAJudging.collect
+    monkeypatch.setattr(bertheads.tasks.qa.judging.QAJudging, "collect",
                         lambda self, *a: used.append((self.spec.window_choice, self.spec.paragraph_windows,
                                                       self.spec.paragraph_match)) or decode(self, *a))
     assert main(["predict", str(out), "--question", "What is the capital?", "--context", "The capital is Rome.",
@@ -329,9 +329,9 @@ def test_paragraph_windows_read_each_paragraph_alone(tiny_bert):
     answer = "Danube"
     example = QAExample("Which river?", context, "x", [answer], [context.index(answer)])
     task, tokenizer = make_task(tiny_bert, max_length=48, stride=8, max_question_length=8)  # the default
-    feats, owner = task.encode_for_inference([example], tokenizer, with_labels=True)
+    feats, owner = task.modeling.encode_for_inference([example], tokenizer, with_labels=True)
     plain_task, _ = make_task(tiny_bert, max_length=48, stride=8, max_question_length=8, paragraph_windows=False)
-    alone = [plain_task.windows([QAExample("Which river?", p, "p")], tokenizer)[0] for p in paragraphs]
+    alone = [plain_task.modeling.windows([QAExample("Which river?", p, "p")], tokenizer)[0] for p in paragraphs]
     # the windows are those of each paragraph read as its own passage, offsets moved into the whole passage
     assert [f["input_ids"] for f in feats] == [f["input_ids"] for part in alone for f in part]
     assert owner == [0] * len(feats) and len(feats) > 3  # a paragraph longer than a window is still cut
@@ -344,7 +344,7 @@ def test_paragraph_windows_read_each_paragraph_alone(tiny_bert):
     f = feats[held[0]]
     assert context[f["_offsets"][f["start_positions"]][0]: f["_offsets"][f["end_positions"]][1]] == answer
     # token windows over the whole passage mix paragraphs in one window
-    mixed, _ = plain_task.encode_for_inference([example], tokenizer)
+    mixed, _ = plain_task.modeling.encode_for_inference([example], tokenizer)
     assert any("\n" in context[f["_offsets"][f["_context"][0]][0]: f["_offsets"][f["_context"][1]][1]] for f in mixed)
 
 
@@ -353,7 +353,7 @@ def test_joined_training_passages_are_read_across_their_ends(tiny_bert):
     long = " and the old town near it, as the guide book says about the place and its long history" * 3
     ex = [QAExample("Which river?", f"The river is the {w}{long}.", str(i), [w], [13])
           for i, w in enumerate(["Rhine", "Seine", "Danube"])]
-    feats = task.encode(ex, tokenizer, with_labels=True)
+    feats = task.modeling.encode(ex, tokenizer, with_labels=True)
     spans = [ex_text for f in feats
              for ex_text in [tokenizer.decode(f["input_ids"][f["_context"][0]: f["_context"][1] + 1])]]
     assert any(s.count("the river is the") == 2 for s in spans)  # one window holds the end of one, start of another
@@ -366,7 +366,7 @@ def test_training_plan_keeps_a_questions_windows_in_one_batch(tiny_bert):
                                 shared_norm=True)
     ex = [QAExample("What is the capital?", f"The capital is {c}.", str(i), [c], [15])
           for i, c in enumerate(["Paris", "Rome", "Oslo", "Bern", "Kyiv", "Riga", "Lima"])]
-    feats = task.encode(ex, tokenizer, with_labels=True)
+    feats = task.modeling.encode(ex, tokenizer, with_labels=True)
     plan = plan_epoch([TaskData("qa", task, feats)], TrainSettings(batch_size=4, seed=3), epoch=0, rank=0, world=1)
     seen = sorted(i for _, b in plan for i in b)
     assert seen == list(range(len(feats)))
@@ -389,7 +389,7 @@ def test_paragraph_match_ranks_the_paragraphs_by_the_questions_words(tiny_bert):
     task, tokenizer = make_task(tiny_bert, max_length=64, stride=16, max_question_length=16)
     example, paragraphs = three_paragraphs()
     plain = QAExample(example.question, paragraphs[2], "y", ["1889"], [paragraphs[2].index("1889")])
-    feats, owner = task.encode_for_inference([example, plain], tokenizer)
+    feats, owner = task.modeling.encode_for_inference([example, plain], tokenizer)
     gaps = paragraph_match_gaps(feats, owner)
     which = np.array([f["_paragraph"] for f in feats])
     filler, louvre, eiffel, alone = (gaps[which == p] for p in range(4))
@@ -399,7 +399,7 @@ def test_paragraph_match_ranks_the_paragraphs_by_the_questions_words(tiny_bert):
     assert (alone == 0.0).all() and owner.count(1) > 1  # one paragraph: no gap, however many windows
     # words every paragraph has count for little: adding "the eiffel" to the filler's text moves it up
     closer = QAExample(example.question, example.context.replace("particular", "the eiffel"), "z")
-    moved = paragraph_match_gaps(*task.encode_for_inference([closer], tokenizer))
+    moved = paragraph_match_gaps(*task.modeling.encode_for_inference([closer], tokenizer))
     assert moved[0] > filler[0]
 
 
@@ -410,7 +410,7 @@ def test_paragraph_match_lets_the_answers_paragraph_win(tiny_bert):
     assert task.spec.paragraph_match == 6.0  # on by default for new models
     task.spec.paragraph_match = 0.0
     example, _ = three_paragraphs()
-    feats, owner = task.encode_for_inference([example], tokenizer)
+    feats, owner = task.modeling.encode_for_inference([example], tokenizer)
     logits = []
     for f in feats:  # the filler's first window: a stronger span (relative 24) than the answer's (16)
         x = np.full((len(f["input_ids"]), 2), -5.0, dtype=np.float32)
@@ -421,25 +421,25 @@ def test_paragraph_match_lets_the_answers_paragraph_win(tiny_bert):
         elif f is feats[0]:
             x[f["_context"][0] + 1, 0], x[f["_context"][0] + 2, 1] = 8.0, 8.0
         logits.append(x)
-    got = task.decode(task.collect(logits, owner, [example], feats), [example])[0]
+    got = task.judging.decode(task.judging.collect(logits, owner, [example], feats), [example])[0]
     assert got["answer"] != "1889" and got["raw_score"] == pytest.approx(24.0)  # the filler's span wins
     gap = paragraph_match_gaps(feats, owner)[0]
     assert gap < 0
     task.spec.paragraph_match = 9.0 / -gap  # the filler's span falls to 24 - 9 = 15 < 16
-    got = task.decode(task.collect(logits, owner, [example], feats), [example])[0]
+    got = task.judging.decode(task.judging.collect(logits, owner, [example], feats), [example])[0]
     assert got["answer"] == "1889" and got["raw_score"] == pytest.approx(16.0)  # the best paragraph loses nothing
     task.spec.paragraph_match = 7.0 / -gap  # not enough: 24 - 7 = 17 > 16
-    assert task.decode(task.collect(logits, owner, [example], feats), [example])[0]["answer"] != "1889"
+    assert task.judging.decode(task.judging.collect(logits, owner, [example], feats), [example])[0]["answer"] != "1889"
 
 
 def test_paragraph_match_changes_nothing_on_one_paragraph(tiny_bert):
     task, tokenizer = make_task(tiny_bert, max_length=48, stride=12, max_question_length=8)
     example = long_example()
-    feats, owner = task.encode_for_inference([example], tokenizer)
+    feats, owner = task.modeling.encode_for_inference([example], tokenizer)
     logits = distractor_logits(feats, example)
-    before = task.collect(logits, owner, [example], feats)[0]
+    before = task.judging.collect(logits, owner, [example], feats)[0]
     task.spec.paragraph_match = 50.0
-    after = task.collect(logits, owner, [example], feats)[0]
+    after = task.judging.collect(logits, owner, [example], feats)[0]
     assert len(feats) > 3 and np.array_equal(before.scores, after.scores) and np.array_equal(before.spans, after.spans)
 
 
@@ -481,9 +481,9 @@ def test_topic_segments_read_each_topic_of_a_flat_passage_alone(tiny_bert):
     music = " ".join(MUSIC * 2)
     example = QAExample("What tunes to the oboe?", context, "x", ["The orchestra"], [context.index(music) + 52])
     task, tokenizer = make_task(tiny_bert, max_length=64, stride=8, max_question_length=12)  # the defaults
-    feats, _ = task.encode_for_inference([example], tokenizer, with_labels=True)
+    feats, _ = task.modeling.encode_for_inference([example], tokenizer, with_labels=True)
     flat, _ = make_task(tiny_bert, max_length=64, stride=8, max_question_length=12, topic_segments=False)
-    plain, _ = flat.encode_for_inference([example], tokenizer)
+    plain, _ = flat.modeling.encode_for_inference([example], tokenizer)
     shown = [context[f["_offsets"][f["_context"][0]][0]: f["_offsets"][f["_context"][1]][1]] for f in feats]
     assert any(text.startswith(MUSIC[0]) for text in shown)  # a window starts where the music does
     assert all(music.startswith(text) or text in " ".join(RIVER * 2) or text in music for text in shown)
@@ -499,6 +499,6 @@ def test_topic_segments_leave_one_window_passages_alone(tiny_bert):
     example = QAExample("What floods?", " ".join(RIVER + MUSIC[:1]), "x")
     on, tokenizer = make_task(tiny_bert, max_length=128, stride=8, max_question_length=12)
     off, _ = make_task(tiny_bert, max_length=128, stride=8, max_question_length=12, topic_segments=False)
-    a, b = on.windows([example], tokenizer)[0], off.windows([example], tokenizer)[0]
+    a, b = on.modeling.windows([example], tokenizer)[0], off.modeling.windows([example], tokenizer)[0]
     assert len(a) == 1 and a[0]["input_ids"] == b[0]["input_ids"]
-    assert not QATask.spec_from_dict({"max_length": 256}).topic_segments and QASpec().topic_segments
+    assert not QASpec.from_saved({"max_length": 256}).topic_segments and QASpec().topic_segments

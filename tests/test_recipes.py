@@ -16,7 +16,7 @@ from bertheads.tasks.recipes import holdout_size, recipe_for
 
 
 def test_each_kind_s_table_chooses_by_the_number_of_examples():
-    table = TASKS["classify"].recipes
+    table = TASKS["classify"].parts.modeling.recipes
     few, some, many = recipe_for(table, 32), recipe_for(table, 2000), recipe_for(table, 60000)
     assert (few.mode, few.batch_size, few.pairs_each) == ("contrastive", 8, 0)  # a few hundred or fewer: SetFit's recipe
     assert (recipe_for(table, 800).mode, recipe_for(table, 800).pairs_each) == ("contrastive", 40)  # more pairs
@@ -27,13 +27,13 @@ def test_each_kind_s_table_chooses_by_the_number_of_examples():
     assert few.epochs_for(32, 8) == few.epochs[1]
     assert some.epochs_for(400, 8) > some.epochs_for(2000, 8) == 3
     assert recipe_for(table, 32, "fixed") == table[-1]
-    qa = TASKS["qa"].recipes  # qa: batch 8, about 600 steps up to 200 questions and 300 up to 1,000, then 16
+    qa = TASKS["qa"].parts.modeling.recipes  # qa: batch 8, about 600 steps up to 200 questions and 300 up to 1,000, then 16
     assert (recipe_for(qa, 200).mode, recipe_for(qa, 200).batch_size, recipe_for(qa, 200).epochs_for(200, 8)) == \
         ("finetune", 8, 24)
     assert recipe_for(qa, 201).epochs_for(201, 8) == 12 and recipe_for(qa, 201).batch_size == 8
     assert recipe_for(qa, 1000).epochs_for(1000, 8) == 3 and recipe_for(qa, 1001).batch_size == 16
     assert recipe_for(qa, 88000).epochs_for(88000, 16) == 3 == recipe_for(qa, 50, "fixed").epochs_for(50, 16)
-    tag = TASKS["tag"].recipes  # tagging: about 600 steps, batch 8 up to 1,000 sentences, then 32
+    tag = TASKS["tag"].parts.modeling.recipes  # tagging: about 600 steps, batch 8 up to 1,000 sentences, then 32
     assert (recipe_for(tag, 50).mode, recipe_for(tag, 50).batch_size, recipe_for(tag, 50).epochs_for(50, 8)) == \
         ("finetune", 8, 40)
     assert recipe_for(tag, 1000).epochs_for(1000, 8) == 5 and recipe_for(tag, 2000).epochs_for(2000, 32) == 10
@@ -48,7 +48,7 @@ def test_contrastive_pairs_grow_with_the_examples_where_the_table_says_so():
     from bertheads.training.joint import recipe_pairs
     from bertheads.training.settings import MOST_PAIRS
 
-    table = TASKS["classify"].recipes
+    table = TASKS["classify"].parts.modeling.recipes
     assert recipe_pairs(recipe_for(table, 200), "contrastive", 200) is None
     assert recipe_pairs(recipe_for(table, 800), "contrastive", 800) == 32_000
     assert recipe_pairs(recipe_for(table, 201), "contrastive", 201) == 8_040
@@ -79,12 +79,12 @@ def test_text_pairs_and_regression_fine_tune_where_the_table_says_contrastive():
     def task(**spec):
         return TASKS["classify"](ClassifySpec(**spec), nn.Identity())
 
-    row = recipe_for(TASKS["classify"].recipes, 100)
-    assert task(problem="single_label").recipe(100) == row and row.mode == "contrastive"
+    row = recipe_for(TASKS["classify"].parts.modeling.recipes, 100)
+    assert task(problem="single_label").modeling.recipe(100) == row and row.mode == "contrastive"
     for spec in ({"problem": "single_label", "pair": True}, {"problem": "regression"}):
-        assert task(**spec).recipe(100) == replace(row, mode="finetune")
-        assert task(**spec).recipe(100, "fixed") == TASKS["classify"].recipes[-1]
-    assert TASKS["tag"](None, nn.Identity()).recipe(50) == recipe_for(TASKS["tag"].recipes, 50)
+        assert task(**spec).modeling.recipe(100) == replace(row, mode="finetune")
+        assert task(**spec).modeling.recipe(100, "fixed") == TASKS["classify"].parts.modeling.recipes[-1]
+    assert TASKS["tag"](None, nn.Identity()).modeling.recipe(50) == recipe_for(TASKS["tag"].parts.modeling.recipes, 50)
 
 
 @pytest.fixture

@@ -270,7 +270,7 @@ def test_class_weights_balanced(tiny_bert, write, tmp_path):
     logits = torch.tensor([[0.3, -0.2], [1.0, 0.5], [0.0, 2.0]])
     labels = torch.tensor([0, 1, 1])
     expected = torch.nn.functional.cross_entropy(logits, labels, weight=torch.tensor([2.0, 2 / 3]))
-    assert torch.allclose(task.loss(logits, {"labels": labels}), expected)
+    assert torch.allclose(task.modeling.loss(logits, {"labels": labels}), expected)
     assert not torch.allclose(expected, torch.nn.functional.cross_entropy(logits, labels))
     multi = write("multi.jsonl", '{"text": "a", "labels": ["x", "y"]}\n{"text": "b", "labels": ["x"]}\n')
     with pytest.raises(UserError, match="only for single-label"):

@@ -77,7 +77,7 @@ def test_a_config_holds_every_setting_yaml_and_toml(write, data, tmp_path):
         read_config(write("c2.toml", 'kind = "classify"\ntrain = "t.tsv"\nepoch = 2\n'))
     # the batch size is left to the kind's recipe (qa: batches of 16) unless the file or a flag says otherwise
     qa = read_config(write("q.yaml", "kind: qa\ntrain: t.tsv\n"))
-    assert run_settings(qa)[0].batch_size is None and TASKS["qa"].recipes[-1].batch_size == 16
+    assert run_settings(qa)[0].batch_size is None and TASKS["qa"].parts.modeling.recipes[-1].batch_size == 16
 
 
 def test_the_old_combine_key_is_read_with_a_warning(write, data, capsys):

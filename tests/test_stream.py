@@ -131,7 +131,7 @@ def test_tsv_row_with_wrong_columns_is_reported_by_line(models, tmp_path, capsys
 
 def test_streamed_evaluation_equals_the_whole_file(models, tmp_path):
     model = api.load(models / "c")
-    whole = evaluate_head(model.net, "classify", model.task().read(str(models / "train.tsv")), None)
+    whole = evaluate_head(model.net, "classify", model.task().reading.read(str(models / "train.tsv")), None)
     streamed = model.evaluate(str(models / "train.tsv"), settings=StreamSettings(chunk_size=5))
     assert streamed.pop("mode") == "torch fp32 on cpu"  # evaluate says what it ran in
     assert streamed.keys() - {"learned_nothing"} == whole.keys()  # (evaluate's warning: the tiny model's)
@@ -141,7 +141,7 @@ def test_streamed_evaluation_equals_the_whole_file(models, tmp_path):
         else:
             assert streamed[key] == pytest.approx(whole[key], rel=1e-6)
     tagger = api.load(models / "t")
-    whole = evaluate_head(tagger.net, "tag", tagger.task().read(str(models / "train.conll")), None)
+    whole = evaluate_head(tagger.net, "tag", tagger.task().reading.read(str(models / "train.conll")), None)
     streamed = tagger.evaluate(str(models / "train.conll"), settings=StreamSettings(chunk_size=4))
     assert streamed["f1"] == whole["f1"] and streamed["loss"] == pytest.approx(whole["loss"], rel=1e-6)
 
@@ -151,17 +151,17 @@ def test_windows_pool_per_document(models, tmp_path):
     task = model.task()
     tokenizer = model.net.encoder.tokenizer
     long_text = " ".join(["word"] * 300)
-    examples = task.from_inputs(["short one", long_text])
+    examples = task.reading.from_inputs(["short one", long_text])
     task.spec.long_input, task.spec.stride = "windows", 16
     try:
-        feats, owner = task.encode_for_inference(examples, tokenizer)
+        feats, owner = task.modeling.encode_for_inference(examples, tokenizer)
         assert owner[0] == 0 and owner.count(1) >= 3 and all(len(f["input_ids"]) <= 128 for f in feats)
-        assert feats[0]["input_ids"] == task.encode(examples[:1], tokenizer, with_labels=False)[0]["input_ids"]
+        assert feats[0]["input_ids"] == task.modeling.encode(examples[:1], tokenizer, with_labels=False)[0]["input_ids"]
         outputs = [np.array([float(i), -float(i)]) for i in range(len(feats))]
         task.spec.pool = "mean"
-        mean = task.collect(outputs, owner, examples, feats)
+        mean = task.judging.collect(outputs, owner, examples, feats)
         task.spec.pool = "max"
-        biggest = task.collect(outputs, owner, examples, feats)
+        biggest = task.judging.collect(outputs, owner, examples, feats)
         rest = np.stack(outputs[1:])
         assert np.allclose(mean[1], rest.mean(0)) and np.allclose(biggest[1], rest.max(0))
         assert np.allclose(mean[0], outputs[0])

@@ -145,9 +145,9 @@ def test_trains_and_metrics_equal_seqeval_on_predictions(tagger, tag_data):
     assert set(saved) == {"f1", "precision", "recall", "per_type", "accuracy", "loss", "errors", "type_confusion",
                           "calibration"}
     task = model.task()
-    examples = task.read(str(tag_data / "dev.txt"))
+    examples = task.reading.read(str(tag_data / "dev.txt"))
     outputs = head_outputs(model.net, "tag", examples)
-    pred = task.predicted_tags(outputs)
+    pred = task.judging.predicted_tags(outputs)
     metrics = model.evaluate(str(tag_data / "dev.txt"))
     assert metrics["f1"] == f1_score([e.tags for e in examples], pred)
     assert metrics["f1"] > 0.5  # the templates are learnable
@@ -168,7 +168,7 @@ def test_raw_text_entities_have_exact_offsets(tagger, tiny_bert):
         for e in o["entities"]:
             assert text[e["start"]:e["end"]] == e["text"] and 0 < e["score"] <= 1
     task, tok = model.task(), model.net.encoder.tokenizer
-    feats, owner = task.encode_for_inference(task.from_inputs(texts), tok)
+    feats, owner = task.modeling.encode_for_inference(task.reading.from_inputs(texts), tok)
     assert owner == [0, 1]
     for f, expected in zip(feats, encode_texts(tok, texts, max_length=task.spec.max_length)):
         assert f["input_ids"] == expected["input_ids"] and f["token_type_ids"] == expected["token_type_ids"]
@@ -181,14 +181,14 @@ def test_long_sentence_every_word_gets_one_tag_from_its_best_window(tagger):
     task.spec.calibrate = False  # the raw scores (a sharpening temperature would round them all to 1)
     words = ["the", "office", "in", "paris", "closed", "on", "monday", "and", "john", "visited"] * 3
     assert all(len(model.net.encoder.tokenizer.tokenize(w)) == 1 for w in words)
-    ex = task.from_inputs([words])
-    feats, owner = task.encode_for_inference(ex, model.net.encoder.tokenizer)
+    ex = task.reading.from_inputs([words])
+    feats, owner = task.modeling.encode_for_inference(ex, model.net.encoder.tokenizer)
     assert len(feats) > 2 and set(owner) == {0}
     outs = head_outputs(model.net, "tag", ex)[0].probs
     assert outs.shape[0] == len(words)
     assert len(model.predict([words])[0]["tags"]) == len(words)
-    first = head_outputs(model.net, "tag", task.from_inputs([words[:10]]))[0].probs  # window 1 alone
-    last = head_outputs(model.net, "tag", task.from_inputs([words[-10:]]))[0].probs  # last window alone
+    first = head_outputs(model.net, "tag", task.reading.from_inputs([words[:10]]))[0].probs  # window 1 alone
+    last = head_outputs(model.net, "tag", task.reading.from_inputs([words[-10:]]))[0].probs  # last window alone
     np.testing.assert_allclose(outs[:4], first[:4], atol=1e-5)  # most context in the first window
     np.testing.assert_allclose(outs[-4:], last[-4:], atol=1e-5)
     assert not np.allclose(outs[9], first[9], atol=1e-4)  # window 1's last word comes from window 2
@@ -213,14 +213,14 @@ def test_label_subwords_first_vs_all(tiny_bert, tag_data, tmp_path):
     sentence = [("Merkel", "B-PER"), ("visited", "O")]  # merkel -> mer ##kel
     first = TagTask.build(TagSpec(tags=["O", "B-PER", "I-PER"]), encoder)
     every = TagTask.build(TagSpec(tags=["O", "B-PER", "I-PER"], label_subwords="all"), encoder)
-    ex = first.from_inputs([[w for w, _ in sentence]])
+    ex = first.reading.from_inputs([[w for w, _ in sentence]])
     ex[0].tags = [t for _, t in sentence]
-    assert first.encode(ex, encoder.tokenizer)[0]["tok_labels"] == [-100, 1, -100, 0, -100]
-    assert every.encode(ex, encoder.tokenizer)[0]["tok_labels"] == [-100, 1, 2, 0, -100]
+    assert first.modeling.encode(ex, encoder.tokenizer)[0]["tok_labels"] == [-100, 1, -100, 0, -100]
+    assert every.modeling.encode(ex, encoder.tokenizer)[0]["tok_labels"] == [-100, 1, 2, 0, -100]
     model = bertheads.train("tag", str(tag_data / "train.txt"), None, None, model=tiny_bert,
                             settings=bertheads.TrainSettings(**{**FAST, "epochs": 1}), label_subwords="all")
     dev = model.evaluate(str(tag_data / "dev.txt"))
-    words = sum(len(e.words) for e in model.task().read(str(tag_data / "dev.txt")))
+    words = sum(len(e.words) for e in model.task().reading.read(str(tag_data / "dev.txt")))
     assert sum(r["support"] for r in dev["per_type"].values()) == 24  # entities counted per word
     assert words == 84 and model.task().spec.tags == ["O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
 
@@ -235,14 +235,14 @@ def test_loss_weighs_every_labelled_token_the_same(tiny_bert):
 
     encoder = Encoder.load(tiny_bert)
     task = TagTask.build(TagSpec(tags=["O", "B-PER", "I-PER"]), encoder)
-    ex = task.from_inputs([["Merkel", "visited"], ["a", "b", "c", "d", "e", "f"]])
+    ex = task.reading.from_inputs([["Merkel", "visited"], ["a", "b", "c", "d", "e", "f"]])
     ex[0].tags, ex[1].tags = ["B-PER", "O"], ["O"] * 6
-    feats = task.encode(ex, encoder.tokenizer)
-    assert task.labelled_per_window == 4.0
+    feats = task.modeling.encode(ex, encoder.tokenizer)
+    assert task.modeling.labelled_per_window == 4.0
     for idx, expected in (([0, 1], math.log(3)), ([0], math.log(3) * 2 / 4), ([1], math.log(3) * 6 / 4)):
         batch = collate([feats[i] for i in idx], 0)
         logits = torch.zeros(*batch["input_ids"].shape, 3)
-        assert float(task.loss(logits, batch)) == pytest.approx(expected)
+        assert float(task.modeling.loss(logits, batch)) == pytest.approx(expected)
 
 
 def test_bilstm_head_on_frozen_features_round_trips(tiny_bert, tag_data, tmp_path):

@@ -58,7 +58,7 @@ class Model:
     def labels(self) -> dict[str, list]:
         """Head name -> the labels its predictions name, in output order (a classify head's
         labels or their names, a tag head's tags; empty for a head without labels)."""
-        return {name: task.output_labels() for name, task in self.net.tasks.items()}
+        return {name: task.publishing.output_labels() for name, task in self.net.tasks.items()}
 
     @property
     def id2label(self) -> dict[str, dict[int, str]]:
@@ -77,23 +77,23 @@ class Model:
         a pandas DataFrame, a `datasets.Dataset` or a list of dicts, whose columns are found as
         a file's are (the predictions of a DataFrame come back as a DataFrame with its index;
         of other rows, as dicts carrying each row's `id` and `keep_fields`). `options` are the
-        head's kind's inference options (`Task.options_type`). One input of the head's form (a
+        head's kind's inference options (`Parts.options`). One input of the head's form (a
         string; a pair head's `(text, text)`; a question head's dict) gives one prediction."""
         name = self.head_name(head)
         task = self.net.tasks[name]
-        if task.form.is_one(inputs):
+        if task.reading.form.is_one(inputs):
             return self.predict([inputs], name, batch_size, keep_fields, **options)[0]
         if records_given(inputs):
             rows = as_rows(inputs, "predict")
             settings = StreamSettings(batch_size=batch_size, keep_fields=tuple(keep_fields), progress=False)
-            with task.using_options(options) as options:
+            with task.options.using(options) as options:
                 predictions = [{**carried_fields(e.extra if hasattr(e, "extra") else {}, settings.keep_fields), **p}
                                for _, chunk, preds in predict_chunks(self.net, name, rows, settings, **options)
                                for e, p in zip(chunk, preds)]
             return as_frame(predictions, rows.frame) if rows.frame is not None else predictions
-        with task.using_options(options) as options:
-            examples = task.from_inputs(list(inputs), **options)
-            return task.decode(head_outputs(self.net, name, examples, batch_size), examples, **options)
+        with task.options.using(options) as options:
+            examples = task.reading.from_inputs(list(inputs), **options)
+            return task.judging.decode(head_outputs(self.net, name, examples, batch_size), examples, **options)
 
     def select(self, pool, k: int = 100, head: str | None = None, out: str | Path | None = None,
                batch_size: int = INFERENCE_BATCH, **options) -> Selection:
@@ -110,17 +110,17 @@ class Model:
         """Read a file in the task's formats (labels optional); the records and their predictions."""
         name = self.head_name(head)
         task = self.net.tasks[name]
-        with task.using_options(options) as options:
-            examples = task.read(path, need_labels=False, fmt=fmt, **options)
+        with task.options.using(options) as options:
+            examples = task.reading.read(path, need_labels=False, fmt=fmt, **options)
             outputs = head_outputs(self.net, name, examples, batch_size, progress="predict" if progress else None)
-            return examples, task.decode(outputs, examples, **options)
+            return examples, task.judging.decode(outputs, examples, **options)
 
     def predict_iter(self, path, head: str | None = None, fmt: str | None = None,
                      settings: StreamSettings | None = None, **options) -> Iterator[dict]:
         """Predictions for a file (or an open text stream) of any size, one at a time in input
         order; the input is read and predicted a chunk at a time (`StreamSettings.chunk_size`)."""
         name = self.head_name(head)
-        with self.net.tasks[name].using_options(options) as options:
+        with self.net.tasks[name].options.using(options) as options:
             for _, _, preds in predict_chunks(self.net, name, path, settings, fmt, **options):
                 yield from preds
 
@@ -131,7 +131,7 @@ class Model:
         (atomically) or, without one, to `write` (default: stdout) a chunk at a time; under
         torchrun the processes share the chunks (see `bertheads.inference.stream`)."""
         name = self.head_name(head)
-        with claimed_output(output, [path], self.folders()), self.net.tasks[name].using_options(options) as options:
+        with claimed_output(output, [path], self.folders()), self.net.tasks[name].options.using(options) as options:
             return predict_stream(self.net, name, path, None if output is None else str(output), settings, fmt,
                                   write, **options)
 
@@ -141,14 +141,14 @@ class Model:
         the option (one that no head takes is a UserError)."""
         options = {k: v for k, v in options.items() if v is not None}
         if head is not None or len(self.net.tasks) == 1:
-            self.task(head).set_options(**options)
+            self.task(head).options.set(**options)
             return
         for key, value in options.items():
-            takers = [t for t in self.net.tasks.values() if key in t.declared_options()]
+            takers = [t for t in self.net.tasks.values() if key in t.options.declared()]
             if not takers:
-                self.task(next(iter(self.net.tasks))).check_options({key: value})  # says why
+                self.task(next(iter(self.net.tasks))).options.check({key: value})  # says why
             for task in takers:
-                task.set_options(**{key: value})
+                task.options.set(**{key: value})
 
     def choose_windows(self, head: str | None = None, **options) -> None:
         """The old name of `set_options` (kept for one release, with a warning)."""
@@ -157,7 +157,7 @@ class Model:
 
     def render(self, predictions: list[dict], examples: list, fmt: str | None = None, head: str | None = None) -> str:
         """Predictions as the text `bertheads predict` writes (JSON lines unless the task has a format)."""
-        return self.task(head).render(predictions, examples, fmt)
+        return self.task(head).judging.render(predictions, examples, fmt)
 
     def evaluate(self, path, head: str | None = None, batch_size: int = INFERENCE_BATCH,
                  settings: StreamSettings | None = None, **options) -> dict:
@@ -167,7 +167,7 @@ class Model:
         path = as_rows(path, "evaluate") or path
         name = self.head_name(head)
         settings = settings or StreamSettings(batch_size=batch_size)
-        with api_logging(self.verbose), self.net.tasks[name].using_options(options) as options:
+        with api_logging(self.verbose), self.net.tasks[name].options.using(options) as options:
             metrics = evaluate_stream(self.net, name, path, settings, **options)
         if self.mode is not None:  # the figures are those of this runtime and precision
             metrics["mode"] = f"{self.mode.runtime} {self.mode.precision} on {self.mode.device}"

@@ -75,7 +75,7 @@ class BertHeads(EncoderInputs, nn.Module):
         with torch.inference_mode():
             batch = to_device(collate(features, self.pad_id), self.device)
             out = self(batch, heads)
-            losses = {name: float(self.tasks[name].dev_loss(out[name], batch)) for name in heads} if with_loss else {}
+            losses = {name: float(self.tasks[name].modeling.dev_loss(out[name], batch)) for name in heads} if with_loss else {}
             return {name: out[name].float().cpu().numpy() for name in heads}, losses
 
 
@@ -83,9 +83,9 @@ def head_outputs(model: Runner, name: str, examples: list, batch_size: int = INF
                  progress: str | None = None) -> list:
     """One head's outputs for each example, from any runner: encode, run, merge windows."""
     task = model.tasks[name]
-    features, owner = task.encode_for_inference(examples, model.tokenizer)
+    features, owner = task.modeling.encode_for_inference(examples, model.tokenizer)
     feature_outputs = run_heads(model, features, [name], batch_size, progress=progress)[name]
-    return task.collect(feature_outputs, owner, examples, features)
+    return task.judging.collect(feature_outputs, owner, examples, features)
 
 
 def evaluate_head(model: Runner, name: str, examples: list, path: str | None = None,
@@ -94,16 +94,16 @@ def evaluate_head(model: Runner, name: str, examples: list, path: str | None = N
     its scores mean (`calibration`); after an epoch (`during_training`) the head's temperature
     is fitted on them. `progress` names a bar (drawn where bars are)."""
     task = model.tasks[name]
-    features, owner = task.encode_for_inference(examples, model.tokenizer, with_labels=True)
+    features, owner = task.modeling.encode_for_inference(examples, model.tokenizer, with_labels=True)
     losses: dict[str, list[float]] = {}
     outputs = run_heads(model, features, [name], batch_size, progress=progress, losses=losses)[name]
-    collected = task.collect(outputs, owner, examples, features)
-    metrics = task.metrics(collected, examples, path, **options)
+    collected = task.judging.collect(outputs, owner, examples, features)
+    metrics = task.judging.metrics(collected, examples, path, **options)
     if options.get("during_training"):
         metrics["calibration"] = calibrate_head(task, collected, examples, path)
     else:  # what the scores mean: as `evaluate` reports it
         chunk = coverage_part(task, collected, examples, None, path, **options)
-        metrics["calibration"] = head_summary(task, [task.confidence_part(collected, examples, path)],
+        metrics["calibration"] = head_summary(task, [task.scoring.confidence_part(collected, examples, path)],
                                               options.get("target_accuracy"),
                                               metric_coverage(task, [chunk], path, **options))
     total, count = losses[name]

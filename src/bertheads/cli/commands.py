@@ -356,7 +356,7 @@ def present(args, *names: str) -> dict:
 
 
 def given_options(args, command: str) -> dict:
-    """The kinds' inference options given as flags of `command` (see `Task.options_type`)."""
+    """The kinds' inference options given as flags of `command` (see `Parts.options`)."""
     return present(args, *inference_options(command))
 
 

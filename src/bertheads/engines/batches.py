@@ -97,7 +97,7 @@ class BatchPredictor:
     def inputs(self) -> dict[str, str]:
         """input name -> the batch column it is read from: `text`, then each head's extra."""
         net = self._model().net
-        names = [TEXT] + [net.tasks[h].form.extra.key for h in self.heads if net.tasks[h].form.extra]
+        names = [TEXT] + [net.tasks[h].reading.form.extra.key for h in self.heads if net.tasks[h].reading.form.extra]
         return {n: self.settings.columns.get(n, n) for n in dict.fromkeys(names)}
 
     def output_types(self) -> dict[str, Any]:
@@ -124,8 +124,8 @@ class BatchPredictor:
         values: dict[str, list] = {}
         for name, column in wanted.items():
             if column not in present:
-                heads = [h for h in self.heads if (model.net.tasks[h].form.extra or None) and
-                         model.net.tasks[h].form.extra.key == name] if name != TEXT else self.heads
+                heads = [h for h in self.heads if (model.net.tasks[h].reading.form.extra or None) and
+                         model.net.tasks[h].reading.form.extra.key == name] if name != TEXT else self.heads
                 raise UserError(f"the batch has no column {column!r} (read as {name!r} by head "
                                 f"{', '.join(repr(h) for h in heads)}); columns: {', '.join(map(str, present))}; "
                                 f"heads=[...] leaves a head out, columns={{{name!r}: 'COLUMN'}} maps another")
@@ -140,8 +140,8 @@ class BatchPredictor:
             raise UserError(next(e for e in errors if e) + f" ({said('skip_bad_rows', True, flag='--skip-bad-lines')} skips it)")
         good = [i for i, e in enumerate(errors) if e is None]
         texts = [values[TEXT][i] for i in good]
-        extras = {model.net.tasks[h].form.extra.request: [values[model.net.tasks[h].form.extra.key][i] for i in good]
-                  for h in self.heads if model.net.tasks[h].form.extra}
+        extras = {model.net.tasks[h].reading.form.extra.request: [values[model.net.tasks[h].reading.form.extra.key][i] for i in good]
+                  for h in self.heads if model.net.tasks[h].reading.form.extra}
         results = analyze(model.net, texts, extras, self.settings.batch_size, heads=self.heads) if texts else []
         rows: list[dict] = [{} for _ in range(size)]
         for i, result in zip(good, results):

@@ -151,7 +151,7 @@ def without_scores(value):
 
 def labelled(task, name: str, path: str, limit: int = GATE_EXAMPLES) -> list:
     """The first `limit` labelled inputs of `path`; NoEvidence when they are too few to judge by."""
-    examples = task.read(path, need_labels=True)[:limit]
+    examples = task.reading.read(path, need_labels=True)[:limit]
     if len(examples) < MIN_INPUTS:
         raise NoEvidence(f"{path}: {len(examples)} labelled input{'s' * (len(examples) != 1)} for head {name}; the "
                          f"gate needs at least {MIN_INPUTS} to judge a lower precision ({said('gate_data')} gives more)")
@@ -184,12 +184,12 @@ def compare(reference, candidate, data: dict[str, str], limit: int = GATE_EXAMPL
             runs[name] = (examples, *timed(reference, name, examples, f"gate {name}: fp32"))
         examples, ref, ref_seconds = runs[name]
         got, seconds = timed(candidate, name, examples, f"gate {name}: lower precision")
-        metric = task.main_metric
-        ref_value = float(task.metrics(ref, examples)[metric])
-        got_value = float(task.metrics(got, examples)[metric])
+        metric = task.judging.main_metric
+        ref_value = float(task.judging.metrics(ref, examples)[metric])
+        got_value = float(task.judging.metrics(got, examples)[metric])
         scale = 100.0 if abs(ref_value) <= 1 and abs(got_value) <= 1 else 1.0  # fractions as points
         same = [without_scores(a) == without_scores(b)
-                for a, b in zip(task.decode(ref, examples), task.decode(got, examples))]
+                for a, b in zip(task.judging.decode(ref, examples), task.judging.decode(got, examples))]
         out[name] = {"data": path, "examples": len(examples), "metric": metric, "fp32": ref_value,
                      "value": got_value, "change_points": (got_value - ref_value) * scale,
                      "label_agreement": sum(same) / len(same), "seconds": seconds, "fp32_seconds": ref_seconds}

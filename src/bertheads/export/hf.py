@@ -40,14 +40,14 @@ def check_equivalent(name: str, task, num_layers: int) -> None:
     if layers not in ([-1], [num_layers]):
         raise UserError(f"head {name!r} reads layers {','.join(map(str, layers))} ({spec.combine}); "
                         f"a transformers model reads only the last layer, so it has no equivalent")
-    task.export_check(name, 'hf')
+    task.exporting.check(name, 'hf')
 
 
 def build_config(encoder_dir: Path, task):
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(str(encoder_dir), trust_remote_code=False)
-    task.hf_configure(config)
+    task.exporting.configure(config)
     return config
 
 
@@ -57,18 +57,18 @@ def to_transformers(net, name: str, encoder_dir: Path) -> nn.Module:
 
     task = net.tasks[name]
     config = build_config(encoder_dir, task)
-    auto = getattr(transformers, task.hf_auto_class)
+    auto = getattr(transformers, task.exporting.hf_auto_class)
     try:
         model = auto.from_config(config, trust_remote_code=False)
     except ValueError as exc:
-        raise UserError(f"{config.model_type}: transformers has no {task.hf_auto_class} for it "
+        raise UserError(f"{config.model_type}: transformers has no {task.exporting.hf_auto_class} for it "
                         f"({str(exc).splitlines()[0]})") from None
     model.eval()
     base = getattr(model, model.base_model_prefix)
     missing, unexpected = base.load_state_dict(net.encoder.model.state_dict(), strict=False)
     if unexpected or [k for k in missing if not k.startswith("pooler.")]:
         raise UserError(f"{config.model_type}: the encoder's weights do not fit {type(model).__name__}")
-    task.hf_copy_head(model, name)
+    task.exporting.copy_head(model, name)
     return model
 
 
@@ -82,7 +82,7 @@ def max_difference(net, name: str, model: nn.Module) -> float:
     with torch.no_grad():
         ours = net(feed, [name])[name]
         out = model(**feed)
-    theirs = net.tasks[name].hf_outputs(out)
+    theirs = net.tasks[name].exporting.outputs(out)
     if ours.dim() == 3:
         mask = feed["attention_mask"].bool()
         ours, theirs = ours[mask], theirs[mask]
@@ -106,13 +106,13 @@ def export_hf(directory: str | Path, out: str | Path, head: str | None = None) -
     if not diff <= CHECK_TOLERANCE:
         raise UserError(f"head {name!r}: {type(model).__name__} does not compute this head (outputs differ by "
                         f"{diff:.2e}), so it has no transformers equivalent")
-    folded = task.hf_fold_temperature(model)  # after the check, which compares the raw logits
+    folded = task.exporting.fold_temperature(model)  # after the check, which compares the raw logits
     info = {"source": str(directory), "head": name, "kind": task.kind, "class": type(model).__name__,
-            "pipeline": task.hf_pipeline, "max_abs_diff": diff}
+            "pipeline": task.exporting.hf_pipeline, "max_abs_diff": diff}
     if folded:
         info["calibration"] = folded
-    if task.hf_pipeline_options():
-        info["pipeline_options"] = task.hf_pipeline_options()
+    if task.exporting.pipeline_options():
+        info["pipeline_options"] = task.exporting.pipeline_options()
     with atomic_directory(out) as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True)
         net.encoder.tokenizer.save_pretrained(str(tmp))

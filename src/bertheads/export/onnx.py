@@ -101,7 +101,7 @@ def encoder_digest(directory: Path) -> str | None:
 def check_exportable(net) -> None:
     """Heads the graph cannot hold, refused with one line."""
     for name, task in net.tasks.items():
-        task.export_check(name, 'onnx')
+        task.exporting.check(name, 'onnx')
 
 
 class GraphModule(nn.Module):
@@ -340,8 +340,8 @@ def calibration_batches(net, data: dict[str, str], declared: set[str], batch_siz
     pad = net.encoder.tokenizer.pad_token_id or 0
     for name, path in data.items():
         task = net.tasks[name]
-        examples = task.read(path, need_labels=False)[:CALIBRATION_EXAMPLES]
-        features, _ = task.encode_for_inference(examples, net.encoder.tokenizer)
+        examples = task.reading.read(path, need_labels=False)[:CALIBRATION_EXAMPLES]
+        features, _ = task.modeling.encode_for_inference(examples, net.encoder.tokenizer)
         for i in range(0, len(features), batch_size):
             batch = encoder_batch(features[i : i + batch_size], pad, torch.device("cpu"))
             batches.append({k: batch[k].numpy() for k in INPUTS if k in declared})

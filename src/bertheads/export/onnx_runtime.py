@@ -122,7 +122,7 @@ class OnnxNet(EncoderInputs):
         self.tasks = {}
         for name, entry in manifest["heads"].items():
             cls = bundle.task_class(entry["kind"])
-            self.tasks[name] = cls.build(cls.spec_from_dict(entry["spec"]), self.encoder)
+            self.tasks[name] = cls.build(cls.spec_type.from_saved(entry["spec"]), self.encoder)
         self.manifest = manifest
         self.meta = meta
         self.path = path

@@ -17,7 +17,7 @@ from bertheads.model import BertHeads
 
 def extras_of(net) -> dict:
     """request name -> `Extra` of the input forms of `net`'s heads (what `analyze` may be given)."""
-    return {task.form.extra.request: task.form.extra for task in net.tasks.values() if task.form.extra}
+    return {task.reading.form.extra.request: task.reading.form.extra for task in net.tasks.values() if task.reading.form.extra}
 
 
 def split_extras(net, given: Mapping) -> tuple[dict, dict]:
@@ -39,7 +39,7 @@ def analyze_inputs(net, texts: Sequence[str], extras: Mapping[str, Sequence] | N
     for name, task in net.tasks.items():
         if heads is not None and name not in heads:
             continue
-        form = task.form
+        form = task.reading.form
         if form.extra is None:
             out[name] = list(texts)
         elif extras.get(form.extra.request) is not None:
@@ -50,13 +50,13 @@ def analyze_inputs(net, texts: Sequence[str], extras: Mapping[str, Sequence] | N
 def head_options(net, options: Mapping) -> dict[str, dict]:
     """head -> the `options` its kind takes; a name that no head takes, as an option or an extra
     input, is refused with the closest known one suggested."""
-    known = [*extras_of(net), *(n for task in net.tasks.values() for n in task.declared_options())]
+    known = [*extras_of(net), *(n for task in net.tasks.values() for n in task.options.declared())]
     for name, value in options.items():
-        if not any(name in task.declared_options() for task in net.tasks.values()):
+        if not any(name in task.options.declared() for task in net.tasks.values()):
             if suggest(name, known):
                 raise UserError(f"unknown option or input {name!r}{suggest(name, known)}")
-            next(iter(net.tasks.values())).check_options({name: value})  # says why (another kind's option)
-    return {head: {k: v for k, v in options.items() if k in task.declared_options()}
+            next(iter(net.tasks.values())).options.check({name: value})  # says why (another kind's option)
+    return {head: {k: v for k, v in options.items() if k in task.options.declared()}
             for head, task in net.tasks.items()}
 
 
@@ -79,9 +79,9 @@ def analyze(net: BertHeads, texts: list[str], extras: Mapping[str, Sequence] | N
         jobs = []
         for name, inputs in analyze_inputs(net, texts, extras, heads).items():
             task = net.tasks[name]
-            call = stack.enter_context(task.using_options(given[name]))
-            examples = task.from_inputs(inputs, **call)
-            features, owner = task.encode_for_inference(examples, tokenizer)
+            call = stack.enter_context(task.options.using(given[name]))
+            examples = task.reading.from_inputs(inputs, **call)
+            features, owner = task.modeling.encode_for_inference(examples, tokenizer)
             key = (tuple(owner), tuple(tuple(f["input_ids"]) for f in features),
                    tuple(tuple(f.get("token_type_ids") or ()) for f in features))
             jobs.append((name, task, examples, features, owner, call, key))
@@ -95,7 +95,7 @@ def analyze(net: BertHeads, texts: list[str], extras: Mapping[str, Sequence] | N
             outputs.update(run_heads(net, features, [job[0] for job in group], batch_size) if features else
                            {job[0]: [] for job in group})
         for name, task, examples, features, owner, call, _ in jobs:
-            collected = task.collect(outputs[name], owner, examples, features)
-            for i, prediction in enumerate(task.decode(collected, examples, **call)):
+            collected = task.judging.collect(outputs[name], owner, examples, features)
+            for i, prediction in enumerate(task.judging.decode(collected, examples, **call)):
                 results[i][name] = prediction
     return results

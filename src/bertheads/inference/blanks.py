@@ -59,19 +59,19 @@ class BlankLines:
         return "".join(blank_record(b) for b in run)
 
     def render(self, task, predictions: list, examples: list, fmt: str | None = None) -> str:
-        """`task.render` of a chunk, with the records of its blank lines in place."""
+        """`task.judging.render` of a chunk, with the records of its blank lines in place."""
         if not self.pending:
-            return task.render(predictions, examples, fmt)
+            return task.judging.render(predictions, examples, fmt)
         out, start = [], 0
         for i, example in enumerate(examples):
             line = getattr(example, "line", None)
             gap = self.before(line) if isinstance(line, int) else ""
             if gap:
                 if i > start:
-                    out.append(task.render(predictions[start:i], examples[start:i], fmt))
+                    out.append(task.judging.render(predictions[start:i], examples[start:i], fmt))
                 out.append(gap)
                 start = i
-        out.append(task.render(predictions[start:], examples[start:], fmt))
+        out.append(task.judging.render(predictions[start:], examples[start:], fmt))
         return "".join(out)
 
     def lines(self, records: list[tuple[int, str]]) -> str:

@@ -34,7 +34,7 @@ def recalibrate(directory: str | Path, data: str, out: str | Path, head: str | N
     results = {}
     for name in names:
         task = net.tasks[name]
-        examples = task.read(data, need_labels=True)
+        examples = task.reading.read(data, need_labels=True)
         if not examples:
             raise UserError(f"{data}: no examples")
         task.spec.calibrate = True  # (a head trained with --no-calibrate gets one now)

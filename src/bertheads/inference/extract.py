@@ -44,7 +44,7 @@ from bertheads.text.readers import file_format, read_jsonl, read_lines
 MARKER = "bertheads_extract"
 def input_formats() -> tuple[str, ...]:
     """What `--input-format` takes: plain lines, and every kind's own formats (`text_formats`)."""
-    return ("auto", "lines", *dict.fromkeys(fmt for cls in TASKS.values() for fmt in cls.text_formats))
+    return ("auto", "lines", *dict.fromkeys(fmt for cls in TASKS.values() for fmt in cls.parts.reading.text_formats))
 POOLS = ("cls", "mean", "none")
 
 
@@ -112,17 +112,18 @@ def read_inputs(path: str | None, fmt: str = "auto") -> list[TextInput]:
     keys: set[str] = set()
     if fmt == "jsonl":
         keys = set().union(*(obj.keys() for _, obj in read_jsonl(path)))
-    kinds = [cls for cls in TASKS.values() if fmt in cls.text_formats]
-    own = [cls for cls in kinds if not cls.generic_reader and (fmt != "jsonl" or cls.claims_records(keys))]
-    reader = (own or [cls for cls in kinds if cls.generic_reader])[0]
-    return reader.read_texts(path, fmt)
+    kinds = [cls for cls in TASKS.values() if fmt in cls.parts.reading.text_formats]
+    own = [cls for cls in kinds
+           if not cls.parts.reading.generic_reader and (fmt != "jsonl" or cls.parts.reading.claims_records(keys))]
+    reader = (own or [cls for cls in kinds if cls.parts.reading.generic_reader])[0]
+    return reader.parts.reading.read_texts(path, fmt)
 
 
 def detect_format(path: str | None) -> str:
     if path in (None, "-"):
         return "lines"
     for cls in TASKS.values():
-        fmt = cls.sniff_format(path)
+        fmt = cls.parts.reading.sniff_format(path)
         if fmt:
             return fmt
     return file_format(path)

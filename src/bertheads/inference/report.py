@@ -166,12 +166,12 @@ def tune_section(directory: Path) -> Section | None:
 def calibration_figures(task, outputs: list, examples: list, data: str, section: Section) -> None:
     """Every head's reliability diagram and risk-coverage curve, the scores in use against the
     raw softmax (the kind says what its decisions are: `Judging.calibration_rows`)."""
-    rows = task.calibration_rows(outputs, examples, data)
+    rows = task.scoring.calibration_rows(outputs, examples, data)
     if rows is None or not len(rows[1]):
-        section.notes.append(f"no reliability diagram: {task.no_calibration()}")
+        section.notes.append(f"no reliability diagram: {task.scoring.no_calibration()}")
         return
-    t = task.temperature()
-    raw, used = confidence_pairs(*rows), task.confidence_part(outputs, examples, data)  # (the kind's calibration)
+    t = task.scoring.temperature()
+    raw, used = confidence_pairs(*rows), task.scoring.confidence_part(outputs, examples, data)  # (the kind's calibration)
     section.figures.append(Figure("reliability", "reliability diagram", reliability(raw, used, t)))
     section.figures.append(Figure("risk-coverage", "risk-coverage curve", risk_coverage(raw, used)))
     section.notes.append(f"expected calibration error over {len(rows[1])} decisions: {ece(*used):.4f} at the "
@@ -266,7 +266,7 @@ def report(model_dir: str | Path, data: str | None = None, out: str | Path | Non
         for name in names:
             task = net.tasks[name]
             try:
-                examples = task.read(data, need_labels=True)
+                examples = task.reading.read(data, need_labels=True)
             except UserError as exc:
                 if len(names) == 1:
                     raise
@@ -291,13 +291,13 @@ def report(model_dir: str | Path, data: str | None = None, out: str | Path | Non
         if name in evaluated:
             task, examples = evaluated[name]
             outputs = head_outputs(net, name, examples, batch_size)
-            metrics = task.metrics(outputs, examples, data)
+            metrics = task.judging.metrics(outputs, examples, data)
             section.notes.append(f"{data}: {len(examples)} examples")
-            why = task.learned_nothing(metrics)
+            why = task.judging.learned_nothing(metrics)
             if why:
                 section.notes.append(f"WARNING: on this data the head learned nothing: {why}")
             section.tables.append(metrics_table(metrics))
-            task.report_section(outputs, examples, metrics, section)
+            task.publishing.report_section(outputs, examples, metrics, section)
             calibration_figures(task, outputs, examples, data, section)
             for f in section.figures:  # file names unique across heads
                 if not f.name.startswith("curves-"):

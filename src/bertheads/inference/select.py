@@ -105,7 +105,7 @@ def pooled_vectors(net, task, examples: list, batch_size: int) -> np.ndarray:
     if encoder is None or not hasattr(encoder, "model"):
         raise UserError(f"{said('strategy', 'diverse')}: needs the torch runtime ({said('runtime', 'torch')}), whose encoder "
                         f"gives the vectors")
-    features, owner = task.encode_for_inference(examples, encoder.tokenizer)
+    features, owner = task.modeling.encode_for_inference(examples, encoder.tokenizer)
     runner = EncoderStates(encoder, normalise_layers((-1,), encoder.info.num_layers), ["mean"])
     rows = run_heads(runner, features, ["mean"], batch_size)["mean"]
     out = np.zeros((len(examples), rows[0].shape[-1]), dtype=np.float64)
@@ -151,7 +151,7 @@ def settled_strategy(task, settings: SelectSettings) -> tuple[str, dict[str, int
     fewer than `settings.cold_start` examples of some class (those classes and their counts)."""
     if settings.strategy == "random" or not settings.cold_start:
         return settings.strategy, {}
-    scarce = task.scarce_classes(settings.cold_start)
+    scarce = task.scoring.scarce_classes(settings.cold_start)
     if scarce:
         seen = ", ".join(f"{n} of {name!r}" for name, n in sorted(scarce.items(), key=lambda item: item[1]))
         log.warning(f"the head was trained on {seen}: fewer than {said('cold_start', settings.cold_start)} of a "
@@ -172,7 +172,7 @@ def kept_candidates(net, name: str, examples, settings: SelectSettings, keep: in
     kept: list[tuple] = []  # a min-heap on (key, -position)
     seen = 0
     for chunk in chunked(examples, SCORE_CHUNK):
-        units = task.uncertainty(head_outputs(net, name, chunk, batch_size))
+        units = task.scoring.uncertainty(head_outputs(net, name, chunk, batch_size))
         scores = entropy_scores(units) if settings.strategy == "entropy" else margin_scores(units)
         keys = rng.random(len(chunk)) if settings.strategy == "random" else scores
         for position, (example, key, score) in enumerate(zip(chunk, keys, scores), seen):
@@ -208,7 +208,7 @@ def select(net, name: str, pool, settings: SelectSettings | None = None, out: st
     strategy, scarce = settled_strategy(task, settings)
     settings = replace(settings, strategy=strategy)
     keep = settings.k * (CANDIDATES_PER_PICK if settings.strategy == "diverse" else 1)
-    kept, total = kept_candidates(net, name, task.iter_read(pool, need_labels=False, fmt=fmt), settings, keep,
+    kept, total = kept_candidates(net, name, task.reading.iter_read(pool, need_labels=False, fmt=fmt), settings, keep,
                                   batch_size)
     if not kept:
         raise UserError(f"{source_name(pool) or '<stdin>'}: no inputs in the pool")
@@ -223,7 +223,7 @@ def select(net, name: str, pool, settings: SelectSettings | None = None, out: st
         score, position, e = kept[i]
         given = (getattr(e, "extra", None) or {}).get("id") or getattr(e, "id", None)
         line = getattr(e, "line", None)
-        record = {**task.blank_record(e), "id": given if given is not None else (line if line is not None else position),
+        record = {**task.reading.blank_record(e), "id": given if given is not None else (line if line is not None else position),
                   "score": round(float(score), 6)}
         records.append(record)
     if out is not None:

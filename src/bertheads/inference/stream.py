@@ -102,10 +102,10 @@ def read_chunks(task, path, settings: StreamSettings, report: StreamReport, need
                 loud: bool = True, desc: str = "predict", **options) -> Iterator[list]:
     """The input's examples, a chunk at a time, with a progress bar counting input lines."""
     bad = BadLines(report, loud) if settings.skip_bad_lines else None
-    examples = task.iter_read(path, need_labels=need_labels, fmt=fmt, keep=tuple(settings.keep_fields), bad=bad,
+    examples = task.reading.iter_read(path, need_labels=need_labels, fmt=fmt, keep=tuple(settings.keep_fields), bad=bad,
                               **options)
     show = settings.progress and loud
-    by_line = task.counts_lines  # else records (e.g. questions, many to a line) are counted
+    by_line = task.reading.counts_lines  # else records (e.g. questions, many to a line) are counted
     bar = progress_bar(count_lines(path) if show and bars_shown() and by_line else None, desc, "line", show=show,
                        leave=False)
     try:
@@ -137,7 +137,7 @@ def predict_chunks(net: BertHeads, name: str, path, settings: StreamSettings | N
             continue
         outputs = head_outputs(net, name, chunk, settings.batch_size)
         report.examples += len(chunk)
-        yield k, chunk, task.decode(outputs, chunk, **options)
+        yield k, chunk, task.judging.decode(outputs, chunk, **options)
 
 
 def predict_stream(net: BertHeads, name: str, path, output: str | None = None, settings: StreamSettings | None = None,
@@ -163,9 +163,9 @@ def predict_stream(net: BertHeads, name: str, path, output: str | None = None, s
     if is_parquet_output(output):
         with parquet_sink(output, head_types(net, [name], prefix=False)) as sink:
             for chunk in read_chunks(task, path, settings, report, False, fmt, **options):
-                features, owner = task.encode_for_inference(chunk, net.tokenizer)
+                features, owner = task.modeling.encode_for_inference(chunk, net.tokenizer)
                 outputs = run_heads(net, features, [name], settings.batch_size)[name]
-                predictions = task.decode(task.collect(outputs, owner, chunk, features), chunk, **options)
+                predictions = task.judging.decode(task.judging.collect(outputs, owner, chunk, features), chunk, **options)
                 report.examples += len(chunk)
                 sink.write([{k: p[k] for k in ("id", *settings.keep_fields) if k in p} for p in predictions],
                            [head_values(net, name, p, prefix=False) for p in predictions])
@@ -174,9 +174,9 @@ def predict_stream(net: BertHeads, name: str, path, output: str | None = None, s
     last = None
     with writer(output, write) as put, blanks.active():
         for chunk in read_chunks(task, path, settings, report, False, fmt, **options):
-            features, owner = task.encode_for_inference(chunk, net.tokenizer)
+            features, owner = task.modeling.encode_for_inference(chunk, net.tokenizer)
             outputs = run_heads(net, features, [name], settings.batch_size)[name]
-            predictions = task.decode(task.collect(outputs, owner, chunk, features), chunk, **options)
+            predictions = task.judging.decode(task.judging.collect(outputs, owner, chunk, features), chunk, **options)
             report.examples += len(chunk)
             report.abstained += sum(1 for p in predictions if p.get("abstained") is True)
             put(blanks.render(task, predictions, chunk, fmt))
@@ -389,7 +389,7 @@ def join_parts(output: Path, parts: list[Path], sizes: list[list[int]]) -> None:
 # -- evaluation -----------------------------------------------------------------------------
 def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | None = None, **options) -> dict:
     """A head's metrics and mean loss on a labelled file read a chunk at a time: each chunk's
-    outputs are reduced to what the metrics need (`task.metric_part`) before the next is read.
+    outputs are reduced to what the metrics need (`task.judging.metric_part`) before the next is read.
     Metrics that need every output at once (the qa `--predictions-out` files) keep them all."""
     settings = settings or StreamSettings()
     task = net.tasks[name]
@@ -398,26 +398,26 @@ def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | 
     parts, scores, covered = [], [], []
     total = count = 0.0
     for chunk in read_chunks(task, path, settings, report, True, None, desc="evaluate"):
-        features, owner = task.encode_for_inference(chunk, net.encoder.tokenizer, with_labels=True)
+        features, owner = task.modeling.encode_for_inference(chunk, net.encoder.tokenizer, with_labels=True)
         losses: dict[str, list[float]] = {}
         outputs = run_heads(net, features, [name], settings.batch_size, losses=losses,  # the chunk's own bar
                             progress=f"chunk {report.chunks}" if settings.progress else None)[name]
-        collected = task.collect(outputs, owner, chunk, features)
-        parts.append(task.metric_part(collected, chunk, path, **options))
-        scores.append(task.confidence_part(collected, chunk, path))
+        collected = task.judging.collect(outputs, owner, chunk, features)
+        parts.append(task.judging.metric_part(collected, chunk, path, **options))
+        scores.append(task.scoring.confidence_part(collected, chunk, path))
         covered.append(coverage_part(task, collected, chunk, parts[-1], path, **options))
         total += losses[name][0]
         count += losses[name][1]
     if not parts:
         raise UserError(f"{path}: no examples")
-    metrics = task.metrics_from_parts(parts, path, **options)
+    metrics = task.judging.metrics_from_parts(parts, path, **options)
     metrics["calibration"] = head_summary(task, scores, options.get("target_accuracy"),
                                           metric_coverage(task, covered, path, **options))
     if count:  # the ONNX runtime gives outputs only: no loss then
         metrics["loss"] = total / count
     if report.skipped:
         metrics["skipped"] = report.skipped
-    why = task.learned_nothing(metrics)
+    why = task.judging.learned_nothing(metrics)
     if why:
         metrics["learned_nothing"] = why
         log.warning(learned_nothing_line(name, why))

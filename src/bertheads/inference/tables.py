@@ -35,14 +35,14 @@ def arrow_type(kind):
 def head_types(net, heads, prefix: bool = True) -> dict[str, Any]:
     """column -> type of each head's fields (`HEAD_FIELD`; the field alone without `prefix`)."""
     return {f"{h}_{name}" if prefix else name: kind
-            for h in heads for name, kind in net.tasks[h].output_columns().fields}
+            for h in heads for name, kind in net.tasks[h].publishing.output_columns().fields}
 
 
 def head_values(net, head: str, prediction: dict | None, prefix: bool = True) -> dict:
     """A prediction's values for its head's columns (nothing for a head that did not answer)."""
     if prediction is None:
         return {}
-    return {f"{head}_{k}" if prefix else k: v for k, v in net.tasks[head].output_row(prediction).items()}
+    return {f"{head}_{k}" if prefix else k: v for k, v in net.tasks[head].publishing.output_row(prediction).items()}
 
 
 class ParquetSink:

@@ -28,6 +28,7 @@ previous one. Loading never unpickles: weights are safetensors, settings JSON.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -89,7 +90,8 @@ def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: 
             save_file(state, str(tmp / "heads" / f"{name}.safetensors"))
         manifest = {
             "format_version": FORMAT_VERSION,
-            "heads": {name: task.to_manifest() for name, task in model.tasks.items()},
+            "heads": {name: {"kind": task.kind, "spec": asdict(task.spec)}
+                      for name, task in model.tasks.items()},
             "encoder_hash": weights_hash(model.encoder),
             **({"encoder": reference} if reference else {}),
             **(extra or {}),
@@ -164,7 +166,7 @@ def load(directory: str | Path, device: str | torch.device | None = None, verify
     tasks = {}
     for name, entry in manifest["heads"].items():
         cls = task_class(entry["kind"])
-        spec = cls.spec_from_dict(entry["spec"])
+        spec = cls.spec_type.from_saved(entry["spec"])
         try:
             task = cls.build(spec, encoder)
         except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as exc:
@@ -172,7 +174,7 @@ def load(directory: str | Path, device: str | torch.device | None = None, verify
                             f"({first_line(exc)})") from None
         weights = directory / "heads" / f"{name}.safetensors"
         state = read_head_weights(weights)
-        check_head_weights(state, task.head.state_dict(), weights, task.output_hint())
+        check_head_weights(state, task.head.state_dict(), weights, task.modeling.output_hint())
         task.head.load_state_dict(state)
         tasks[name] = task
     model = BertHeads(encoder, tasks)

@@ -150,7 +150,7 @@ def build_card(net, manifest: dict, metrics: dict | None, title: str, usage: Usa
     freshly trained model whose manifest is `manifest` and metrics.json content `metrics`."""
     names = list(heads or net.tasks)
     tasks = {n: net.tasks[n] for n in names}
-    texts = {n: t.card_text() for n, t in tasks.items()}
+    texts = {n: t.publishing.card_text() for n, t in tasks.items()}
     data = head_data(manifest, names)
     dev = {n: m for n, m in head_metrics(metrics, list(net.tasks)).items() if n in names}
     config = net.encoder.config
@@ -243,7 +243,7 @@ def heads_section(tasks: dict, texts: dict) -> list[str]:
     for name, task in tasks.items():
         text, spec = texts[name], task.spec
         lines += [f"### {head_label(name, task)}", "", f"{task.help[0].upper()}{task.help[1:]}.", "",
-                  f"- Input: {task.form.says}, up to {spec.max_length} tokens",
+                  f"- Input: {task.reading.form.says}, up to {spec.max_length} tokens",
                   f"- Output: {text.outputs}",
                   f"- Reads the encoder's {layers_text(spec)}"
                   + ("" if len({getattr(t.spec, "mode", None) for t in tasks.values()}) == 1 else f" ({spec.mode})")]
@@ -356,7 +356,7 @@ def saved_usage(name: str, tasks: dict) -> Usage:
     several = len(tasks) > 1
     cli = "\n".join(f"bertheads predict {name}{f' --head {n}' if several else ''} --input INPUTS" for n in tasks)
     cli += f"\nbertheads evaluate {name}{' --head NAME' if several else ''} --data DEV_FILE"
-    calls = "\n".join(f"print(model.predict([{t.card_text().example!r}]{f', head={n!r}' if several else ''}))"
+    calls = "\n".join(f"print(model.predict([{t.publishing.card_text().example!r}]{f', head={n!r}' if several else ''}))"
                       for n, t in tasks.items())
     return Usage(LIBRARY, [("With the `bertheads` command line (inputs in the formats of each head's kind):",
                             "bash", cli),
@@ -373,7 +373,7 @@ def hf_usage(out: str, task, name: str, info: dict) -> Usage:
     if info.get("pipeline_options"):
         notes.append("Pipeline options that give bertheads' own reading: "
                      + ", ".join(f"`{k}={v!r}`" for k, v in info["pipeline_options"].items()) + ".")
-    return Usage("transformers", [("With transformers:", "python", task.hf_usage(out))], notes,
+    return Usage("transformers", [("With transformers:", "python", task.exporting.usage(out))], notes,
                  tags=["transformers"])
 
 
@@ -391,7 +391,7 @@ def onnx_usage(out: Path, directory: Path, tokenizer: str, manifest: dict, tasks
         tokenizer = base_model(manifest) or tokenizer
     if inside:
         precision = ", precision='int8'" if "int8" in graphs else ""
-        calls = "\n".join(f"print(model.predict([{t.card_text().example!r}]"
+        calls = "\n".join(f"print(model.predict([{t.publishing.card_text().example!r}]"
                           f"{f', head={n!r}' if len(tasks) > 1 else ''}))" for n, t in tasks.items())
         snippets.append(("With bertheads (the same reading and decoding as the torch model):", "python",
                          f"import bertheads\n\nmodel = bertheads.load({model!r}, runtime='onnx'{precision})\n{calls}"))
@@ -408,7 +408,7 @@ def onnx_usage(out: Path, directory: Path, tokenizer: str, manifest: dict, tasks
                       f"`openvino.Core().compile_model` reads it)" if p == "openvino" else f"`{g.get('file')}` ({p})"
                       for p, g in graphs.items())
     notes = [f"Graphs: {files}; inputs `input_ids`, `attention_mask`, `token_type_ids` (int64, `[batch, seq]`)."]
-    notes += [f"Output `{n}`: {t.card_text().raw_outputs}." for n, t in tasks.items()]
+    notes += [f"Output `{n}`: {t.publishing.card_text().raw_outputs}." for n, t in tasks.items()]
     notes.append(f"Exported from the bertheads model `{model}`; the fp32 graph's outputs matched torch's within "
                  f"{graphs.get('fp32', {}).get('max_abs_diff_vs_torch', 0):.1e} on a check batch (`export.json`).")
     return Usage(LIBRARY, snippets, notes, tags=["onnx"])

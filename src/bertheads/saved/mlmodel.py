@@ -25,7 +25,7 @@ def params_of(tasks: Mapping[str, Any]) -> list[dict]:
     with no default (so only what a caller gives reaches `Model.predict`)."""
     params = {"head": "string"}
     for task in tasks.values():
-        for name, f in task.declared_options().items():
+        for name, f in task.options.declared().items():
             kind = str(f.type).split("|")[0].strip()
             if "serve" in f.metadata.get("at", ()) and kind in PARAM_TYPES:
                 params.setdefault(name, PARAM_TYPES[kind])

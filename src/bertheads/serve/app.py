@@ -100,7 +100,7 @@ ERRORS = {code: {"model": Problem} for code in (400, 401, 404, 408, 413, 422, 50
 
 # -- the app -----------------------------------------------------------------------------
 def describe_heads(model) -> list[dict]:
-    return [{"name": name, **plain(task.describe())} for name, task in model.net.tasks.items()]
+    return [{"name": name, **plain(task.publishing.describe())} for name, task in model.net.tasks.items()]
 
 
 def validation_message(exc: RequestValidationError) -> str:
@@ -336,7 +336,7 @@ def add_model_routes(app: FastAPI, model, heads: list[dict], settings: ServeSett
     async def predict(head: str, body, request: Request) -> Any:
         if head not in tasks:
             raise HTTPException(404, f"no head named {head!r} (heads: {', '.join(tasks)})")
-        form = tasks[head].form
+        form = tasks[head].reading.form
         given = given_fields(body)
         inputs = form.request_inputs(given, head, tasks[head].kind)
         for f in form.fields:
@@ -353,7 +353,7 @@ def add_model_routes(app: FastAPI, model, heads: list[dict], settings: ServeSett
 
     # the bodies are built for this model's forms: their types are set here, not written in the signatures
     analyze.__annotations__["body"] = analyze_body(extras)
-    predict.__annotations__["body"] = predict_body(list({t.form.name: t.form for t in tasks.values()}.values()))
+    predict.__annotations__["body"] = predict_body(list({t.reading.form.name: t.reading.form for t in tasks.values()}.values()))
     app.post("/analyze", response_model=Results, responses=ERRORS,
              summary="every head on each text, one encoder pass")(analyze)
     app.post("/predict/{head}", response_model=Results, responses=ERRORS,

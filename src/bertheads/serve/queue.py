@@ -321,12 +321,12 @@ def request_tokens(net, inputs: dict[str, list], lengths: Callable[[list[str]], 
     encoding of an item is the same (a text that fits whole) count once. `lengths` counts
     tokens (default: a `token_counter` of the model's tokenizer)."""
     lengths = lengths or token_counter(net.encoder.tokenizer)
-    texts = {name: [net.tasks[name].form.texts(x) for x in values] for name, values in inputs.items()}
+    texts = {name: [net.tasks[name].reading.form.texts(x) for x in values] for name, values in inputs.items()}
     unique = list(dict.fromkeys(t for values in texts.values() for item in values for t in item))
     count = dict(zip(unique, lengths(unique))) if unique else {}
     passes: list[dict[tuple, int]] = [{} for _ in range(max((len(v) for v in texts.values()), default=0))]
     for name, values in texts.items():
         for i, item in enumerate(values):
-            key, tokens = net.tasks[name].encoder_cost(tuple(count[t] for t in item))
+            key, tokens = net.tasks[name].modeling.encoder_cost(tuple(count[t] for t in item))
             passes[i][key] = tokens
     return max(1, sum(sum(p.values()) for p in passes))

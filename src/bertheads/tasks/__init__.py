@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from bertheads.tasks.classify.task import ClassifyTask
+from bertheads.tasks.options import option_fields, overrides
 from bertheads.tasks.qa.task import QATask
 from bertheads.tasks.registry import COMMANDS, TASKS, register, unregister
 from bertheads.tasks.tag.task import TagTask
@@ -16,7 +17,7 @@ __all__ = ["COMMANDS", "TASKS", "inference_flags", "inference_options", "input_f
 
 def input_formats() -> tuple[str, ...]:
     """Every format some kind's `read` takes, in registry order."""
-    return tuple(dict.fromkeys(fmt for cls in TASKS.values() for fmt in cls.formats))
+    return tuple(dict.fromkeys(fmt for cls in TASKS.values() for fmt in cls.parts.reading.formats))
 
 
 def inference_options(command: str) -> dict[str, dataclasses.Field]:
@@ -31,9 +32,9 @@ def inference_flags(command: str) -> dict[str, tuple[dataclasses.Field, str]]:
     when it overrides a saved head's setting."""
     found: dict[str, tuple[dataclasses.Field, bool, list[str]]] = {}
     for kind, cls in TASKS.items():
-        for name, f in cls.option_fields().items():
+        for name, f in option_fields(cls).items():
             if command in f.metadata.get("at", ()) and f.metadata.get("cli", True):
-                found.setdefault(name, (f, cls.overrides(name), []))[2].append(kind)
+                found.setdefault(name, (f, overrides(cls, name), []))[2].append(kind)
     saved = "override the saved head's setting: "
     return {name: (f, f"{', '.join(kinds)}: {saved if override else ''}{f.metadata.get('help', '')}")
             for name, (f, override, kinds) in found.items()}

@@ -1,21 +1,24 @@
 """The `Task` interface: a decision kind bound to its settings (`spec`) and its head. The
-training loop, the bundle and every face talk to a task through it. A kind implements four
-small parts (`tasks/parts.py`), each in a module of its folder, and the few members here:
+training loop, the bundle and every face talk to a task through it, naming the part they ask
+(`task.reading.read(...)`, `task.judging.decode(...)`). A kind writes its parts
+(`tasks/parts.py`), each in a module of its folder, and the few members here:
 
 ```
-class KindTask(KindReading, KindModeling, KindJudging, KindPublishing, Task):
+class KindTask(Task):
     kind, help, spec_type        its name, its one line, its settings (a `HeadSettings` dataclass)
-    form                         what one input is (`tasks/forms.py`; one text by default)
+    parts = Parts(KindReading, KindModeling, ..., options=KindOptions)   what it is made of
     build(spec, encoder)         a fresh head on the encoder
     prepare(path, spec, encoder) read the training file, settle the spec (labels, ...): (task, examples)
 ```
+A task holds `spec`, `head`, `options` (its inference options, `tasks/options.py`) and one
+object of each part class.
 This module also gathers what a kind's modules need (`HeadSettings`, `option`, the parts and
 helpers), so a new kind imports from one place (see `tests/test_fourth_kind.py`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import torch
@@ -23,17 +26,26 @@ from torch import nn
 
 from bertheads.base import schema
 from bertheads.base.errors import UserError
-from bertheads.tasks.forms import TEXT, InputForm
 from bertheads.tasks.options import NoOptions, Options, option
-from bertheads.tasks.parts import CardText, Judging, Modeling, Publishing, Reading, TextInput, softmax
-from bertheads.tasks.recipes import FIXED, Recipe, recipe_for
+from bertheads.tasks.parts import (
+    CardText,
+    Exporting,
+    Judging,
+    Modeling,
+    Parts,
+    Publishing,
+    Reading,
+    Scoring,
+    TextInput,
+    softmax,
+)
 from bertheads.tasks.registry import COMMANDS, TASKS
 from bertheads.text.encoding import MAX_LENGTH
 
 CALIBRATING = ("predict", "evaluate", "analyze", "serve")  # the commands that may turn calibration off
 
-__all__ = ["COMMANDS", "TASKS", "CardText", "HeadSettings", "NoOptions", "Task", "TextInput", "copy_linear",
-           "init_linear", "option", "softmax"]
+__all__ = ["COMMANDS", "TASKS", "CardText", "Exporting", "HeadSettings", "Judging", "Modeling", "NoOptions", "Parts",
+           "Publishing", "Reading", "Scoring", "Task", "TextInput", "copy_linear", "init_linear", "option", "softmax"]
 
 
 @dataclass
@@ -54,31 +66,38 @@ class HeadSettings:
     # fitted on dev at the end of training (`calibration.calibrate_head`): the scores are a softmax of
     # the logits divided by it; None: not fitted (no --dev, --no-calibrate, or a head without scores)
     temperature: float | None = schema.settled(None)
-    # each class's count in the training examples (`Curating.class_counts`; empty: none counted)
+    # each class's count in the training examples (`Scoring.class_counts`; empty: none counted)
     trained_counts: dict = schema.settled(factory=dict)
 
+    @classmethod
+    def from_saved(cls, data: dict) -> Any:
+        """A saved spec; one saved before head families has BERT's head layout."""
+        names = {f.name for f in fields(cls)}
+        if "head_family" in names:
+            data = {"head_family": "bert", **data}
+        return cls(**{k: v for k, v in data.items() if k in names})
 
-class Task(Options, Reading, Modeling, Judging, Publishing):
-    """A decision kind bound to its settings (`spec`) and its head module (see the module's
-    docstring for what a kind writes, `tasks/parts.py` for the parts)."""
+
+class Task:
+    """A decision kind bound to its settings (`spec`) and its head module, holding one of each
+    of its kind's parts (see the module's docstring for what a kind writes)."""
 
     kind: ClassVar[str]
     help: ClassVar[str] = ""
     spec_type: ClassVar[type]
-    form: InputForm = TEXT  # a kind may make it a property of the spec (classify: pairs)
-    training_defaults: ClassVar[dict] = {}  # `train KIND` defaults of run settings that differ
-    recipes: ClassVar[tuple[Recipe, ...]] = FIXED  # the training recipe by the data's size (`tasks/recipes.py`)
-    prepare_options: ClassVar[tuple[str, ...]] = ()  # run settings `prepare` takes (classify: limit)
+    parts: ClassVar[Parts] = Parts()
 
     def __init__(self, spec: Any, head: nn.Module) -> None:
         self.spec = spec
         self.head = head
-        self.fixed_options: dict[str, Any] = {}  # call options set for good (`set_options`)
-
-    def recipe(self, examples: int, how: str = "auto") -> Recipe:
-        """The row of this kind's recipe table for `examples` training examples (`how` "fixed":
-        its last row), as this head's settled spec can take it."""
-        return recipe_for(type(self).recipes, examples, how)
+        self.options = Options(self)
+        parts = type(self).parts
+        self.reading = parts.reading(self)
+        self.modeling = parts.modeling(self)
+        self.judging = parts.judging(self)
+        self.scoring = parts.scoring(self)
+        self.publishing = parts.publishing(self)
+        self.exporting = parts.exporting(self)
 
     @classmethod
     def build(cls, spec: Any, encoder, pooler_state=None) -> Task:  # pragma: no cover - interface
@@ -90,17 +109,6 @@ class Task(Options, Reading, Modeling, Judging, Publishing):
         """Read the training file, settle what the spec learns from it (labels, tags); the task and
         its training examples."""
         raise NotImplementedError
-
-    def to_manifest(self) -> dict:
-        return {"kind": self.kind, "spec": asdict(self.spec)}
-
-    @classmethod
-    def spec_from_dict(cls, data: dict) -> Any:
-        """A saved spec; one saved before head families has BERT's head layout."""
-        names = {f.name for f in fields(cls.spec_type)}
-        if "head_family" in names:
-            data = {"head_family": "bert", **data}
-        return cls.spec_type(**{k: v for k, v in data.items() if k in names})
 
 
 def copy_linear(target: nn.Module, source: nn.Linear, what: str) -> None:

@@ -220,7 +220,7 @@ class Temperature:
 
     def in_use(self, task):
         """The params a head's scores use now (`Judging.temperature`: 1 when off)."""
-        return task.temperature()
+        return task.scoring.temperature()
 
 
 def fold_into_output_layer(model: torch.nn.Module, out: torch.nn.Linear, temperature: float | None) -> str | None:
@@ -317,14 +317,14 @@ def calibrate_head(task, outputs: list, examples: list, path=None) -> dict:
     otherwise) on labelled outputs and keep it in its spec (None: calibration off, or no rows);
     ECE and Brier before and after, each measured on the half of the rows it was not fitted on
     (`cross_fitted`), or why there is no temperature."""
-    calibrator = task.calibrator()
+    calibrator = task.scoring.calibrator()
     if not getattr(task.spec, "calibrate", True):
         calibrator.keep(task.spec, {})
         return {"temperature": None, "none": "calibration off (--no-calibrate)"}
-    rows = task.calibration_rows(outputs, examples, path)
+    rows = task.scoring.calibration_rows(outputs, examples, path)
     if rows is None:
         calibrator.keep(task.spec, {})
-        return {"temperature": None, "none": task.no_calibration()}
+        return {"temperature": None, "none": task.scoring.no_calibration()}
     result = cross_fitted(*rows, calibrator=calibrator)
     calibrator.keep(task.spec, result)
     return result
@@ -336,7 +336,7 @@ def head_summary(task, parts: list, target: float | None = None, by_metric: list
     and `by_metric` (`metric_coverage`) when the kind has it."""
     extra = {"metric_coverage": by_metric} if by_metric else {}
     if not parts or any(p is None for p in parts):
-        return {"temperature": None, "none": task.no_calibration(), **extra}
+        return {"temperature": None, "none": task.scoring.no_calibration(), **extra}
     used = getattr(task.spec, "temperature", None) if getattr(task.spec, "calibrate", True) else None
     return {"temperature": used, **summary(np.concatenate([p[0] for p in parts]),
                                            np.concatenate([p[1] for p in parts]), target), **extra}
@@ -347,11 +347,11 @@ def coverage_part(task, outputs: list, examples: list, part=None, path=None, **o
     (`Judging.input_confidence`) and its `metric_part` (the `part` given, or computed here when
     none is or when it keeps everything for a predictions file); None when the kind has no
     per-input confidence."""
-    confidence = task.input_confidence(outputs, examples)
+    confidence = task.scoring.input_confidence(outputs, examples)
     if confidence is None:
         return None
     if part is None or options.get("predictions_out"):
-        part = task.metric_part(outputs, examples, path, **{**options, "predictions_out": None})
+        part = task.judging.metric_part(outputs, examples, path, **{**options, "predictions_out": None})
     return np.asarray(confidence, dtype=float), part
 
 
@@ -373,10 +373,10 @@ def metric_coverage(task, chunks: list, path=None, coverages=COVERAGES, **option
         if not n:
             break
         top = order[:n]
-        chosen = [task.part_rows(chunks[k][1], sorted(position[top[chunk_of[top] == k]].tolist()))
+        chosen = [task.judging.part_rows(chunks[k][1], sorted(position[top[chunk_of[top] == k]].tolist()))
                   for k in sorted(set(chunk_of[top].tolist()))]
-        value = task.metrics_from_parts(chosen, path, **options).get(task.main_metric)
-        out.append({"coverage": share, "answered": int(n), "metric": task.main_metric,
+        value = task.judging.metrics_from_parts(chosen, path, **options).get(task.judging.main_metric)
+        out.append({"coverage": share, "answered": int(n), "metric": task.judging.main_metric,
                     "value": None if value is None else round(float(value), 6),
                     "threshold": round(float(flat[top].min()), 6)})
     return out

@@ -1,6 +1,6 @@
 """What `predict`, `evaluate` and the server may give a head besides its inputs: the spec
-settings a command may override (declared with `at`), and the call options of the kind's
-`options_type`. `Options` is the part of every `Task` that checks and applies them."""
+settings a command may override (declared with `at`), and the call options of the kind
+(`Parts.options`). A task's `options` (an `Options`) checks and applies them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import Any
 
 from bertheads.base import schema
 from bertheads.base.errors import UserError
@@ -41,41 +41,41 @@ class ScoreOptions:
                                            type=fraction, metavar="A", at=("evaluate",))
 
 
+def option_fields(kind: type) -> dict[str, dataclasses.Field]:
+    """name -> field of what predict, evaluate and serve may give a kind's heads: the spec's
+    settings that such a command may override (`at`), then the call options (`parts.options`)."""
+    overrides = {n: f for n, f in schema.settings_of(kind.spec_type).items() if f.metadata.get("at")}
+    return {**overrides, **schema.settings_of(ScoreOptions), **schema.settings_of(kind.parts.options)}
+
+
+def overrides(kind: type, name: str) -> bool:
+    """Whether option `name` of `kind` overrides the saved spec value (else it is a call's keyword)."""
+    return name in {f.name for f in fields(kind.spec_type)}
+
+
 class Options:
-    """A head's inference options: checked like their flags, applied for good or for one call."""
+    """A head's inference options: checked like their flags, applied for good (`set`) or for
+    one call (`using`)."""
 
-    kind: ClassVar[str]
-    spec_type: ClassVar[type]
-    options_type: ClassVar[type] = NoOptions  # the call options (predict/evaluate/serve flags)
-    spec: Any
+    def __init__(self, task) -> None:
+        self.task = task
+        self.fixed: dict[str, Any] = {}  # call options set for good (`set`)
 
-    @classmethod
-    def option_fields(cls) -> dict[str, dataclasses.Field]:
-        """name -> field of what predict, evaluate and serve may give this kind's heads: the spec's
-        settings that such a command may override (`at`), then the call options (`options_type`)."""
-        overrides = {n: f for n, f in schema.settings_of(cls.spec_type).items() if f.metadata.get("at")}
-        return {**overrides, **schema.settings_of(ScoreOptions), **schema.settings_of(cls.options_type)}
-
-    @classmethod
-    def overrides(cls, name: str) -> bool:
-        """Whether option `name` overrides the saved spec value (else it is a call's keyword)."""
-        return name in {f.name for f in fields(cls.spec_type)}
-
-    def declared_options(self) -> dict[str, dataclasses.Field]:
+    def declared(self) -> dict[str, dataclasses.Field]:
         """The inference options of this head's kind (as registered)."""
-        return TASKS.get(self.kind, type(self)).option_fields()
+        return option_fields(TASKS.get(self.task.kind, type(self.task)))
 
-    def check_options(self, given: Mapping[str, Any]) -> dict[str, Any]:
+    def check(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """`given` (None values dropped) checked and converted like their flags; a name another
         kind declares is refused as "FLAG is for KIND heads", any other unknown name with the
         closest known one suggested."""
-        own = self.declared_options()
+        own = self.declared()
         out = {}
         for name, value in given.items():
             if value is None:
                 continue
             if name not in own:
-                raise UserError(self.unknown_option(name, own))
+                raise UserError(self.unknown(name, own))
             f = own[name]
 
             def fail(message: str, f=f, value=value) -> None:  # named as the caller wrote it
@@ -84,37 +84,42 @@ class Options:
             out[name] = schema.convert(f, value, fail)
         return out
 
-    def unknown_option(self, name: str, own: Mapping[str, Any]) -> str:
+    def unknown(self, name: str, own: Mapping[str, Any]) -> str:
         """Why `name` is no option of this head: another kind's, or a misspelling."""
-        others = {kind: cls.option_fields() for kind, cls in TASKS.items() if kind != self.kind}
-        takers = [kind for kind, fs in others.items() if name in fs]
+        kind = self.task.kind
+        others = {k: option_fields(cls) for k, cls in TASKS.items() if k != kind}
+        takers = [k for k, fs in others.items() if name in fs]
         if takers:
             shown = schema.said(name, flag=schema.flag_of(others[takers[0]][name]))
-            return f"{shown} is for {' or '.join(takers)} heads, not {self.kind}"
+            return f"{shown} is for {' or '.join(takers)} heads, not {kind}"
         known = list(own) or [n for fs in others.values() for n in fs]
         close = schema.suggest(name, own) or schema.suggest(name, known)
         return f"unknown option {name!r}{close}"
 
-    def set_options(self, **given: Any) -> None:
+    def overrides(self, name: str) -> bool:
+        return overrides(type(self.task), name)
+
+    def set(self, **given: Any) -> None:
         """Options for every later prediction of this head: spec overrides replace the saved
         values, the others are passed to each call (a call's own keywords win)."""
-        for name, value in self.check_options(given).items():
+        for name, value in self.check(given).items():
             if self.overrides(name):
-                setattr(self.spec, name, value)
+                setattr(self.task.spec, name, value)
             else:
-                self.fixed_options[name] = value
+                self.fixed[name] = value
 
     @contextmanager
-    def using_options(self, given: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    def using(self, given: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         """For one call: the spec overrides among `given` applied (the saved values come back
         after), the keyword options to pass on (the fixed ones, then `given`'s) yielded."""
-        options = self.check_options(given)
-        overrides = {n: v for n, v in options.items() if self.overrides(n)}
-        saved = {n: getattr(self.spec, n) for n in overrides}
-        for name, value in overrides.items():
-            setattr(self.spec, name, value)
+        options = self.check(given)
+        changed = {n: v for n, v in options.items() if self.overrides(n)}
+        spec = self.task.spec
+        saved = {n: getattr(spec, n) for n in changed}
+        for name, value in changed.items():
+            setattr(spec, name, value)
         try:
-            yield {**self.fixed_options, **{n: v for n, v in options.items() if n not in overrides}}
+            yield {**self.fixed, **{n: v for n, v in options.items() if n not in changed}}
         finally:
             for name, value in saved.items():
-                setattr(self.spec, name, value)
+                setattr(spec, name, value)

@@ -1,11 +1,15 @@
-"""The four parts a task kind implements, each a small class in a module of the kind's own
-folder; `Task` (`tasks/base.py`) is their sum. What a part leaves out has the default here.
+"""The parts a task kind is made of, each a small class in a module of the kind's own folder;
+a `Task` (`tasks/base.py`) holds one of each (`task.reading`, `task.modeling`, ...) and every
+caller names the part it asks. A part holds its task, whose spec, head and options it reads.
+What a part leaves out has the default here.
 
 ```
-Reading     its data: files and Python values -> examples                    KIND/reading.py
-Modeling    its head and loss: examples -> features -> loss; what a pass costs  KIND/head.py
-Judging     its decoding and metric: head outputs -> predictions and metrics  KIND/judging.py
-Publishing  what it shows: GET /heads, the report, the model card, export --to hf  KIND/publishing.py
+Reading     its data: files and Python values -> examples                       KIND/reading.py
+Modeling    its head, loss and training recipe: examples -> features -> loss       KIND/head.py
+Judging     its decoding and metric: head outputs -> predictions and metrics     KIND/judging.py
+Scoring     what its scores mean: calibration, abstention, audit and select     KIND/judging.py
+Publishing  what it shows: GET /heads, the report, the model card, typed columns  KIND/publishing.py
+Exporting   how `export --to hf` (and the ONNX graph) hold it                     KIND/publishing.py
 ```
 """
 
@@ -22,7 +26,9 @@ from torch import nn
 from bertheads.base.errors import UserError
 from bertheads.base.schema import said
 from bertheads.tasks.calibration import Temperature
-from bertheads.tasks.forms import InputForm
+from bertheads.tasks.forms import TEXT, InputForm
+from bertheads.tasks.options import NoOptions
+from bertheads.tasks.recipes import FIXED, Recipe, recipe_for
 
 
 @dataclass
@@ -40,10 +46,22 @@ class TextInput:
         return {"text": self.text, "pair": self.pair}
 
 
-class Reading:
+class Part:
+    """A part of a task: it holds the task, whose settings (`spec`) it reads."""
+
+    def __init__(self, task) -> None:
+        self.task = task
+
+    @property
+    def spec(self) -> Any:
+        return self.task.spec
+
+
+class Reading(Part):
     """Its data: examples from the kind's file formats (with file and line in every error),
     from rows in memory, and from Python values; plain texts for `extract`."""
 
+    form: InputForm = TEXT  # what one input is (`tasks/forms.py`); a kind may make it a property of the spec
     formats: ClassVar[tuple[str, ...]] = ()  # the formats `read` takes (predict's --format)
     text_formats: ClassVar[tuple[str, ...]] = ()  # the formats `read_texts` reads for `extract`
     generic_reader: ClassVar[bool] = False  # reads tables no other kind claims (classify)
@@ -81,14 +99,22 @@ class Reading:
     def blank_record(self, example) -> dict:
         """An unlabelled input as a record of the kind's training format with its label left
         empty (what `bertheads select` writes)."""
-        raise UserError(f"{self.kind} heads have no selection of inputs")
+        raise UserError(f"{self.task.kind} heads have no selection of inputs")
 
 
-class Modeling:
-    """Its head and loss: the features an example is encoded to (several when it is cut into
-    windows), the loss, and what one input's encoder pass costs."""
+class Modeling(Part):
+    """Its head, loss and training recipe: the features an example is encoded to (several when
+    it is cut into windows), the loss, what one input's encoder pass costs, and the recipe a
+    run's data size calls for (`tasks/recipes.py`)."""
 
-    spec: Any
+    recipes: ClassVar[tuple[Recipe, ...]] = FIXED  # the training recipe by the data's size
+    training_defaults: ClassVar[dict] = {}  # `train KIND` defaults of run settings that differ
+    prepare_options: ClassVar[tuple[str, ...]] = ()  # run settings the kind's `prepare` takes (classify: limit)
+
+    def recipe(self, examples: int, how: str = "auto") -> Recipe:
+        """The row of this kind's recipe table for `examples` training examples (`how` "fixed":
+        its last row), as this head's settled spec can take it."""
+        return recipe_for(type(self).recipes, examples, how)
 
     def encode(self, examples: list, tokenizer, with_labels: bool = True, path: str | None = None) -> list[dict]:
         """Training features (with the loss's targets)."""
@@ -125,7 +151,7 @@ class Modeling:
     def pair_labels(self, features: list[dict]) -> list[frozenset]:
         """`--mode contrastive`: each training feature's labels; two features sharing one are a
         positive pair, others a negative one. A kind that takes no contrastive tuning says so."""
-        raise UserError(f"{said('mode', 'contrastive')}: {getattr(self, 'kind', 'this')} heads do not take contrastive "
+        raise UserError(f"{said('mode', 'contrastive')}: {self.task.kind} heads do not take contrastive "
                         f"tuning (it pairs whole texts by their label); use {said('mode', 'features')} or finetune")
 
 
@@ -136,34 +162,7 @@ def learned_nothing_line(head: str, why: str) -> str:
             f"(docs/little-data.md)")
 
 
-class Curating:
-    """What `audit` and `select` read of a head, with their defaults (a kind's judging part
-    gives its own): the labels it disputes, how unsure it is, the classes it was trained on."""
-
-    def disputes(self, outputs: list, examples: list, path=None) -> Disputes:
-        """What `bertheads audit` ranks of the examples, from one output per example (out of
-        fold; called with none first, to refuse a head it cannot audit before any training): by
-        default nothing, the kind has no audit."""
-        raise UserError(f"{self.kind} heads have no audit")
-
-    def uncertainty(self, outputs: list) -> list[np.ndarray]:
-        """What `bertheads select` weighs: per example, the probabilities (units x classes) of
-        its units (one row for a whole-input judgment, one per token for a tagger)."""
-        raise UserError(f"{self.kind} heads have no selection of inputs")
-
-    def class_counts(self, examples: list) -> dict[str, int]:
-        """How many of each class the head decides among `examples` (labelled) hold, by the
-        names predictions show: what training saves (`trained_counts`) for `select` to read.
-        By default none: a kind without classes (QA's spans) has no count."""
-        return {}
-
-    def scarce_classes(self, fewest: int) -> dict[str, int]:
-        """The classes the head was trained on fewer than `fewest` examples of (a head saved
-        before training counted them: none)."""
-        return {name: n for name, n in self.spec.trained_counts.items() if n < fewest}
-
-
-class Judging(Curating):
+class Judging(Part):
     """Its decoding and metric: the outputs of one example's features merged (`collect`),
     predictions (`decode`), their text (`render`), and the metrics, a chunk at a time."""
 
@@ -200,7 +199,16 @@ class Judging(Curating):
         """The text `predict` writes: JSON lines unless the kind has a format of its own."""
         return "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
 
-    # -- what the scores mean (the math: `tasks/calibration.py`) --------------------------------
+    def part_rows(self, part, positions: list[int]):
+        """`metric_part`'s result for the inputs at `positions` (each element indexed by input)."""
+        return tuple(x[positions] if isinstance(x, np.ndarray) else [x[i] for i in positions] for x in part)
+
+
+class Scoring(Part):
+    """What its scores mean: the decisions a temperature is fitted on (the math:
+    `tasks/calibration.py`), abstention below a confidence, and what `audit` and `select` read
+    of a head (the labels it disputes, how unsure it is, the classes it was trained on)."""
+
     def calibration_rows(self, outputs: list, examples: list, path=None) -> tuple[np.ndarray, np.ndarray] | None:
         """The decisions a temperature is fitted and measured on, from labelled outputs: each
         row's candidates' raw logits (`-inf` pads) and the right one's index (-1: none is right).
@@ -225,16 +233,12 @@ class Judging(Curating):
         risk-coverage table and `--target-accuracy`); None without rows."""
         rows = self.calibration_rows(outputs, examples, path)
         calibrator = self.calibrator()
-        return None if rows is None else calibrator.pairs(*rows, calibrator.in_use(self))
+        return None if rows is None else calibrator.pairs(*rows, calibrator.in_use(self.task))
 
     def input_confidence(self, outputs: list, examples: list) -> np.ndarray | None:
         """Per input, what `--min-confidence` compares, where decisions are not inputs (then
         `calibration.metric_coverage` uses it); None: the decisions' table is that table."""
         return None
-
-    def part_rows(self, part, positions: list[int]):
-        """`metric_part`'s result for the inputs at `positions` (each element indexed by input)."""
-        return tuple(x[positions] if isinstance(x, np.ndarray) else [x[i] for i in positions] for x in part)
 
     def abstain(self, prediction: dict, confidence: float | None, min_confidence: float | None) -> dict:
         """`prediction` with `"abstained"` (whether its `confidence` is below `min_confidence`)
@@ -242,6 +246,28 @@ class Judging(Curating):
         if min_confidence is None:
             return prediction
         return {**prediction, "abstained": confidence is not None and confidence < float(min_confidence)}
+
+    def disputes(self, outputs: list, examples: list, path=None) -> Disputes:
+        """What `bertheads audit` ranks of the examples, from one output per example (out of
+        fold; called with none first, to refuse a head it cannot audit before any training): by
+        default nothing, the kind has no audit."""
+        raise UserError(f"{self.task.kind} heads have no audit")
+
+    def uncertainty(self, outputs: list) -> list[np.ndarray]:
+        """What `bertheads select` weighs: per example, the probabilities (units x classes) of
+        its units (one row for a whole-input judgment, one per token for a tagger)."""
+        raise UserError(f"{self.task.kind} heads have no selection of inputs")
+
+    def class_counts(self, examples: list) -> dict[str, int]:
+        """How many of each class the head decides among `examples` (labelled) hold, by the
+        names predictions show: what training saves (`trained_counts`) for `select` to read.
+        By default none: a kind without classes (QA's spans) has no count."""
+        return {}
+
+    def scarce_classes(self, fewest: int) -> dict[str, int]:
+        """The classes the head was trained on fewer than `fewest` examples of (a head saved
+        before training counted them: none)."""
+        return {name: n for name, n in self.spec.trained_counts.items() if n < fewest}
 
 
 @dataclass(frozen=True)
@@ -296,73 +322,31 @@ class CardText:
     example: Any = "A sample text."  # one input as `Model.predict` takes it
 
 
-class Publishing:
+class Publishing(Part):
     """What it shows: the head in `GET /heads`, its figures in the report, its lines in the
-    model card, and how `export --to hf` (and the ONNX graph) hold it."""
+    model card, and a prediction as typed columns."""
 
-    kind: ClassVar[str]
-    help: ClassVar[str]  # (Task's)
     shows: ClassVar[str] = "json"  # the web page's drawing: "scores", "entities", "answer" or "json"
-    hf_auto_class: ClassVar[str | None] = None  # transformers AutoModelFor... class (None: no export)
-    hf_pipeline: ClassVar[str | None] = None  # transformers pipeline task name
-    form: InputForm
 
     def describe(self) -> dict:
         """The head as `GET /heads` lists it (the name is added by the caller): its input form
         and how the page draws its predictions (`shows`)."""
-        return {"kind": self.kind, **self.form.describe(), "shows": self.shows}
+        return {"kind": self.task.kind, **self.task.reading.form.describe(), "shows": self.shows}
 
     def report_section(self, outputs: list, examples: list, metrics: dict, section) -> None:
         """Add the kind's figures and tables for a labelled data file to the report's `section`
         (a `tasks.figures.Section`); by default, the metrics table alone."""
-        section.notes.append(f"no figures for {self.kind} heads beyond the metrics")
+        section.notes.append(f"no figures for {self.task.kind} heads beyond the metrics")
 
     def card_text(self) -> CardText:
         """What the model card says of this head; by default its help line, the transformers
         pipeline task as the Hub's tag and an input of its form."""
-        return CardText(outputs=self.help, raw_outputs="the head's raw scores", pipeline_tag=self.hf_pipeline,
-                        example=self.form.example)
-
-    def hf_usage(self, path: str) -> str:
-        """Python lines that run the `export --to hf` directory at `path` (a transformers
-        pipeline of `hf_pipeline` with `hf_pipeline_options`, on the card's example)."""
-        options = "".join(f", {k}={v!r}" for k, v in self.hf_pipeline_options().items())
-        return (f"from transformers import pipeline\n\n"
-                f"pipe = pipeline({self.hf_pipeline!r}, model={path!r}{options})\n"
-                f"print(pipe({self.card_text().example!r}))\n")
-
-    def export_check(self, name: str, to: str) -> None:
-        """Refuse (UserError) a head that `to` ("hf": no `hf_auto_class` model computes it; "onnx":
-        the graph cannot hold its layers) cannot take."""
-        if to == "hf" and self.hf_auto_class is None:
-            raise UserError(f"head {name!r}: {self.kind} heads have no transformers equivalent")
+        return CardText(outputs=self.task.help, raw_outputs="the head's raw scores",
+                        pipeline_tag=self.task.exporting.hf_pipeline, example=self.task.reading.form.example)
 
     def output_labels(self) -> list:
         """The labels the head's predictions name, in output order (`Model.labels`); none by default."""
         return []
-
-    def hf_configure(self, config) -> None:
-        """Set the head's outputs on the transformers config (by default its labels, `id2label`)."""
-        set_labels(config, [str(label) for label in self.output_labels()])
-
-    def hf_copy_head(self, model: nn.Module, name: str) -> None:
-        """Copy the head's weights into the transformers model's head (UserError: no fit)."""
-        raise UserError(f"head {name!r}: {self.kind} heads have no transformers equivalent")  # pragma: no cover
-
-    def hf_outputs(self, out) -> torch.Tensor:
-        """The transformers model's outputs in the head's own layout (to compare them)."""
-        return out.logits
-
-    def hf_pipeline_options(self) -> dict:
-        """Keywords the transformers pipeline should be given for this head."""
-        return {}
-
-    def hf_fold_temperature(self, model: nn.Module) -> str | None:
-        """Fold the head's temperature into the transformers model where that gives the
-        pipeline the calibrated scores (classify, tag: `calibration.fold_into_output_layer`);
-        what was done, in a sentence (None: no temperature in use). By default: not folded."""
-        t = self.temperature() if getattr(self.spec, "temperature", None) else None
-        return None if t in (None, 1.0) else f"temperature {t:g} not folded: the pipeline's scores are not bertheads'"
 
     # -- a prediction as typed columns (engines/batches.py: Ray, Spark, Dask, Parquet) ----------
     def output_columns(self) -> Struct:
@@ -373,6 +357,65 @@ class Publishing:
     def output_row(self, prediction: dict) -> dict:
         """One prediction's values for `output_columns` (a missing field is null)."""
         return {"prediction": json.dumps(prediction, ensure_ascii=False)}
+
+
+class Exporting(Part):
+    """How `export --to hf` holds it (a transformers AutoModelFor... class and pipeline), and
+    what an export cannot take."""
+
+    hf_auto_class: ClassVar[str | None] = None  # transformers AutoModelFor... class (None: no export)
+    hf_pipeline: ClassVar[str | None] = None  # transformers pipeline task name
+
+    def usage(self, path: str) -> str:
+        """Python lines that run the `export --to hf` directory at `path` (a transformers
+        pipeline of `hf_pipeline` with `pipeline_options`, on the card's example)."""
+        options = "".join(f", {k}={v!r}" for k, v in self.pipeline_options().items())
+        return (f"from transformers import pipeline\n\n"
+                f"pipe = pipeline({self.hf_pipeline!r}, model={path!r}{options})\n"
+                f"print(pipe({self.task.publishing.card_text().example!r}))\n")
+
+    def check(self, name: str, to: str) -> None:
+        """Refuse (UserError) a head that `to` ("hf": no `hf_auto_class` model computes it; "onnx":
+        the graph cannot hold its layers) cannot take."""
+        if to == "hf" and self.hf_auto_class is None:
+            raise UserError(f"head {name!r}: {self.task.kind} heads have no transformers equivalent")
+
+    def configure(self, config) -> None:
+        """Set the head's outputs on the transformers config (by default its labels, `id2label`)."""
+        set_labels(config, [str(label) for label in self.task.publishing.output_labels()])
+
+    def copy_head(self, model: nn.Module, name: str) -> None:
+        """Copy the head's weights into the transformers model's head (UserError: no fit)."""
+        raise UserError(f"head {name!r}: {self.task.kind} heads have no transformers equivalent")  # pragma: no cover
+
+    def outputs(self, out) -> torch.Tensor:
+        """The transformers model's outputs in the head's own layout (to compare them)."""
+        return out.logits
+
+    def pipeline_options(self) -> dict:
+        """Keywords the transformers pipeline should be given for this head."""
+        return {}
+
+    def fold_temperature(self, model: nn.Module) -> str | None:
+        """Fold the head's temperature into the transformers model where that gives the
+        pipeline the calibrated scores (classify, tag: `calibration.fold_into_output_layer`);
+        what was done, in a sentence (None: no temperature in use). By default: not folded."""
+        t = self.task.scoring.temperature() if getattr(self.spec, "temperature", None) else None
+        return None if t in (None, 1.0) else f"temperature {t:g} not folded: the pipeline's scores are not bertheads'"
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What a kind is made of: the class of each part its tasks hold, and its call options
+    (the flags `predict`, `evaluate` and `serve` add for its heads: a dataclass of `option`s)."""
+
+    reading: type[Reading] = Reading
+    modeling: type[Modeling] = Modeling
+    judging: type[Judging] = Judging
+    scoring: type[Scoring] = Scoring
+    publishing: type[Publishing] = Publishing
+    exporting: type[Exporting] = Exporting
+    options: type = NoOptions
 
 
 def set_labels(config, labels: list[str]) -> None:

@@ -91,15 +91,15 @@ class FoldHeads(nn.Module):
 
 
 class FoldLoss:
-    """The task as `fit` sees it when its head is a `FoldHeads`: the sum over copies j of the
-    task's own loss on the rows outside fold j. The copies share no weights, so copy j's
-    gradient is that of its own loss on its share of the batch."""
+    """A task's modeling part as `fit` sees it when its head is a `FoldHeads`: the loss is the
+    sum over copies j of the task's own loss on the rows outside fold j. The copies share no
+    weights, so copy j's gradient is that of its own loss on its share of the batch."""
 
     def __init__(self, task) -> None:
         self.task = task
 
     def __getattr__(self, name: str):
-        return getattr(self.task, name)
+        return getattr(self.task.modeling, name)
 
     def loss(self, stacked: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         folds = batch[FOLD].to(stacked.device)
@@ -107,7 +107,7 @@ class FoldLoss:
         for j in range(stacked.shape[0]):
             keep = folds != j
             if bool(keep.any()):
-                total = total + self.task.loss(stacked[j][keep], rows_of(batch, keep))
+                total = total + self.task.modeling.loss(stacked[j][keep], rows_of(batch, keep))
         return total
 
 
@@ -160,13 +160,13 @@ def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit:
     torch.manual_seed(settings.seed)
     encoder = Encoder.load(model, lazy=frozen)
     task, examples = read_task(t.kind, t.train, encoder, options, t.limit or limit)
-    task.disputes([], [], t.train)  # (a head the kind cannot audit is refused before any training)
+    task.scoring.disputes([], [], t.train)  # (a head the kind cannot audit is refused before any training)
     # inference features with the loss's targets: the rows a fold trains on and predicts are
     # the same encoded inputs (so one cache entry serves every fold)
-    features, owner = task.encode_for_inference(examples, encoder.tokenizer, with_labels=True)
+    features, owner = task.modeling.encode_for_inference(examples, encoder.tokenizer, with_labels=True)
     if not features:
         raise UserError(f"{source_name(t.train)}: no usable training examples")
-    dev = task.read(t.dev, need_labels=True) if t.dev else None
+    dev = task.reading.read(t.dev, need_labels=True) if t.dev else None
     whole = TaskData(t.name, task, features, dev, t.dev)
     if frozen:
         # the frozen checkpoint's hash is the remembered one (as `train` keeps it): its weights
@@ -194,7 +194,7 @@ def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit:
             dev_view = CachedDev(held_features, held_owner, FoldCache(whole.cached, held[fold], features))
             runner = CachedHead(t.name, fold_task, runner, dev_view, next(runner.parameters()).device)
         raw = run_heads(runner, held_features, [t.name], INFERENCE_BATCH)[t.name]
-        merged = fold_task.collect(raw, held_owner, [examples[k] for k in held_examples], held_features)
+        merged = fold_task.judging.collect(raw, held_owner, [examples[k] for k in held_examples], held_features)
         for k, out in zip(held_examples, merged):
             outputs[k] = out
     return OutOfFold(task, examples, outputs, numbers, fold_metrics, time.perf_counter() - started, fold_steps)
@@ -226,7 +226,8 @@ def joint_folds(name: str, task, encoder, whole: TaskData, feature_fold: np.ndar
     then per fold (task, its head, dev metrics, steps)."""
     log.info(f"audit: {folds} heads side by side on the cached states")
     heads = FoldHeads([copy.deepcopy(task.head) for _ in range(folds)])  # the same fresh head each fold
-    joint = FoldLoss(task)
+    joint = copy.copy(task)  # the task with the folds' loss
+    joint.modeling = FoldLoss(task)
     net = BertHeads(encoder, {name: task})
     net.heads[name] = heads
     every = list(range(len(whole.train_features)))
@@ -370,7 +371,7 @@ def audit_task(config: MultiConfig, out: str | Path | None, model: str = "defaul
         raise UserError(f"{said('rows')}: expected one of {', '.join(ROWS)}, got {audit.rows!r}")
     oof = out_of_fold(config, model, settings, audit, limit, cli_options)
     task, examples = oof.task, oof.examples
-    disputes = task.disputes(oof.outputs, examples, config.tasks[0].train)
+    disputes = task.scoring.disputes(oof.outputs, examples, config.tasks[0].train)
     ranking = rank(disputes)
     everything = issue_records(disputes, ranking, examples, config.tasks[0].train, only_flagged=False)
     issues = everything if audit.rows == "all" else [r for r in everything if r["flagged"]]

@@ -52,7 +52,7 @@ def identity(model, data: list, settings, world: int) -> dict:
     training features and dev files, of the start encoder and heads, the settings, the processes."""
     digest = hashlib.sha256()
     for d in data:
-        digest.update(json.dumps([d.name, d.task.to_manifest()], sort_keys=True, default=str).encode())
+        digest.update(json.dumps([d.name, {"kind": d.task.kind, "spec": asdict(d.task.spec)}], sort_keys=True, default=str).encode())
         for f in d.train_features:
             digest.update(json.dumps(f, sort_keys=True, default=plain).encode())
         if isinstance(d.dev_path, Rows):  # dev rows given in memory: their records

@@ -210,7 +210,7 @@ def run_settings(config: MultiConfig, settings: TrainSettings | None = None, giv
     kinds = {t.kind for t in config.tasks}
     given = check_given(given or {}, *SETTINGS, own_options(config.tasks[0].kind) if config.single else {})
     if settings is None:
-        defaults = TASKS[next(iter(kinds))].training_defaults if len(kinds) == 1 else {}
+        defaults = TASKS[next(iter(kinds))].parts.modeling.training_defaults if len(kinds) == 1 else {}
         settings = TrainSettings(**{k: v for k, v in defaults.items() if k in names(TrainSettings)})
     training = {**config.training, **{k: v for k, v in given.items() if k in names(TrainSettings)}}
     settings = dataclasses.replace(settings, **training)

@@ -87,7 +87,7 @@ def tune_encoder(net, data: list, settings: TrainSettings) -> dict:
                         "between processes); start it without torchrun or accelerate launch")
     pairs = []  # (task, left, right, target)
     for t, d in enumerate(data):
-        groups = d.task.pair_labels(d.train_features)
+        groups = d.task.modeling.pair_labels(d.train_features)
         pairs += [(t, i, j, y) for i, j, y in make_pairs(groups, settings.seed + t, settings.pairs or MOST_PAIRS)]
     order = np.random.default_rng(settings.seed).permutation(len(pairs))
     pairs = [pairs[k] for k in order]

@@ -56,7 +56,7 @@ def attach_cache(net, data: list, options: dict, model_name: str | None = None, 
             directory = ensure_cache(encoder, d.train_features, key, layers, positions, settings, info, state.device)
         d.cached = CachedFeatures(directory, [len(f["input_ids"]) for f in d.train_features], pad_id)
         if d.dev_examples is not None and state.is_main_process:  # the main process evaluates
-            features, owner = d.task.encode_for_inference(d.dev_examples, encoder.tokenizer, with_labels=True)
+            features, owner = d.task.modeling.encode_for_inference(d.dev_examples, encoder.tokenizer, with_labels=True)
             key = cache_key(encoder_id, features, layers, positions, settings.dtype, encoder.info.uses_token_types)
             info = {**info, "train": None, "dev": str(d.dev_path) if d.dev_path else None}
             directory = ensure_cache(encoder, features, key, layers, positions, settings, info, state.device)
@@ -90,7 +90,7 @@ class CachedHead:
             states = batch.pop("states")
             states, batch = to_device(states, self.device), to_device(batch, self.device)
             logits = self.head(states, batch)
-            losses = {self.name: float(self.task.dev_loss(logits, batch))} if with_loss else {}
+            losses = {self.name: float(self.task.modeling.dev_loss(logits, batch))} if with_loss else {}
             return {self.name: logits.float().cpu().numpy()}, losses
 
 
@@ -102,8 +102,8 @@ def evaluate_cached(task, head, dev: CachedDev, examples: list, path=None, batch
     runner = CachedHead(task.kind, task, head, dev, device or next(head.parameters()).device)
     losses: dict[str, list[float]] = {}
     outputs = run_heads(runner, dev.features, [runner.name], batch_size, losses=losses)[runner.name]
-    collected = task.collect(outputs, dev.owner, examples, dev.features)
-    metrics = task.metrics(collected, examples, path, during_training=True)
+    collected = task.judging.collect(outputs, dev.owner, examples, dev.features)
+    metrics = task.judging.metrics(collected, examples, path, during_training=True)
     metrics["calibration"] = calibrate_head(task, collected, examples, path)
     total, count = losses[runner.name]
     metrics["loss"] = total / count if count else float("nan")

@@ -71,7 +71,7 @@ def kind_defaults(kind: str) -> dict:
 def training_defaults(kind: str) -> dict:
     """What `bertheads train KIND`'s flags default to: the kind's per-task defaults and its own
     training defaults (qa: batches of 16)."""
-    return {**kind_defaults(kind), **task_class(kind).training_defaults}
+    return {**kind_defaults(kind), **task_class(kind).parts.modeling.training_defaults}
 
 
 def task_options(args: argparse.Namespace, kind: str) -> dict:

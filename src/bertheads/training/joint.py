@@ -96,7 +96,7 @@ def read_task(kind: str, train_path: str, encoder: Encoder, options: dict, limit
     task and its training examples (the first `limit`)."""
     cls = task_class(kind)
     spec = make_spec(cls, options, encoder)
-    extra = {k: v for k, v in {**options, "limit": limit}.items() if k in cls.prepare_options}
+    extra = {k: v for k, v in {**options, "limit": limit}.items() if k in cls.parts.modeling.prepare_options}
     task, examples = cls.prepare(train_path, spec, encoder, **extra)  # (a task may stop reading at limit)
     if limit:
         examples = examples[:limit]
@@ -116,12 +116,12 @@ def prepare_task(kind: str, train_path: str, dev_path: str | None, encoder: Enco
         held = set(order[:count])
         dev = [e for i, e in enumerate(examples) if i in held]
         examples = [e for i, e in enumerate(examples) if i not in held]
-    features = task.encode(examples, encoder.tokenizer, with_labels=True, path=train_path)
+    features = task.modeling.encode(examples, encoder.tokenizer, with_labels=True, path=train_path)
     if not features:
         raise UserError(f"{train_path}: no usable training examples")
-    task.spec.trained_counts = task.class_counts(examples)  # (saved with the head, read by `select`)
+    task.spec.trained_counts = task.scoring.class_counts(examples)  # (saved with the head, read by `select`)
     if dev_path:
-        dev = task.read(dev_path, need_labels=True)
+        dev = task.reading.read(dev_path, need_labels=True)
     return TaskData(name or kind, task, features, dev, dev_path, examples=given, held_out=len(dev or ()) * (not dev_path))
 
 
@@ -218,7 +218,7 @@ def recipe_of_data(data: list[TaskData], how: str) -> Recipe:
     table; its mode only when every task's own recipe (its kind's table, its own size) has that
     mode too, else fine-tuning, which every kind's fixed recipe uses (a tagger on a classifier's
     small-data features mode would learn next to nothing)."""
-    own = [d.task.recipe(d.examples, how) for d in data]
+    own = [d.task.modeling.recipe(d.examples, how) for d in data]
     largest = own[max(range(len(data)), key=lambda i: data[i].examples)]
     return largest if len({r.mode for r in own}) == 1 else dataclasses.replace(largest, mode="finetune")
 

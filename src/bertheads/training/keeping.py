@@ -54,7 +54,7 @@ def selection_metric(data: list, settings: TrainSettings, metrics: dict) -> dict
     for d in data:
         if d.name not in metrics:
             continue
-        name = settings.select_metric or d.task.main_metric
+        name = settings.select_metric or d.task.judging.main_metric
         value = metrics[d.name].get(name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or name == "examples":
             known = sorted(k for k, v in metrics[d.name].items() if isinstance(v, (int, float))
@@ -130,7 +130,7 @@ def metrics_file(data: list, kept: Choice, history: list) -> dict:
     metrics = kept.metrics
     dev = metrics[data[0].name] if len(data) == 1 and metrics else metrics
     result = {"dev": dev, "best_epoch": kept.epoch, "kept": {"epoch": kept.epoch, "by": kept.by}, "history": history}
-    nothing = {d.name: why for d in data if (why := d.task.learned_nothing((metrics or {}).get(d.name) or {}))}
+    nothing = {d.name: why for d in data if (why := d.task.judging.learned_nothing((metrics or {}).get(d.name) or {}))}
     if nothing:  # the heads whose kept dev metrics say they learned nothing, and how they show it
         result["learned_nothing"] = nothing
     return result

@@ -163,7 +163,7 @@ def fixed_recipe(settings: TrainSettings, data: list[TaskData]) -> TrainSettings
     size first): the first task's kind's recipe for any size."""
     if settings.batch_size is not None and settings.epochs is not None:
         return settings
-    recipe = type(data[0].task).recipes[-1]
+    recipe = type(data[0].task).parts.modeling.recipes[-1]
     batch = settings.batch_size or recipe.batch_size
     features = sum(len(d.train_features) for d in data)
     return replace(settings, batch_size=batch, epochs=settings.epochs or recipe.epochs_for(features, batch))
@@ -233,7 +233,7 @@ def train_step(run: Run, data: list[TaskData], settings: TrainSettings, t: int, 
                     batch = collate([d.train_features[i] for i in part], run.pad_id)
                     batch = to_device(batch, device)
                     logits = float_outputs(run.wrapped(batch, [d.name])[d.name])
-            loss = d.task.loss(logits, batch)
+            loss = d.task.modeling.loss(logits, batch)
             share = len(part) / len(idx)
             run.accelerator.backward(loss if len(parts) == 1 else loss * share)
         total += loss.detach().float() * share

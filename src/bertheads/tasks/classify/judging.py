@@ -14,7 +14,7 @@ from bertheads.tasks.classify.metrics import (
     regression_metrics,
     tune_thresholds,
 )
-from bertheads.tasks.parts import Disputes, Judging, softmax
+from bertheads.tasks.parts import Disputes, Judging, Scoring, softmax
 
 
 class ClassifyJudging(Judging):
@@ -57,7 +57,7 @@ class ClassifyJudging(Judging):
         `"abstained"` (`confidence.py` `top_confidence`)."""
         preds = self.decode_scores(logits, threshold, min_score)
         if min_confidence is not None:
-            preds = [self.abstain(p, top_confidence(p, self.spec.problem), min_confidence) for p in preds]
+            preds = [self.task.scoring.abstain(p, top_confidence(p, self.spec.problem), min_confidence) for p in preds]
         if examples is None:
             return preds
         return [{**e.extra, **p} if getattr(e, "extra", None) else p for p, e in zip(preds, examples)]
@@ -71,7 +71,7 @@ class ClassifyJudging(Judging):
         names = [str(label) for label in shown]
         if self.spec.problem == "regression":
             return [{"value": float(v)} for v in arr[:, 0]]
-        t = self.temperature()
+        t = self.task.scoring.temperature()
         if self.spec.problem == "multi_label":  # decided on the raw scores (the thresholds were tuned on them)
             cut = self.label_thresholds(threshold)
             return [{"labels": [shown[j] for j in np.flatnonzero(raw >= cut)],
@@ -93,7 +93,7 @@ class ClassifyJudging(Judging):
 
     def metric_part(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None, **_):
         """A chunk's outputs and gold targets as arrays (the examples are not kept)."""
-        return np.stack(logits), [self.label_target(e, path) for e in examples]
+        return np.stack(logits), [self.task.reading.label_target(e, path) for e in examples]
 
     def metrics_from_parts(self, parts: list, path=None, threshold: float | None = None,
                            during_training: bool = False, **_) -> dict:
@@ -112,16 +112,21 @@ class ClassifyJudging(Judging):
             return result
         return label_metrics(arr.argmax(-1), np.asarray(gold), len(self.spec.labels), names)
 
+    def learned_nothing(self, metrics: dict) -> str | None:
+        return learned_nothing(self.spec.problem, metrics)  # (metrics.py)
+
+
+class ClassifyScoring(Scoring):
+    """What a classify head's scores mean: its decisions for calibration, the labels it
+    disputes (audit), how unsure it is (select) and its classes' counts."""
+
     def calibration_rows(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None):
         """Its decisions (`confidence.py`): per input, or per input and label (multi-label)."""
         arr = np.stack(logits).astype(np.float64) if logits else np.zeros((0, 1))
-        return decision_rows(arr, [self.label_target(e, path) for e in examples], self.spec.problem)
+        return decision_rows(arr, [self.task.reading.label_target(e, path) for e in examples], self.spec.problem)
 
     def no_calibration(self) -> str:
         return "regression heads give values, not scores: nothing to calibrate"
-
-    def learned_nothing(self, metrics: dict) -> str | None:
-        return learned_nothing(self.spec.problem, metrics)  # (metrics.py)
 
     def disputes(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None) -> Disputes:
         """Each example's given label against its out-of-fold probabilities (softmax, or one
@@ -131,7 +136,7 @@ class ClassifyJudging(Judging):
         multi = self.spec.problem == "multi_label"
         arr = np.stack(logits) if logits else np.zeros((0, len(self.spec.labels)))
         probs = sigmoid(arr) if multi else softmax(arr)
-        targets = [self.label_target(e, path) for e in examples]
+        targets = [self.task.reading.label_target(e, path) for e in examples]
         labels = [[j for j, v in enumerate(t) if v >= 0.5] for t in targets] if multi else [int(t) for t in targets]
         units = [{"example": i, "text": e.text, **({"pair": e.pair} if e.pair is not None else {})}
                  for i, e in enumerate(examples)]
@@ -141,7 +146,7 @@ class ClassifyJudging(Judging):
         """Examples per label (multi-label: the examples that have it); regression: none."""
         if self.spec.problem == "regression":
             return {}
-        targets, n = [self.label_target(e) for e in examples], len(self.spec.labels)
+        targets, n = [self.task.reading.label_target(e) for e in examples], len(self.spec.labels)
         hits = ((np.asarray(targets).reshape(-1, n) >= 0.5).sum(0) if self.spec.problem == "multi_label"
                 else np.bincount(np.asarray(targets, dtype=np.int64), minlength=n))
         return dict(zip(map(str, self.spec.shown_labels()), hits.tolist()))
@@ -155,7 +160,6 @@ class ClassifyJudging(Judging):
             p = sigmoid(arr)
             return [np.stack([q, 1 - q], axis=-1) for q in p]
         return [row[None] for row in softmax(arr)]
-
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

@@ -9,7 +9,7 @@ from bertheads.base.schema import said
 from bertheads.tasks.calibration import fold_into_output_layer
 from bertheads.tasks.classify.report import classify_section
 from bertheads.tasks.families import FAMILIES, copy_into
-from bertheads.tasks.parts import CardText, ListOf, Publishing, Struct, set_labels
+from bertheads.tasks.parts import CardText, Exporting, ListOf, Publishing, Struct, set_labels
 
 HF_PROBLEM_TYPES = {"single_label": "single_label_classification", "regression": "regression",
                     "multi_label": "multi_label_classification"}
@@ -19,8 +19,6 @@ class ClassifyPublishing(Publishing):
     """A classify head as `GET /heads`, the report, the model card and `export --to hf` show it."""
 
     shows = "scores"
-    hf_auto_class = "AutoModelForSequenceClassification"
-    hf_pipeline = "text-classification"
 
     def describe(self) -> dict:
         return {**super().describe(), "labels": [str(x) if not isinstance(x, (int, str)) else x
@@ -47,7 +45,7 @@ class ClassifyPublishing(Publishing):
                 "score": None if label is None else scores[str(label)], "scores": scores}
 
     def report_section(self, outputs: list, examples: list, metrics: dict, section) -> None:
-        classify_section(self, outputs, examples, metrics, section)
+        classify_section(self.task, outputs, examples, metrics, section)
 
     # -- the model card ------------------------------------------------------------------------
     def card_text(self) -> CardText:
@@ -63,28 +61,39 @@ class ClassifyPublishing(Publishing):
                           "what it was trained on.")
         if spec.problem == "regression":
             return CardText(outputs="`value`: a number on the scale of the training labels",
-                            raw_outputs="`[batch, 1]`: the value", pipeline_tag=self.hf_pipeline,
+                            raw_outputs="`[batch, 1]`: the value", pipeline_tag=self.task.exporting.hf_pipeline,
                             limits=["The value is learned from the training labels; nothing keeps it within "
-                                    "their range.", *limits], example=self.form.example)
+                                    "their range.", *limits], example=self.task.reading.form.example)
         if spec.problem == "multi_label":
             return CardText(outputs="`labels`: every label whose probability passes its threshold, and `scores`: "
                                     "a probability per label (sigmoid)",
                             raw_outputs=f"`[batch, {len(labels)}]`: one score (logit) per label, in the order listed",
-                            pipeline_tag=self.hf_pipeline, labels=labels,
+                            pipeline_tag=self.task.exporting.hf_pipeline, labels=labels,
                             limits=["Only the labels of the training file exist; each is chosen when its "
                                     "probability passes its threshold (tuned on the dev set for F1 unless one "
-                                    "was fixed).", *limits], example=self.form.example)
+                                    "was fixed).", *limits], example=self.task.reading.form.example)
         return CardText(outputs="`label`: the most probable label, and `scores`: a probability per label (softmax)",
                         raw_outputs=f"`[batch, {len(labels)}]`: one score (logit) per label, in the order listed",
-                        pipeline_tag=self.hf_pipeline, labels=labels,
+                        pipeline_tag=self.task.exporting.hf_pipeline, labels=labels,
                         limits=[f"Every input gets one of the {len(labels)} training labels, also an input that "
                                 f"fits none of them (`--min-score` leaves an unsure one without a label).", *limits],
-                        example=self.form.example)
+                        example=self.task.reading.form.example)
 
-    def hf_usage(self, path: str) -> str:
+    def output_labels(self) -> list:
+        return [] if self.spec.problem == "regression" else list(self.spec.shown_labels())
+
+
+class ClassifyExporting(Exporting):
+    """A classify head in `export --to hf`: the family's sequence classification class, its
+    layers copied by the family's key map (`families.py`)."""
+
+    hf_auto_class = "AutoModelForSequenceClassification"
+    hf_pipeline = "text-classification"
+
+    def usage(self, path: str) -> str:
         """The text-classification pipeline; a pair as `text` and `text_pair`, every label's
         score for a multi-label head."""
-        example = self.form.example
+        example = self.task.reading.form.example
         if isinstance(example, tuple):
             example = {"text": example[0], "text_pair": example[1]}
         options = ", top_k=None" if self.spec.problem == "multi_label" else ""
@@ -92,29 +101,25 @@ class ClassifyPublishing(Publishing):
                 f"pipe = pipeline({self.hf_pipeline!r}, model={path!r}{options})\n"
                 f"print(pipe({example!r}))\n")
 
-    # -- export --to hf: the head's layers into the family's own class (`families.py` key maps) --
-    def output_labels(self) -> list:
-        return [] if self.spec.problem == "regression" else list(self.spec.shown_labels())
-
-    def export_check(self, name: str, to: str) -> None:
-        super().export_check(name, to)
-        if to == "hf" and self.head.pooling != self.head.family_pooling:
-            raise UserError(f"head {name!r} reads the {self.head.pooling} of its tokens (pooling {self.head.pooling}), "
+    def check(self, name: str, to: str) -> None:
+        super().check(name, to)
+        if to == "hf" and self.task.head.pooling != self.task.head.family_pooling:
+            raise UserError(f"head {name!r} reads the {self.task.head.pooling} of its tokens (pooling {self.task.head.pooling}), "
                             f"but the transformers {self.hf_auto_class} of its family reads "
-                            f"{'the first token' if self.head.family_pooling == 'cls' else 'their ' + self.head.family_pooling}, "
+                            f"{'the first token' if self.task.head.family_pooling == 'cls' else 'their ' + self.task.head.family_pooling}, "
                             f"so it has no transformers equivalent; export it with {said('to', 'onnx')}")
 
-    def hf_configure(self, config) -> None:
+    def configure(self, config) -> None:
         """The labels as predictions show them (their `--label-names` when given), so the
         transformers pipeline answers with the same names; regression has its one output."""
         set_labels(config, ["value"] if self.spec.problem == "regression" else
                    [str(label) for label in self.spec.shown_labels()])
         config.problem_type = HF_PROBLEM_TYPES[self.spec.problem]
 
-    def hf_fold_temperature(self, model: nn.Module) -> str | None:
+    def fold_temperature(self, model: nn.Module) -> str | None:
         """Exact: the pipeline's scores are a softmax (sigmoid for multi-label) of the logits."""
-        return fold_into_output_layer(model, self.head.out, self.temperature() if self.spec.temperature else None)
+        return fold_into_output_layer(model, self.task.head.out, self.task.scoring.temperature() if self.spec.temperature else None)
 
-    def hf_copy_head(self, model: nn.Module, name: str) -> None:
+    def copy_head(self, model: nn.Module, name: str) -> None:
         family = FAMILIES[self.spec.head_family or "bert"]
-        copy_into(model, self.head, family.sequence_keys, f"head {name!r}")
+        copy_into(model, self.task.head, family.sequence_keys, f"head {name!r}")

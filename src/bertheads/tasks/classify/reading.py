@@ -14,6 +14,7 @@ from bertheads.tasks.classify.formats import (
     to_float,
 )
 from bertheads.tasks.classify.spec import ClassifySpec
+from bertheads.tasks.forms import PAIR, TEXT, InputForm
 from bertheads.tasks.parts import Reading, TextInput
 from bertheads.text.readers import BadLine, source_name
 
@@ -25,12 +26,15 @@ class ClassifyReading(Reading):
     formats = ("tsv", "csv", "jsonl", "lines")
     text_formats = ("tsv", "csv", "jsonl")  # (for `extract`: classify's tables are the generic reader)
     generic_reader = True
-    read_file = staticmethod(read_file)
-    iter_file = staticmethod(iter_file)
+
+    @property
+    def form(self) -> InputForm:  # type: ignore[override]
+        """A head trained on pairs reads pairs."""
+        return PAIR if self.spec.pair else TEXT
 
     def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None,
              **_) -> list[ClassifyExample]:
-        examples = self.read_file(path, self.spec, fmt, need_labels)
+        examples = read_file(path, self.spec, fmt, need_labels)
         if need_labels:
             for e in examples:
                 self.label_target(e, path)  # fail early on unseen or non-numeric labels
@@ -40,7 +44,7 @@ class ClassifyReading(Reading):
                   bad: BadLine | None = None, **_) -> Iterator[ClassifyExample]:
         """`read`, one example at a time (see `iter_file`)."""
         name = source_name(path)
-        for e in self.iter_file(path, self.spec, fmt, need_labels, keep, bad):
+        for e in iter_file(path, self.spec, fmt, need_labels, keep, bad):
             if need_labels:
                 try:
                     self.label_target(e, name)
@@ -103,4 +107,4 @@ class ClassifyReading(Reading):
 
     @classmethod
     def read_texts(cls, path: str | None, fmt: str) -> list[TextInput]:
-        return [TextInput(e.text, e.pair, e.line) for e in cls.read_file(path, ClassifySpec(), fmt, need_labels=False)]
+        return [TextInput(e.text, e.pair, e.line) for e in read_file(path, ClassifySpec(), fmt, need_labels=False)]

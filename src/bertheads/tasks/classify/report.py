@@ -26,8 +26,8 @@ def classify_section(task, outputs, examples, metrics: dict, section: Section) -
         section.figures.append(Figure("confusion", "confusion matrix", heatmap(
             metrics["confusion"]["matrix"], names, names, "confusion matrix", "predicted", "gold")))
         section.figures.append(Figure("per-class", "per class", prf_bars(metrics["per_class"], "per class")))
-        probs = softmax(arr / task.temperature())
-        gold = np.array([task.label_target(e) for e in examples])
+        probs = softmax(arr / task.scoring.temperature())
+        gold = np.array([task.reading.label_target(e) for e in examples])
         gold_prob = probs[np.arange(len(gold)), gold]
         order = np.argsort(gold_prob, kind="stable")[:WORST]
         rows = [[example_text(examples[i]), spec.labels[gold[i]], spec.labels[int(probs[i].argmax())],
@@ -36,10 +36,10 @@ def classify_section(task, outputs, examples, metrics: dict, section: Section) -
     elif spec.problem == "multi_label":
         section.figures.append(Figure("per-label", "per label", prf_bars(metrics["per_label"], "per label")))
         probs = 1 / (1 + np.exp(-arr))
-        gold = np.array([task.label_target(e) for e in examples], dtype=float)
+        gold = np.array([task.reading.label_target(e) for e in examples], dtype=float)
         eps = 1e-7
         loss = -(gold * np.log(probs + eps) + (1 - gold) * np.log(1 - probs + eps)).mean(1)
-        cut = task.label_thresholds()
+        cut = task.judging.label_thresholds()
         order = np.argsort(-loss, kind="stable")[:WORST]
         rows = [[example_text(examples[i]), ", ".join(n for n, g in zip(names, gold[i]) if g) or "(none)",
                  ", ".join(n for n, p, c in zip(names, probs[i], cut) if p >= c) or "(none)",
@@ -47,7 +47,7 @@ def classify_section(task, outputs, examples, metrics: dict, section: Section) -
         section.tables.append(worst_table(["text", "gold", "predicted", "loss"], rows))
     else:
         plt = pyplot()
-        gold = np.array([task.label_target(e) for e in examples], dtype=float)
+        gold = np.array([task.reading.label_target(e) for e in examples], dtype=float)
         fig, ax = plt.subplots(figsize=(4.5, 4))
         ax.scatter(gold, arr[:, 0], s=8, alpha=0.6)
         lo, hi = float(min(gold.min(), arr.min())), float(max(gold.max(), arr.max()))

@@ -54,6 +54,12 @@ class ClassifySpec(HeadSettings):
     label_weights: list = field(default_factory=list)  # the class weights, in label order (empty: all 1)
     thresholds: list | None = None  # multi-label: per-label thresholds tuned on dev for F1
 
+    @classmethod
+    def from_saved(cls, data: dict) -> ClassifySpec:
+        """A saved spec; one saved before `pooling` reads as its family's head ([CLS] but for a
+        mean-pooling ModernBERT)."""
+        return super().from_saved({"pooling": None, **data})
+
     def shown_labels(self) -> list:
         """The labels as predictions show them: their names when given, else the values."""
         return list(self.label_names) if self.label_names else list(self.labels)

@@ -140,5 +140,5 @@ class NullScaled:
 
     def in_use(self, task):
         scaling = task.spec.null_scaling if task.spec.calibrate else None
-        return task.temperature(), None if scaling is None else tuple(scaling)
+        return task.scoring.temperature(), None if scaling is None else tuple(scaling)
 

@@ -22,6 +22,7 @@ from bertheads.tasks.qa.passages import (
 )
 from bertheads.tasks.qa.segments import topic_pieces
 from bertheads.tasks.qa.spans import shared_window_loss
+from bertheads.tasks.recipes import Recipe
 from bertheads.text.encoding import window_count
 from bertheads.text.offsets import char_flags, clean_spans
 
@@ -58,6 +59,14 @@ class QAHead(nn.Module):
 class QAModeling(Modeling):
     """A qa head's features (question + passage windows, each paragraph or topic segment read
     in windows of its own), its start/end loss, and what a pass costs."""
+
+    # by the training data's size, as measured on SQuAD v1.1 (bench/small_data.py, docs/little-data.md):
+    # up to 1,000 questions batches of 8 and a step budget beat batches of 16 for 3 epochs and the
+    # Trainer at its defaults, about 600 steps doing better than 300 at 200 questions; between 200
+    # and 1,000, and where batches of 16 catch up above 1,000, is not measured
+    recipes = (Recipe(200, "finetune", 8, steps=600, epochs=(3, 40)),
+               Recipe(1000, "finetune", 8, steps=300, epochs=(3, 20)),
+               Recipe(None, "finetune", 16))
 
     def windows(self, examples: list[QAExample], tokenizer,
                 paragraphs: bool | None = None) -> tuple[list[dict], list[int]]:

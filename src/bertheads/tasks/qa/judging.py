@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from bertheads.tasks.calibration import Temperature
-from bertheads.tasks.parts import Disputes, Judging
+from bertheads.tasks.parts import Disputes, Judging, Scoring
 from bertheads.tasks.qa.confidence import NullScaled, answer_scores, calibration_rows
 from bertheads.tasks.qa.formats import QAExample
 from bertheads.tasks.qa.metrics import (
@@ -93,32 +93,14 @@ class QAJudging(Judging):
         with `window_choice` relative). `min_confidence` adds `"abstained"`."""
         threshold = self.threshold(null_threshold)
         out = []
-        for o, e, score in zip(outputs, examples, answer_scores(self, outputs, threshold)):
+        for o, e, score in zip(outputs, examples, answer_scores(self.task, outputs, threshold)):
             nothing = answers_nothing(o, threshold)
             s, t = (0, 0) if nothing else (int(x) for x in o.spans[0])
-            pred = self.abstain({"answer": e.context[s:t], "start": s, "end": t, "score": score,
+            pred = self.task.scoring.abstain({"answer": e.context[s:t], "start": s, "end": t, "score": score,
                                  "raw_score": round(o.null_score if nothing else float(o.scores[0]), 4)},
                                 score, min_confidence)
             out.append({**({"id": e.id} if e.has_id else {}), **e.extra, **pred})
         return out
-
-    def input_confidence(self, outputs: list[QAOutput], examples: list[QAExample]) -> np.ndarray:
-        """A question's shown score, as `--min-confidence` compares it (0 where there is none)."""
-        return np.array([0.0 if s is None else s for s in answer_scores(self, outputs, self.threshold())])
-
-    def calibration_rows(self, outputs: list[QAOutput], examples: list[QAExample], path=None):  # `confidence.py`
-        t = self.threshold(None)
-        return calibration_rows(outputs, examples, self.spec.n_best, t, bool(self.spec.unanswerable) or t is not None)
-
-    def calibrator(self):  # `confidence.py`: a head that may answer nothing calibrates null answers apart
-        return NullScaled() if self.spec.unanswerable or self.threshold(None) is not None else Temperature()
-
-    def disputes(self, outputs: list[QAOutput], examples: list[QAExample], path=None) -> Disputes:
-        """Gold answers against out-of-fold spans (`question_disputes`; `uncertainty`: `answer_shares`)."""
-        return question_disputes(outputs, examples, self.threshold())
-
-    def uncertainty(self, outputs: list[QAOutput]) -> list[np.ndarray]:
-        return [answer_shares(o)[None] for o in outputs]
 
     def metrics(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
                 null_threshold: float | None = None, predictions_out: str | None = None,
@@ -173,6 +155,30 @@ class QAJudging(Judging):
         if self.spec.unanswerable or threshold is not None:
             result["null_threshold"] = None if threshold is None else round(float(threshold), 4)
         return result
+
+
+class QAScoring(Scoring):
+    """What a qa head's scores mean: its answers' confidence, calibrated apart for null
+    answers (`confidence.py`), the answers it disputes (audit) and how unsure it is (select)."""
+
+    def input_confidence(self, outputs: list[QAOutput], examples: list[QAExample]) -> np.ndarray:
+        """A question's shown score, as `--min-confidence` compares it (0 where there is none)."""
+        return np.array([0.0 if s is None else s for s in answer_scores(self.task, outputs, self.task.judging.threshold())])
+
+    def calibration_rows(self, outputs: list[QAOutput], examples: list[QAExample], path=None):  # `confidence.py`
+        t = self.task.judging.threshold(None)
+        return calibration_rows(outputs, examples, self.spec.n_best, t, bool(self.spec.unanswerable) or t is not None)
+
+    def calibrator(self):  # `confidence.py`: a head that may answer nothing calibrates null answers apart
+        return NullScaled() if self.spec.unanswerable or self.task.judging.threshold(None) is not None else Temperature()
+
+    def disputes(self, outputs: list[QAOutput], examples: list[QAExample], path=None) -> Disputes:
+        """Gold answers against out-of-fold spans (`question_disputes`; `uncertainty`: `answer_shares`)."""
+        return question_disputes(outputs, examples, self.task.judging.threshold())
+
+    def uncertainty(self, outputs: list[QAOutput]) -> list[np.ndarray]:
+        return [answer_shares(o)[None] for o in outputs]
+
 
 
 def answer_shares(o: QAOutput) -> np.ndarray:

@@ -7,7 +7,7 @@ from torch import nn
 
 from bertheads.tasks.base import CardText
 from bertheads.tasks.families import FAMILIES, copy_into
-from bertheads.tasks.parts import Publishing, Struct, set_labels
+from bertheads.tasks.parts import Exporting, Publishing, Struct, set_labels
 from bertheads.tasks.qa.report import qa_section
 
 
@@ -15,8 +15,6 @@ class QAPublishing(Publishing):
     """A qa head as the report, the model card and `export --to hf` show it."""
 
     shows = "answer"
-    hf_auto_class = "AutoModelForQuestionAnswering"
-    hf_pipeline = "question-answering"
 
     def output_columns(self) -> Struct:
         """The answer's text, its characters in the passage, its probability and raw score."""
@@ -26,7 +24,7 @@ class QAPublishing(Publishing):
         return {k: prediction.get(k) for k, _ in self.output_columns().fields}
 
     def report_section(self, outputs: list, examples: list, metrics: dict, section) -> None:
-        qa_section(self, outputs, examples, metrics, section)
+        qa_section(self.task, outputs, examples, metrics, section)
 
     # -- the model card ------------------------------------------------------------------------
     def card_text(self) -> CardText:
@@ -44,14 +42,22 @@ class QAPublishing(Publishing):
         return CardText(outputs="`answer`: the answer's text, its `start` and `end` characters in the passage "
                                 "and its `score`",
                         raw_outputs="`[batch, seq, 2]`: the start and end score of each token",
-                        pipeline_tag=self.hf_pipeline, limits=limits,
+                        pipeline_tag=self.task.exporting.hf_pipeline, limits=limits,
                         example={"question": "Where does the tower stand?",
                                  "context": "The tower was finished in 1889 and stands in Paris."})
 
-    def hf_usage(self, path: str) -> str:
+
+class QAExporting(Exporting):
+    """A qa head in `export --to hf`: the family's question answering class, its linear layer
+    as `qa_outputs`."""
+
+    hf_auto_class = "AutoModelForQuestionAnswering"
+    hf_pipeline = "question-answering"
+
+    def usage(self, path: str) -> str:
         """`AutoModelForQuestionAnswering` and the best span of one window (transformers 5 has no
         question-answering pipeline)."""
-        example = self.card_text().example
+        example = self.task.publishing.card_text().example
         return (f"import torch\n"
                 f"from transformers import AutoModelForQuestionAnswering, AutoTokenizer\n\n"
                 f"tokenizer = AutoTokenizer.from_pretrained({path!r})\n"
@@ -64,11 +70,10 @@ class QAPublishing(Publishing):
                 f"start, end = int(out.start_logits[0].argmax()), int(out.end_logits[0].argmax())\n"
                 f"print(tokenizer.decode(inputs['input_ids'][0][start:end + 1]))\n")
 
-    # -- export --to hf: the linear layer into qa_outputs ----------------------------------------
-    def hf_configure(self, config) -> None:
+    def configure(self, config) -> None:
         set_labels(config, ["start", "end"])
 
-    def hf_fold_temperature(self, model: nn.Module) -> str | None:
+    def fold_temperature(self, model: nn.Module) -> str | None:
         """Not exact for qa: not folded."""
         if not self.spec.temperature or not self.spec.calibrate:
             return None
@@ -76,13 +81,13 @@ class QAPublishing(Publishing):
                 "window, bertheads' calibrated score the probability of the answer among the question's candidate "
                 "spans and its null answer")
 
-    def hf_copy_head(self, model: nn.Module, name: str) -> None:
-        copy_into(model, self.head, FAMILIES[self.spec.head_family or "bert"].span_keys, f"head {name!r}")
+    def copy_head(self, model: nn.Module, name: str) -> None:
+        copy_into(model, self.task.head, FAMILIES[self.spec.head_family or "bert"].span_keys, f"head {name!r}")
 
-    def hf_outputs(self, out) -> torch.Tensor:
+    def outputs(self, out) -> torch.Tensor:
         return torch.stack([out.start_logits, out.end_logits], dim=-1)
 
-    def hf_pipeline_options(self) -> dict:
+    def pipeline_options(self) -> dict:
         spec = self.spec
         return {"max_answer_len": spec.max_answer_length, "doc_stride": spec.stride, "max_seq_len": spec.max_length,
                 "max_question_len": spec.max_question_length}

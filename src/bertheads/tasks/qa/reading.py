@@ -9,6 +9,7 @@ from bertheads.base.errors import UserError
 from bertheads.base.schema import said
 from bertheads.tasks.base import TextInput
 from bertheads.tasks.parts import Reading
+from bertheads.tasks.qa.form import QUESTION
 from bertheads.tasks.qa.formats import QAExample, check_text, iter_examples, read_examples
 from bertheads.text.readers import read_text
 
@@ -17,13 +18,14 @@ class QAReading(Reading):
     """A qa head's data: SQuAD JSON and JSON lines (a question at a time), rows in memory, Python
     `{question, context}` dicts or pairs, and `--question/--context`."""
 
+    form = QUESTION
     formats = ("json", "squad", "jsonl")
     text_formats = ("squad", "jsonl")
+    counts_lines = False  # records are questions, many to a SQuAD line
 
     def blank_record(self, example) -> dict:
         """A JSON line of the question and its passage with no answers yet."""
         return {"question": example.question, "context": example.context, "answers": []}
-    counts_lines = False  # records are questions, many to a SQuAD line
 
     def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None,
              question: str | None = None, context: str | None = None, **_) -> list[QAExample]:

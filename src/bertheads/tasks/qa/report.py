@@ -26,7 +26,7 @@ def question_word(question: str) -> str:
 
 def qa_section(task, outputs, examples, metrics: dict, section: Section) -> None:
     v2 = any(not e.answers for e in examples)
-    preds = [p["answer"] for p in task.decode(outputs, examples)]
+    preds = [p["answer"] for p in task.judging.decode(outputs, examples)]
     f1_fn = f1_v2 if v2 else f1_v1
     golds = [gold_v2(e.answers) if v2 else e.answers for e in examples]
     em = np.array([max_over(exact, p, g) for p, g in zip(preds, golds)]) * 100

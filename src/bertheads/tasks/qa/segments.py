@@ -3,7 +3,7 @@
 Text extracted from HTML or PDFs, chat logs and flattened datasets come as one block. Read in
 plain sliding windows, the question's paragraph sits behind unrelated text in every window, and
 the reader answers worse. Cut at the topic shifts instead, each segment is read in windows of its
-own and weighed by its match with the question, as real paragraphs are (`QATask.windows`).
+own and weighed by its match with the question, as real paragraphs are (`QATask.parts.modeling.windows`).
 
 The shifts are found as in TextTiling (Hearst, 1997): the idf-weighted words of the few sentences
 before each gap between sentences are compared (cosine) with those of the few after; a gap whose

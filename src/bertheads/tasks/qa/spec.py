@@ -58,3 +58,11 @@ class QASpec(HeadSettings):
     # (a, b) of sigmoid(a * margin + b), a null answer's probability of being right
     null_scaling: list[float] | None = None
 
+
+    @classmethod
+    def from_saved(cls, data: dict) -> QASpec:
+        """Models saved before `window_choice`, `paragraph_windows`, `paragraph_match` and
+        `topic_segments` existed keep the raw comparison, the windows across paragraphs, no
+        paragraph match and plain windows over flat text, as they were tuned."""
+        return super().from_saved({"window_choice": "raw", "paragraph_windows": False, "paragraph_match": 0.0,
+                                   "topic_segments": False, **data})

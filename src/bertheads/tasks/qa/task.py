@@ -10,11 +10,11 @@ on the dev set.
 
 Formats: SQuAD JSON (`{"data": [{"paragraphs": [{"context", "qas": [...]}]}]}`) and JSON
 lines `{"id", "question", "context", "answers": {"text": [...], "answer_start": [...]}}`.
-The task is the sum of its parts: reading (`reading.py`, readers in `formats.py`), head, windows
-and loss (`head.py`; passages and topic segments in `passages.py`, `segments.py`), decoding and
-metrics (`judging.py`; span decoding across windows in `spans.py`, the SQuAD scores in
-`metrics.py`), what it shows (`publishing.py`); its settings are `spec.py`, its input form
-`form.py`.
+The task holds its parts: reading (`reading.py`, readers in `formats.py`), head, windows, loss
+and recipe (`head.py`; passages and topic segments in `passages.py`, `segments.py`), decoding,
+metrics and what scores mean (`judging.py`; span decoding across windows in `spans.py`, the SQuAD
+scores in `metrics.py`), what it shows and how it exports (`publishing.py`); its settings are
+`spec.py`, its input form `form.py`.
 """
 
 from __future__ import annotations
@@ -23,17 +23,15 @@ from dataclasses import dataclass
 
 from bertheads.base.errors import UserError
 from bertheads.base.schema import said
-from bertheads.tasks.base import Task, option
+from bertheads.tasks.base import Parts, Task, option
 from bertheads.tasks.families import copy_start, settle_family, start_weights
-from bertheads.tasks.qa.form import QUESTION
 from bertheads.tasks.qa.formats import read_examples
 from bertheads.tasks.qa.head import QAHead, QAModeling
-from bertheads.tasks.qa.judging import QAJudging
-from bertheads.tasks.qa.publishing import QAPublishing
+from bertheads.tasks.qa.judging import QAJudging, QAScoring
+from bertheads.tasks.qa.publishing import QAExporting, QAPublishing
 from bertheads.tasks.qa.reading import QAReading
 from bertheads.tasks.qa.spans import window_choice_parts
 from bertheads.tasks.qa.spec import QASpec
-from bertheads.tasks.recipes import Recipe
 
 
 @dataclass
@@ -46,27 +44,11 @@ class QAOptions:
                                          at=("evaluate",))
 
 
-class QATask(QAReading, QAModeling, QAJudging, QAPublishing, Task):
+class QATask(Task):
     kind = "qa"
     spec_type = QASpec
     help = "answer spans in a passage for a question (SQuAD v1.1 / v2.0)"
-    # by the training data's size, as measured on SQuAD v1.1 (bench/small_data.py, docs/little-data.md):
-    # up to 1,000 questions batches of 8 and a step budget beat batches of 16 for 3 epochs and the
-    # Trainer at its defaults, about 600 steps doing better than 300 at 200 questions; between 200
-    # and 1,000, and where batches of 16 catch up above 1,000, is not measured
-    recipes = (Recipe(200, "finetune", 8, steps=600, epochs=(3, 40)),
-               Recipe(1000, "finetune", 8, steps=300, epochs=(3, 20)),
-               Recipe(None, "finetune", 16))
-    form = QUESTION
-    options_type = QAOptions
-
-    @classmethod
-    def spec_from_dict(cls, data: dict) -> QASpec:
-        """Models saved before `window_choice`, `paragraph_windows`, `paragraph_match` and
-        `topic_segments` existed keep the raw comparison, the windows across paragraphs, no
-        paragraph match and plain windows over flat text, as they were tuned."""
-        return super().spec_from_dict({"window_choice": "raw", "paragraph_windows": False, "paragraph_match": 0.0,
-                                       "topic_segments": False, **data})
+    parts = Parts(QAReading, QAModeling, QAJudging, QAScoring, QAPublishing, QAExporting, options=QAOptions)
 
     @classmethod
     def build(cls, spec: QASpec, encoder, pooler_state=None) -> QATask:

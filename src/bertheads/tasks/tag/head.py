@@ -14,6 +14,7 @@ from bertheads.encoder.layers import LayerCombine
 from bertheads.tasks.base import init_linear
 from bertheads.tasks.families import Family, activation, init_head_linear, token_block
 from bertheads.tasks.parts import Modeling
+from bertheads.tasks.recipes import Recipe
 from bertheads.tasks.tag.formats import TagExample
 from bertheads.tasks.tag.scheme import inside
 from bertheads.tasks.tag.spec import TagSpec
@@ -74,6 +75,13 @@ class TagModeling(Modeling):
     """A tag head's features (the words' pieces, cut into overlapping windows past max_length),
     its loss over the labelled pieces, and what a pass costs."""
 
+    # by the training data's size, as measured on CoNLL-2003 (bench/small_data.py, docs/little-data.md):
+    # the fixed batch 32 for 3 epochs takes too few steps below a few thousand sentences; from
+    # 6,400 sentences its 3 epochs are the 600 steps the middle row asks for
+    recipes = (Recipe(1000, "finetune", 8, steps=600, epochs=(3, 40)),
+               Recipe(6400, "finetune", 32, steps=600, epochs=(3, 20)),
+               Recipe(None, "finetune", 32))
+
     def encode(self, examples: list[TagExample], tokenizer, with_labels: bool = True,
                path: str | None = None) -> list[dict]:
         features, _ = self.encode_windows(examples, tokenizer, with_labels, path)
@@ -125,7 +133,7 @@ class TagModeling(Modeling):
                 else:
                     n_found = 0
                 if n_found < len(e.words):  # words with no piece: encode them as the unknown token
-                    ids, tt, word = self.encode_with_unknowns(e.words, word, tokenizer, n_prefix, n_suffix)
+                    ids, tt, word = encode_with_unknowns(e.words, word, tokenizer, n_prefix, n_suffix)
                     end = len(ids) - n_suffix
                 n_words, spans = len(e.words), None
             valid = word >= 0
@@ -164,20 +172,6 @@ class TagModeling(Modeling):
                 features.append(f)
                 owner.append(k)
         return features, owner
-
-    @staticmethod
-    def encode_with_unknowns(words: list[str], word: np.ndarray, tokenizer, n_prefix: int, n_suffix: int):
-        """Re-encode a sentence with the words that gave no piece replaced by the unknown token."""
-        found = set(word[word >= 0].tolist())
-        unk = tokenizer.unk_token or "?"
-        patched = [w if i in found else unk for i, w in enumerate(words)]
-        enc = tokenize(tokenizer, [" ".join(patched)])
-        ids, tt, offsets = enc["input_ids"][0], enc["token_type_ids"][0], enc["offset_mapping"][0]
-        word = drop_blank(words_by_offset(patched, offsets[n_prefix:len(ids) - n_suffix]),
-                          blank_pieces(tokenizer, ids[n_prefix:len(ids) - n_suffix]))
-        if len(set(word[word >= 0].tolist())) < len(words):
-            raise UserError(f"a sentence starting {' '.join(words[:5])!r} has words the tokenizer cannot encode")
-        return ids, tt, word
 
     def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Cross-entropy summed over the labelled tokens, divided by the batch's windows times
@@ -254,3 +248,16 @@ def words_by_offset(words: list[str], offsets) -> np.ndarray:
     inside_word = (word >= 0) & (off[:, 0] < starts[word.clip(0)] + lengths[word.clip(0)]) & (off[:, 1] > off[:, 0])
     return np.where(inside_word, word, -1)
 
+
+def encode_with_unknowns(words: list[str], word: np.ndarray, tokenizer, n_prefix: int, n_suffix: int):
+    """Re-encode a sentence with the words that gave no piece replaced by the unknown token."""
+    found = set(word[word >= 0].tolist())
+    unk = tokenizer.unk_token or "?"
+    patched = [w if i in found else unk for i, w in enumerate(words)]
+    enc = tokenize(tokenizer, [" ".join(patched)])
+    ids, tt, offsets = enc["input_ids"][0], enc["token_type_ids"][0], enc["offset_mapping"][0]
+    word = drop_blank(words_by_offset(patched, offsets[n_prefix:len(ids) - n_suffix]),
+                      blank_pieces(tokenizer, ids[n_prefix:len(ids) - n_suffix]))
+    if len(set(word[word >= 0].tolist())) < len(words):
+        raise UserError(f"a sentence starting {' '.join(words[:5])!r} has words the tokenizer cannot encode")
+    return ids, tt, word

@@ -9,7 +9,7 @@ import numpy as np
 
 from bertheads.base.errors import UserError, where
 from bertheads.tasks.base import softmax
-from bertheads.tasks.parts import Disputes, Judging
+from bertheads.tasks.parts import Disputes, Judging, Scoring
 from bertheads.tasks.tag.formats import TagExample, separator
 from bertheads.tasks.tag.scheme import (
     entity_counts,
@@ -75,22 +75,10 @@ class TagJudging(Judging):
                 raise ValueError(f"example {k}: {len(chosen)} predictions for {n_words} words")
             rows.append(chosen)
             spans.append(head.get("_spans"))
-        t = self.temperature()  # the calibrated scores (the argmax, so every tag, is the same)
+        t = self.task.scoring.temperature()  # the calibrated scores (the argmax, so every tag, is the same)
         probs = softmax(np.concatenate(rows).astype(np.float32) / np.float32(t)) if rows else np.zeros((0, len(self.spec.tags)))
         parts = np.split(probs, np.cumsum([len(r) for r in rows])[:-1])
         return [WordScores(p, s) for p, s in zip(parts, spans)]
-
-    def disputes(self, outputs: list[WordScores], examples: list[TagExample], path=None) -> Disputes:
-        """Each word's given tag against its out-of-fold tag probabilities (`word_disputes`)."""
-        return word_disputes(outputs, examples, list(self.spec.tags), path)
-
-    def class_counts(self, examples: list[TagExample]) -> dict[str, int]:
-        """Entities per type (by the scheme's rules; every type the tags name)."""
-        return entity_counts([e.tags or [] for e in examples], self.spec.tags)
-
-    def uncertainty(self, outputs: list[WordScores]) -> list[np.ndarray]:
-        """Each word's tag probabilities."""
-        return [o.probs for o in outputs]
 
     def predicted_tags(self, outputs: list[WordScores]) -> list[list[str]]:
         return [[self.spec.tags[i] for i in o.probs.argmax(-1).tolist()] for o in outputs]
@@ -118,27 +106,9 @@ class TagJudging(Judging):
                                      "end_token": b, "score": score})
             result = ({"entities": entities} if e.text is not None else
                       {"tokens": e.words, "tags": [self.spec.tags[i] for i in best], "entities": entities})
-            result = self.abstain(result, float(top.min()) if len(top) else None, min_confidence)
+            result = self.task.scoring.abstain(result, float(top.min()) if len(top) else None, min_confidence)
             results.append({**e.extra, **result} if e.extra else result)
         return results
-
-    def input_confidence(self, outputs: list[WordScores], examples: list[TagExample]) -> np.ndarray:
-        """A sentence's lowest word top score, as `--min-confidence` compares it (1: no words)."""
-        return np.array([float(o.probs.max(-1).min()) if len(o.probs) else 1.0 for o in outputs])
-
-    def calibration_rows(self, outputs: list[WordScores], examples: list[TagExample], path=None):
-        """Per labelled word: its tag logits (up to a constant, from the scores in use), its gold tag."""
-        index = {t: i for i, t in enumerate(self.spec.tags)}
-        rows, gold = [], []
-        for out, e in zip(outputs, examples):
-            tags = e.tags or []
-            if not tags or len(tags) != len(out.probs):
-                continue
-            rows.append(np.log(np.maximum(out.probs.astype(np.float64), 1e-30)) * self.temperature())
-            gold.extend(index.get(t, -1) for t in tags)
-        if not rows:
-            return np.zeros((0, len(self.spec.tags))), np.zeros(0, dtype=int)
-        return np.concatenate(rows), np.asarray(gold, dtype=int)
 
     def metrics(self, outputs: list[WordScores], examples: list[TagExample], path=None, **_) -> dict:
         """Entity precision, recall and F1 (micro and per type) by seqeval's default mode (conlleval
@@ -172,6 +142,42 @@ class TagJudging(Judging):
                 out.append(f"{row}{separator(row)}{tag}\n")
             out.append("\n")
         return "".join(out)
+
+
+class TagScoring(Scoring):
+    """What a tag head's scores mean: its words' decisions for calibration and confidence,
+    the tags it disputes (audit), how unsure it is (select) and its entity counts."""
+
+    def disputes(self, outputs: list[WordScores], examples: list[TagExample], path=None) -> Disputes:
+        """Each word's given tag against its out-of-fold tag probabilities (`word_disputes`)."""
+        return word_disputes(outputs, examples, list(self.spec.tags), path)
+
+    def class_counts(self, examples: list[TagExample]) -> dict[str, int]:
+        """Entities per type (by the scheme's rules; every type the tags name)."""
+        return entity_counts([e.tags or [] for e in examples], self.spec.tags)
+
+    def uncertainty(self, outputs: list[WordScores]) -> list[np.ndarray]:
+        """Each word's tag probabilities."""
+        return [o.probs for o in outputs]
+
+    def input_confidence(self, outputs: list[WordScores], examples: list[TagExample]) -> np.ndarray:
+        """A sentence's lowest word top score, as `--min-confidence` compares it (1: no words)."""
+        return np.array([float(o.probs.max(-1).min()) if len(o.probs) else 1.0 for o in outputs])
+
+    def calibration_rows(self, outputs: list[WordScores], examples: list[TagExample], path=None):
+        """Per labelled word: its tag logits (up to a constant, from the scores in use), its gold tag."""
+        index = {t: i for i, t in enumerate(self.spec.tags)}
+        rows, gold = [], []
+        for out, e in zip(outputs, examples):
+            tags = e.tags or []
+            if not tags or len(tags) != len(out.probs):
+                continue
+            rows.append(np.log(np.maximum(out.probs.astype(np.float64), 1e-30)) * self.task.scoring.temperature())
+            gold.extend(index.get(t, -1) for t in tags)
+        if not rows:
+            return np.zeros((0, len(self.spec.tags))), np.zeros(0, dtype=int)
+        return np.concatenate(rows), np.asarray(gold, dtype=int)
+
 
 
 def word_disputes(outputs: list, examples: list, tags: list[str], path=None) -> Disputes:

@@ -8,7 +8,7 @@ from bertheads.base.errors import UserError
 from bertheads.tasks.base import CardText
 from bertheads.tasks.calibration import fold_into_output_layer
 from bertheads.tasks.families import FAMILIES, copy_into
-from bertheads.tasks.parts import ListOf, Publishing, Struct
+from bertheads.tasks.parts import Exporting, ListOf, Publishing, Struct
 from bertheads.tasks.tag.report import tag_section
 
 ENTITY = Struct.of(text=str, type=str, start=int, end=int, score=float)  # one entity of a raw text
@@ -18,8 +18,6 @@ class TagPublishing(Publishing):
     """A tag head as `GET /heads`, the report, the model card and `export --to hf` show it."""
 
     shows = "entities"
-    hf_auto_class = "AutoModelForTokenClassification"
-    hf_pipeline = "token-classification"
 
     def output_columns(self) -> Struct:
         """The entities of a raw text: a list of (text, type, start, end, score)."""
@@ -33,7 +31,7 @@ class TagPublishing(Publishing):
                 "entity_types": sorted({t.split("-", 1)[1] for t in self.spec.tags if "-" in t})}
 
     def report_section(self, outputs: list, examples: list, metrics: dict, section) -> None:
-        tag_section(self, outputs, examples, metrics, section)
+        tag_section(self.task, outputs, examples, metrics, section)
 
     # -- the model card ------------------------------------------------------------------------
     def card_text(self) -> CardText:
@@ -48,11 +46,21 @@ class TagPublishing(Publishing):
         return CardText(outputs="`entities`: each entity's text, type, start and end characters and score (for "
                                 "given words: `tokens`, `tags` and entities by word index)",
                         raw_outputs=f"`[batch, seq, {len(spec.tags)}]`: one score per tag for each token",
-                        pipeline_tag=self.hf_pipeline, labels=list(spec.tags), labels_title="tags", limits=limits,
+                        pipeline_tag=self.task.exporting.hf_pipeline, labels=list(spec.tags), labels_title="tags", limits=limits,
                         example="Angela Merkel visited Paris last week.")
 
-    # -- export --to hf: the linear layer into the token classifier ----------------------------
-    def export_check(self, name: str, to: str) -> None:
+    def output_labels(self) -> list:
+        return list(self.spec.tags)
+
+
+class TagExporting(Exporting):
+    """A tag head in `export --to hf`: the family's token classification class (a BiLSTM head
+    has none, nor an ONNX form)."""
+
+    hf_auto_class = "AutoModelForTokenClassification"
+    hf_pipeline = "token-classification"
+
+    def check(self, name: str, to: str) -> None:
         if self.spec.head_type == "linear":
             return
         if to == "hf":
@@ -60,15 +68,12 @@ class TagPublishing(Publishing):
         raise UserError(f"head {name!r}: a BiLSTM tag head cannot be exported to ONNX "
                         f"(its packed sequences have no ONNX form); use the torch runtime")
 
-    def output_labels(self) -> list:
-        return list(self.spec.tags)
-
-    def hf_fold_temperature(self, model: nn.Module) -> str | None:
+    def fold_temperature(self, model: nn.Module) -> str | None:
         """Exact: the pipeline's scores are each token's softmax of the logits."""
-        return fold_into_output_layer(model, self.head.out, self.temperature() if self.spec.temperature else None)
+        return fold_into_output_layer(model, self.task.head.out, self.task.scoring.temperature() if self.spec.temperature else None)
 
-    def hf_copy_head(self, model: nn.Module, name: str) -> None:
-        copy_into(model, self.head, FAMILIES[self.spec.head_family or "bert"].token_keys, f"head {name!r}")
+    def copy_head(self, model: nn.Module, name: str) -> None:
+        copy_into(model, self.task.head, FAMILIES[self.spec.head_family or "bert"].token_keys, f"head {name!r}")
 
-    def hf_pipeline_options(self) -> dict:
+    def pipeline_options(self) -> dict:
         return {"aggregation_strategy": "first"}

@@ -8,38 +8,32 @@ default mode applies.
 
 A word is predicted from its first word piece. An input longer than `max_length` is cut into
 windows overlapping by `stride` tokens; each word takes its prediction from the window where its
-first piece has the most context on both sides. The task is the sum of its parts: reading
-(`reading.py`, readers in `formats.py`), head and loss (`head.py`), decoding and metrics
-(`judging.py`, schemes and entity metrics in `scheme.py`), what it shows (`publishing.py`); its
-settings are `spec.py`.
+first piece has the most context on both sides. The task holds its parts: reading
+(`reading.py`, readers in `formats.py`), head, loss and recipe (`head.py`), decoding, metrics and
+what scores mean (`judging.py`, schemes and entity metrics in `scheme.py`), what it shows and how
+it exports (`publishing.py`); its settings are `spec.py`.
 """
 
 from __future__ import annotations
 
 from bertheads.base.errors import UserError, where
 from bertheads.base.schema import said
-from bertheads.tasks.base import Task
+from bertheads.tasks.base import Parts, Task
 from bertheads.tasks.families import copy_start, settle_family, start_weights
-from bertheads.tasks.recipes import Recipe
 from bertheads.tasks.tag.formats import read_tagged
 from bertheads.tasks.tag.head import TagHead, TagModeling, special_layout
-from bertheads.tasks.tag.judging import TagJudging
-from bertheads.tasks.tag.publishing import TagPublishing
+from bertheads.tasks.tag.judging import TagJudging, TagScoring
+from bertheads.tasks.tag.publishing import TagExporting, TagPublishing
 from bertheads.tasks.tag.reading import TagReading
 from bertheads.tasks.tag.scheme import detect_scheme, tag_list
 from bertheads.tasks.tag.spec import TagSpec
 
 
-class TagTask(TagReading, TagModeling, TagJudging, TagPublishing, Task):
+class TagTask(Task):
     kind = "tag"
     spec_type = TagSpec
-    # by the training data's size, as measured on CoNLL-2003 (bench/small_data.py, docs/little-data.md):
-    # the fixed batch 32 for 3 epochs takes too few steps below a few thousand sentences; from
-    # 6,400 sentences its 3 epochs are the 600 steps the middle row asks for
-    recipes = (Recipe(1000, "finetune", 8, steps=600, epochs=(3, 40)),
-               Recipe(6400, "finetune", 32, steps=600, epochs=(3, 20)),
-               Recipe(None, "finetune", 32))
     help = "one tag per word (NER, chunking) from the token states; entities with offsets"
+    parts = Parts(TagReading, TagModeling, TagJudging, TagScoring, TagPublishing, TagExporting)
 
     @classmethod
     def build(cls, spec: TagSpec, encoder, pooler_state=None) -> TagTask:
