@@ -50,7 +50,7 @@ RUNS = {
             ("predict-abstain.jsonl", ["predict", "--input", "ner/dev.conll", "--min-confidence", "0.5"]),
             ("evaluate.json", ["evaluate", "--data", "ner/dev.conll", "--json"])],
     "qa": [("predict.jsonl", ["predict", "--input", "qa/dev.json"]),
-           ("predict-train.jsonl", ["predict", "--input", "qa/train.json", "--long-input", "windows"]),
+           ("predict-train.jsonl", ["predict", "--input", "qa/train.json", "--min-confidence", "0.3"]),
            ("evaluate.json", ["evaluate", "--data", "qa/dev.json", "--json"])],
     "demo": [("analyze.jsonl", ["analyze", "--input", "analyze.jsonl"]),
              ("predict-sentiment.jsonl", ["predict", "--head", "sentiment", "--input", "sentiment/dev.tsv"]),
