@@ -4,7 +4,8 @@ devices, MPS and the installed inference runtimes; and the device a `--device` n
 `machine()` detects once and caches; `pretend(Machine(...))` replaces it for a block (tests).
 `BERTHEADS_CPU_FLAGS` (space- or comma-separated) replaces the CPU flags read from /proc/cpuinfo,
 so `auto` can be kept off units a machine has (the test suite runs as an AVX2-only CPU with it).
-Runtime packages (onnxruntime, openvino) are imported only by `runtimes()`.
+The runtime packages looked for are the registered runtimes' (`base/runtimes.py`); each is
+imported only by its runtime's `about` (`runtimes()`) and runner.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import torch
 
 from bertheads.base.errors import UserError
+from bertheads.base.runtimes import RUNTIMES
 from bertheads.base.schema import said
 
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
@@ -40,7 +42,7 @@ class Machine:
     cuda: tuple[str, ...] = ()  # one name per CUDA device
     cuda_bf16: bool = False
     mps: bool = False
-    installed: frozenset[str] = field(default_factory=frozenset)  # runtime packages: onnxruntime, openvino
+    installed: frozenset[str] = field(default_factory=frozenset)  # the registered runtimes' packages found here
 
     @property
     def cpu_bf16(self) -> bool:
@@ -51,6 +53,16 @@ class Machine:
     def cpu_int8(self) -> bool:
         """int8 dot-product units (AMX, AVX512_VNNI or AVX_VNNI)."""
         return bool({"amx_int8", "avx512_vnni", "avx_vnni"} & self.flags)
+
+    @property
+    def bf16_units(self) -> str:
+        """What does its bf16 work: AMX or AVX512_BF16."""
+        return "AMX" if "amx_bf16" in self.flags else "AVX512_BF16"
+
+    @property
+    def int8_units(self) -> str:
+        """What does its int8 work: AMX, AVX512_VNNI or AVX_VNNI."""
+        return "AMX" if "amx_int8" in self.flags else ("AVX512_VNNI" if "avx512_vnni" in self.flags else "AVX_VNNI")
 
     @property
     def int8_pairs_saturate(self) -> bool:
@@ -87,8 +99,8 @@ def read_cpuinfo(text: str) -> tuple[str, frozenset[str]]:
     return name, flags
 
 
-def detect() -> Machine:
-    """This machine, from /proc/cpuinfo, torch and the installed packages."""
+def detect(packages: tuple[str, ...] = ()) -> Machine:
+    """This machine, from /proc/cpuinfo, torch and which of `packages` (runtimes') import here."""
     name, flags = "", frozenset()
     try:
         name, flags = read_cpuinfo(Path("/proc/cpuinfo").read_text())
@@ -103,7 +115,7 @@ def detect() -> Machine:
         cuda = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
         bf16 = bool(torch.cuda.is_bf16_supported())
     mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
-    installed = frozenset(p for p in ("onnxruntime", "openvino") if importlib.util.find_spec(p) is not None)
+    installed = frozenset(p for p in packages if importlib.util.find_spec(p) is not None)
     return Machine(cpu=name or platform.processor() or platform.machine(), flags=flags, cores=os.cpu_count() or 1,
                    threads=torch.get_num_threads(), capability=torch.backends.cpu.get_cpu_capability(),
                    cuda=cuda, cuda_bf16=bf16, mps=mps, installed=installed)
@@ -112,14 +124,19 @@ def detect() -> Machine:
 _PRETENDED: list[Machine] = []
 
 
-@lru_cache(maxsize=1)
-def detected() -> Machine:
-    return detect()
+@lru_cache(maxsize=4)
+def detected(packages: tuple[str, ...]) -> Machine:
+    return detect(packages)
+
+
+def runtime_packages() -> tuple[str, ...]:
+    """The packages the registered runtimes need."""
+    return tuple(r.package for r in RUNTIMES.values() if r.package)
 
 
 def machine() -> Machine:
     """This machine (or the one `pretend` set)."""
-    return _PRETENDED[-1] if _PRETENDED else detected()
+    return _PRETENDED[-1] if _PRETENDED else detected(runtime_packages())
 
 
 @contextmanager
@@ -133,20 +150,10 @@ def pretend(fake: Machine) -> Iterator[Machine]:
 
 
 def runtimes() -> dict[str, dict]:
-    """Each installed inference runtime: its version and its providers (onnxruntime) or devices
-    (openvino)."""
-    out: dict[str, dict] = {"torch": {"version": torch.__version__}}
-    if importlib.util.find_spec("onnxruntime") is not None:
-        import onnxruntime
-
-        out["onnxruntime"] = {"version": onnxruntime.__version__, "providers": onnxruntime.get_available_providers()}
-    if importlib.util.find_spec("openvino") is not None:
-        import openvino
-
-        core = openvino.Core()
-        devices = {d: core.get_property(d, "OPTIMIZATION_CAPABILITIES") for d in core.available_devices}
-        out["openvino"] = {"version": openvino.__version__, "devices": {d: list(c) for d, c in devices.items()}}
-    return out
+    """Each registered runtime whose package imports here, by its package (its name when it
+    needs none): its version and what else it says of itself (providers, devices)."""
+    return {r.package or r.name: r.about() for r in RUNTIMES.values()
+            if r.package is None or importlib.util.find_spec(r.package) is not None}
 
 
 def resolve_device(name: str | torch.device | None, fake: Machine | None = None) -> torch.device:
@@ -196,7 +203,7 @@ def training_precision(requested: str, device: torch.device, fake: Machine | Non
                 return "bf16", "the GPU has bf16"
             return "fp16", "the GPU has no bf16: fp16 with a gradient scaler"
         if kind == "cpu" and m.cpu_bf16:
-            return "bf16", "the CPU has " + ("AMX" if "amx_bf16" in m.flags else "AVX512_BF16")
+            return "bf16", "the CPU has " + m.bf16_units
         return "fp32", ("the CPU has neither AMX nor AVX512_BF16 (bf16 would be slower)" if kind == "cpu"
                         else f"{kind}: fp32")
     if requested == "bf16":

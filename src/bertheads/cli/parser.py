@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bertheads import __version__
+from bertheads.base.runtimes import choices as runtime_choices
 from bertheads.base.schema import add_flags, add_override_flags
 from bertheads.cli import settings as cli
 from bertheads.cli.commands import (
@@ -116,7 +117,7 @@ class Command:
 
 
 READ = (Group(cli.SavedModel),)
-RUNTIME = Group(RuntimeSettings)
+RUNTIME = Group(RuntimeSettings, now=lambda: {"choices": {"runtime": runtime_choices()}})
 STREAM = ("chunk_size", "batch_size", "skip_bad_lines")
 
 COMMANDS = (

@@ -34,10 +34,11 @@ import torch
 from bertheads.base.errors import SystemFault, UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine, resolve_device
+from bertheads.base.runtimes import RUNTIMES, runtime_named
 from bertheads.base.schema import said
-from bertheads.export.modes import AGREEMENT, GRAPH_OF, MIN_INPUTS, TOLERANCE, Mode, check_mode
+from bertheads.export.modes import AGREEMENT, MIN_INPUTS, TOLERANCE, Mode, check_mode
 from bertheads.export.onnx import META, ONNX_DIR, export_onnx, manifest_digest
-from bertheads.export.runtimes import has_graph, open_runner
+from bertheads.export.runtimes import missing_export, open_runner
 from bertheads.model import head_outputs
 from bertheads.saved import bundle
 from bertheads.store.atomic import atomic_write_text
@@ -222,7 +223,7 @@ def verdict(directory: Path, mode: Mode, heads: dict[str, dict]) -> dict:
     return {"passed": not why, "why": "; ".join(why), "inputs_per_s": rate(heads),
             "fp32_inputs_per_s": rate(heads, "fp32_seconds"), "tolerance_points": TOLERANCE[mode.precision],
             "min_agreement": AGREEMENT[mode.precision], "heads": heads, "device": str(mode.device),
-            "export_sha256": None if mode.runtime == "torch" else export_digest(directory),
+            "export_sha256": export_digest(directory) if runtime_named(mode.runtime).graphs else None,
             "machine": here()}
 
 
@@ -282,18 +283,19 @@ class Gate:
 
 def lower_modes(directory: Path, device: torch.device, exported: bool = True) -> list[Mode]:
     """The lower-precision modes this machine runs on `device` for the model (and, with
-    `exported`, its export's graphs)."""
-    pairs = [("torch", "bf16"), ("torch", "fp16")] + (list(GRAPH_OF) if exported else [])
+    `exported`, its export's graphs), in the registry's order."""
     out = []
-    for runtime, precision in pairs:
-        if precision not in TOLERANCE or (runtime != "torch" and not has_graph(directory, GRAPH_OF[(runtime,
-                                                                                                  precision)])):
-            continue
-        try:
-            check_mode(runtime, precision, device)
-        except UserError:
-            continue  # not on this machine (bf16 without AMX/AVX512_BF16, fp16 off a GPU, no openvino)
-        out.append(Mode(runtime, precision, device))
+    for runtime in RUNTIMES.values():
+        for precision in runtime.precisions:
+            graph_there = precision not in runtime.graphs or (
+                exported and not missing_export(directory, runtime.name, precision))
+            if precision not in TOLERANCE or not graph_there:
+                continue
+            try:
+                check_mode(runtime.name, precision, device)
+            except UserError:
+                continue  # not on this machine (bf16 without AMX/AVX512_BF16, fp16 off a GPU, no openvino)
+            out.append(Mode(runtime.name, precision, device))
     return out
 
 

@@ -21,11 +21,13 @@ import torch
 
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
-from bertheads.base.machine import machine
+from bertheads.base.machine import Machine, machine
+from bertheads.base.runtimes import Offer, Runtime
 from bertheads.base.schema import said
 from bertheads.compute.batching import MAX_CPU_WORKERS
 from bertheads.compute.runner import EncoderInputs
 from bertheads.encoder.pretrained import EncoderShape
+from bertheads.export.modes import Mode
 from bertheads.export.onnx import (
     GRAPHS,
     INPUTS,
@@ -194,3 +196,38 @@ def load_onnx(directory: str | Path, precision: str = "fp32", settings: OnnxSett
     settings = settings or OnnxSettings()
     settings.precision = precision
     return OnnxNet(directory, settings)
+
+
+def open_onnx(directory: Path, mode: Mode, verify: bool, reference=None) -> OnnxNet:
+    """`mode`'s ONNX Runtime session of the export (`reference`, a torch model, is not used)."""
+    return load_onnx(directory, mode.precision, OnnxSettings(device=str(mode.device), verify=verify))
+
+
+def onnx_offers(device: torch.device, m: Machine) -> list[Offer]:
+    """int8 on a CPU with int8 units (on a GPU, ONNX Runtime is used only when asked for)."""
+    if device.type != "cpu" or not m.cpu_int8:
+        return []
+    return [Offer("int8", 3, "ONNX Runtime's int8 kernels use the CPU's " + m.int8_units)]
+
+
+def onnx_refusal(precision: str, device: torch.device) -> str | None:
+    if precision in ("bf16", "fp16"):
+        return (f"{said('precision', precision)}: the ONNX Runtime graphs are fp32 and int8; use "
+                f"{said('runtime', 'openvino')} or torch")
+    return None
+
+
+def export_command(directory: Path, precision: str) -> str:
+    """The command that writes the graph of the export a precision reads."""
+    return f"bertheads export {directory} --to onnx{' --quantize int8' if precision == 'int8' else ''}"
+
+
+def onnx_about() -> dict:
+    import onnxruntime
+
+    return {"version": onnxruntime.__version__, "providers": onnxruntime.get_available_providers()}
+
+
+ONNX = Runtime("onnx", precisions=PRECISIONS, devices=("cpu", "cuda"), open=open_onnx, offers=onnx_offers,
+               graphs={"fp32": "fp32", "int8": "int8"}, export=export_command, package="onnxruntime",
+               missing="the export extra: pip install 'bertheads[export]'", refuse=onnx_refusal, about=onnx_about)

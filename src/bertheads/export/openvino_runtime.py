@@ -21,14 +21,17 @@ import torch
 
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
-from bertheads.base.machine import machine
+from bertheads.base.machine import Machine, machine
+from bertheads.base.runtimes import Offer, Runtime
 from bertheads.base.schema import said
-from bertheads.export.onnx_runtime import OnnxNet, OnnxSettings
+from bertheads.export.modes import Mode
+from bertheads.export.onnx_runtime import OnnxNet, OnnxSettings, export_command
 from bertheads.text.encoding import Feature, encoder_batch
 
 # --precision -> the export's graph (fp32 and bf16: the OpenVINO IR, or the ONNX graph of an
 # export without one)
 GRAPHS = {"fp32": ("openvino", "fp32"), "bf16": ("openvino", "fp32"), "int8": "qdq"}
+MISSING = "the openvino package: pip install 'bertheads[export]'"
 
 
 # OpenVINO's CPU plugin fuses each attention into one generated kernel ("snippets"). On AMX that
@@ -126,7 +129,44 @@ def load_openvino(directory: str | Path, precision: str = "fp32", settings: Onnx
         raise UserError(f"{said('runtime', 'openvino')} {said('precision', precision)}: expected fp32, bf16 or int8")
     require("export", said("runtime", "openvino"))
     if importlib.util.find_spec("openvino") is None:
-        raise UserError(f"{said('runtime', 'openvino')} needs the openvino package: pip install 'bertheads[export]'")
+        raise UserError(f"{said('runtime', 'openvino')} needs {MISSING}")
     settings = settings or OnnxSettings()
     settings.precision = precision
     return OpenVinoNet(directory, settings)
+
+
+def open_openvino(directory: Path, mode: Mode, verify: bool, reference=None) -> OpenVinoNet:
+    """`mode`'s OpenVINO compiled model of the export (`reference`, a torch model, is not used)."""
+    return load_openvino(directory, mode.precision, OnnxSettings(device=str(mode.device), verify=verify))
+
+
+def openvino_offers(device: torch.device, m: Machine) -> list[Offer]:
+    """int8 and bf16 on a CPU with those units; bf16 after ONNX Runtime's int8 without AMX."""
+    if device.type != "cpu":
+        return []
+    out = [Offer("int8", 1, "OpenVINO's int8 kernels use the CPU's " + m.int8_units)] if m.cpu_int8 else []
+    if m.cpu_bf16:
+        # without AMX, bf16 dot products (AVX512_BF16) do half the work per instruction of int8 ones (VNNI)
+        out.append(Offer("bf16", 2 if "amx_bf16" in m.flags else 4, "OpenVINO's bf16 kernels use the CPU's " + m.bf16_units))
+    return out
+
+
+def openvino_refusal(precision: str, device: torch.device) -> str | None:
+    if device.type != "cpu":
+        return f"{said('runtime', 'openvino')}: runs on the CPU here, not {device}; use {said('device', 'cpu')}"
+    if precision == "fp16":
+        return f"{said('precision', 'fp16')}: not with {said('runtime', 'openvino')} on a CPU; use bf16 or int8"
+    return None
+
+
+def openvino_about() -> dict:
+    import openvino
+
+    core = openvino.Core()
+    devices = {d: core.get_property(d, "OPTIMIZATION_CAPABILITIES") for d in core.available_devices}
+    return {"version": openvino.__version__, "devices": {d: list(c) for d, c in devices.items()}}
+
+
+OPENVINO = Runtime("openvino", precisions=tuple(GRAPHS), devices=("cpu",), open=open_openvino, offers=openvino_offers,
+                   graphs={"fp32": "fp32", "bf16": "fp32", "int8": "qdq"}, export=export_command, package="openvino",
+                   missing=MISSING, refuse=openvino_refusal, about=openvino_about)

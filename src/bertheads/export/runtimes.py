@@ -1,17 +1,14 @@
-"""Opening the runner of a mode (`modes.Mode`): the torch model, its encoder's weights cast to
-bf16 or fp16 for those precisions, or an ONNX Runtime or OpenVINO session of the export."""
+"""Opening the runner of a mode (`modes.Mode`) through its registered runtime
+(`base/runtimes.py`), and whether the model's export has the graph a mode reads."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from bertheads.base.machine import DTYPES
+from bertheads.base.runtimes import runtime_named
 from bertheads.export.modes import Mode
 from bertheads.export.onnx import META, ONNX_DIR
-from bertheads.export.onnx_runtime import OnnxSettings, load_onnx
-from bertheads.export.openvino_runtime import load_openvino
-from bertheads.saved import bundle
 
 
 def has_graph(directory: Path, graph: str) -> bool:
@@ -22,15 +19,17 @@ def has_graph(directory: Path, graph: str) -> bool:
         return False
 
 
+def missing_export(directory: Path, runtime: str, precision: str) -> str | None:
+    """The command that writes the graph `runtime` reads for `precision`, when the model's export
+    lacks it (None: it is there, or the runtime runs the saved weights)."""
+    named = runtime_named(runtime)
+    graph = named.graphs.get(precision)
+    if graph is None or has_graph(directory, graph):
+        return None
+    return named.export(directory, precision) if named.export else f"no {graph} graph"
+
+
 def open_runner(directory: Path, mode: Mode, verify: bool, reference=None):
-    """The runner of `mode` (torch: the model, its encoder's weights in bf16/fp16 for those
-    precisions; onnx, openvino: a session of the export)."""
-    if mode.runtime == "torch":
-        net = reference if reference is not None else bundle.load(directory, mode.device, verify)
-        net.to(mode.device)
-        net.set_inference_dtype(DTYPES.get(mode.precision))
-        return net
-    settings = OnnxSettings(device=str(mode.device), verify=verify)
-    if mode.runtime == "onnx":
-        return load_onnx(directory, mode.precision, settings)
-    return load_openvino(directory, mode.precision, settings)
+    """The runner of `mode`, opened by its runtime (`reference`: the torch fp32 model when one is
+    loaded already, which the torch runtime casts and uses)."""
+    return runtime_named(mode.runtime).open(directory, mode, verify, reference)

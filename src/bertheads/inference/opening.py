@@ -14,10 +14,11 @@ import torch
 
 from bertheads.base.errors import UserError
 from bertheads.base.machine import resolve_device
+from bertheads.base.runtimes import runtime_named
 from bertheads.base.schema import said
 from bertheads.export import gate
-from bertheads.export.modes import GRAPH_OF, TOLERANCE, Mode, candidates
-from bertheads.export.runtimes import has_graph, open_runner
+from bertheads.export.modes import TOLERANCE, Mode, candidates
+from bertheads.export.runtimes import missing_export, open_runner
 
 log = logging.getLogger("bertheads")
 
@@ -39,12 +40,12 @@ def open_model(directory: str | Path, device: str | torch.device | None = "auto"
     for r, p, why in ladder:
         mode = Mode(r, p, where, why)
         last = (r, p) == ladder[-1][:2]  # a missing export of the last is said by the runtime itself
-        if r != "torch" and not asked and not last and not has_graph(directory, GRAPH_OF[(r, p)]):
-            passed_over.append(f"{r} {p}: no export (bertheads export {directory} --to onnx"
-                               f"{' --quantize int8' if p == 'int8' else ''})")
+        export_cmd = None if asked or last else missing_export(directory, r, p)
+        if export_cmd:
+            passed_over.append(f"{r} {p}: no export ({export_cmd})")
             continue
-        if p not in TOLERANCE:  # fp32: nothing to check; torch's speed is the gate's reference
-            usable.append((mode, checks.fp32_rate() if r == "torch" else None))
+        if p not in TOLERANCE:  # fp32: nothing to check; the reference runtime's speed is the gate's
+            usable.append((mode, checks.fp32_rate() if runtime_named(r).reference else None))
             continue
         try:
             record = checks.record(mode)
@@ -72,7 +73,7 @@ def open_model(directory: str | Path, device: str | torch.device | None = "auto"
     if not usable:
         raise UserError(f"no mode to run {directory} in: {'; '.join(passed_over)}")
     mode, rate = fastest(usable)
-    net = open_runner(directory, mode, verify, checks.reference if mode.runtime == "torch" else None)
+    net = open_runner(directory, mode, verify, checks.reference)
     if unchecked:
         say(f"{said('precision', mode.precision)}: {unchecked}")
     if not asked and (len(ladder) > 1 or passed_over):
