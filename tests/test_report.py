@@ -124,7 +124,7 @@ def test_bad_input_is_one_line_exit_2(classify_model, tmp_path, write, capsys):
         (["report", str(tmp_path)], "not a bertheads model"),
         (["report", str(d / "model"), "--data", write("x.tsv", "sentence\tlabel\nhi\tunknown\n")],
          "was not seen in training"),
-        (["report", str(d / "model"), "--out", str(d)], "is not a report page directory"),
+        (["report", str(d / "model"), "--out", str(d)], "holds the model"),
     ]
     for argv, message in cases:
         assert main(argv) == 2

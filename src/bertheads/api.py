@@ -103,7 +103,8 @@ class Model:
         with the label empty, are also written to `out` as JSON lines."""
         settings = from_mapping(SelectSettings, {"k": k, **options})
         rows = as_rows(pool, "pool") if records_given(pool) else None
-        return select(self.net, self.head_name(head), rows or pool, settings, out, batch_size)
+        with claimed_output(out, [pool], self.folders(), "select", flag="out"):
+            return select(self.net, self.head_name(head), rows or pool, settings, out, batch_size)
 
     def predict_file(self, path: str | None, head: str | None = None, fmt: str | None = None,
                      batch_size: int = INFERENCE_BATCH, progress: bool = False, **options) -> tuple[list, list[dict]]:

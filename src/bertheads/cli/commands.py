@@ -12,7 +12,7 @@ from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine, resolve_device, runtimes, training_precision
 from bertheads.base.schema import vars_for
-from bertheads.engines.ray_job import EngineSettings, ray_predict
+from bertheads.engines.ray_job import SUMMARY, EngineSettings, ray_predict
 from bertheads.export.gate import export_checked, gate_model
 from bertheads.export.hf import export_hf
 from bertheads.export.modes import RuntimeSettings, candidates
@@ -99,7 +99,7 @@ def cmd_audit(args) -> int:
 
 def cmd_select(args) -> int:
     """`select MODEL --pool F -k N --out F`: the chosen inputs, a line on stderr."""
-    with claimed_output(args.out, [args.pool, args.gate_data], [args.model_dir], "select"):
+    with claimed_output(args.out, [args.pool, args.gate_data], [args.model_dir], "select", flag="out"):
         check_input_file(args.pool)
         model = load(args.model_dir, **vars_for(RuntimeSettings, args))
         name = model.head_name(args.head)
@@ -165,7 +165,8 @@ def cmd_predict(args) -> int:
         if not args.input or not args.output:
             raise UserError("--engine ray: give the Parquet input (--input FILE, FOLDER or GLOB) and the output "
                             "folder (--output DIR)")
-        with claimed_output(args.output, [args.input, args.gate_data], [args.model_dir], "predict"):
+        with claimed_output(args.output, [args.input, args.gate_data], [args.model_dir], "predict",
+                            marker=SUMMARY):
             summary = ray_predict(args.model_dir, args.input, args.output, [args.head] if args.head else None,
                                   RuntimeSettings(**vars_for(RuntimeSettings, args)), engine,
                                   skip_bad_lines=args.skip_bad_lines, batch_size=args.batch_size)

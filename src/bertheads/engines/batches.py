@@ -12,6 +12,7 @@ The input columns are `analyze`'s record fields: `text`, and the extra input of 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,9 @@ def loaded_model(model, runtime: RuntimeSettings):
     """The `Model` of a directory, loaded once per process (a `Model` is used as it is)."""
     if isinstance(model, Model):
         return model
+    if not isinstance(model, (str, os.PathLike)):
+        raise UserError(f"BatchPredictor: model: expected a model directory or a loaded Model, got "
+                        f"{type(model).__name__}")
     key = (str(model), runtime.device, runtime.runtime, runtime.precision, runtime.encoder)
     if key not in _LOADED:
         _LOADED[key] = load(model, runtime)

@@ -20,7 +20,9 @@ from bertheads.base.schema import said, setting
 from bertheads.base.values import positive_int
 from bertheads.engines.batches import ERROR, FILE, ROW, BatchPredictor
 from bertheads.export.modes import RuntimeSettings
+from bertheads.saved.bundle import model_folders
 from bertheads.store.atomic import atomic_directory, atomic_write_text
+from bertheads.store.guard import check_target
 from bertheads.text.parquet import parquet_files, read_group, row_groups
 
 log = logging.getLogger("bertheads")
@@ -99,9 +101,10 @@ def ray_predict(model_dir: str, source: str, output: str, heads: list[str] | Non
                 settings: EngineSettings, skip_bad_lines: bool = False, batch_size: int | None = None) -> dict:
     """Predict Parquet input on Ray Data into the folder `output`; the job's summary."""
     require("ray", said("engine", "ray"))
-    out = Path(output)
+    out = check_target(output, SUMMARY, inputs=[source], models=model_folders(model_dir), flag="output")
     if out.exists():
-        raise UserError(f"{said('output', output)}: exists; {said('engine', 'ray')} writes a new folder")
+        raise UserError(f"{said('output', output)}: the folder exists; {said('engine', 'ray')} writes a new folder "
+                        f"(remove it, or choose another {said('output')})")
     groups = row_groups(source)
     ray = start_ray(settings)
     predictor_args = {"model": str(Path(model_dir).absolute()), "heads": heads, "skip_bad_rows": skip_bad_lines,

@@ -24,10 +24,10 @@ import torch
 from torch import nn
 
 from bertheads.base.errors import UserError
-from bertheads.base.schema import said
 from bertheads.model import pick_head
 from bertheads.saved import bundle, card
-from bertheads.store.atomic import atomic_directory, check_replaceable
+from bertheads.store.atomic import atomic_directory
+from bertheads.store.guard import check_target
 
 MARKER = "bertheads-export.json"
 CHECK_TOLERANCE = 1e-4
@@ -93,10 +93,7 @@ def export_hf(directory: str | Path, out: str | Path, head: str | None = None) -
     """Write head `head` of the model in `directory` as a transformers directory at `out`."""
     directory = Path(directory)
     bundle.read_manifest(directory)
-    out = Path(out)
-    check_replaceable(out, MARKER, "a bertheads export")
-    if out.resolve() == directory.resolve() or directory.resolve() in out.resolve().parents:
-        raise UserError(f"{said('out', out)}: choose a directory outside the model")
+    out = check_target(out, MARKER, models=bundle.model_folders(directory), what="a bertheads export")
     net = bundle.load(directory)
     name = pick_head(net, head)
     task = net.tasks[name]

@@ -43,7 +43,8 @@ from bertheads.base.schema import said
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.export.quiet import tools_quiet
 from bertheads.saved import bundle, card
-from bertheads.store.atomic import atomic_directory, check_replaceable
+from bertheads.store.atomic import atomic_directory
+from bertheads.store.guard import check_target
 from bertheads.text.encoding import encoder_batch
 
 ONNX_DIR = "onnx"
@@ -409,8 +410,8 @@ def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_t
     manifest = bundle.read_manifest(directory)
     if quantize_to not in (None, "int8"):
         raise UserError(f"{said('quantize')}: expected int8, got {quantize_to!r}")
-    out = Path(out) if out else directory / ONNX_DIR
-    check_replaceable(out, META, "a bertheads ONNX export")
+    out = check_target(Path(out) if out else directory / ONNX_DIR, META, models=bundle.model_folders(directory),
+                       home=directory, inputs=(calibration or {}).values(), what="a bertheads ONNX export")
     say = log or (lambda _msg: None)
     net = bundle.load(directory)
     check_exportable(net)

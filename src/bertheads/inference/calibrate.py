@@ -23,12 +23,10 @@ def recalibrate(directory: str | Path, data: str, out: str | Path, head: str | N
     own nor one inside it). `metrics.json` there gains `calibration`: per head, what
     `calibration.calibrate_head` measured (ECE and Brier before and after, on cross-fitted halves of
     `data`) and the file. Returns that."""
-    directory, out = Path(directory), Path(out)
-    if out.resolve() == directory.resolve() or directory.resolve() in out.resolve().parents:
-        raise UserError(f"{said('out', out)}: choose a directory outside the model (calibrate writes a new model)")
+    directory = Path(directory)
+    out = bundle.check_writable_out(out, [data], bundle.model_folders(directory))
     if not Path(data).is_file():
         raise UserError(f"{said('data', data)}: no such file")
-    bundle.check_writable_out(out)
     net = bundle.load(directory)
     names = [pick_head(net, head)] if head is not None or len(net.tasks) == 1 else list(net.tasks)
     results = {}

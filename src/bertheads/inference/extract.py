@@ -36,6 +36,7 @@ from bertheads.compute.states import EncoderStates, combined
 from bertheads.encoder.layers import LayerCombine, parse_layers
 from bertheads.encoder.pretrained import Encoder
 from bertheads.store.atomic import atomic_directory
+from bertheads.store.guard import check_target
 from bertheads.store.rowfiles import create_npy, create_safetensors
 from bertheads.tasks import TASKS
 from bertheads.tasks.base import TextInput
@@ -164,23 +165,22 @@ def model_max_length(encoder) -> int | None:
 
 
 # -- writing ---------------------------------------------------------------------------
-def check_out(out: Path) -> None:
-    if out.exists():
-        if not out.is_dir():
-            raise UserError(f"{out}: exists and is not a directory")
-        meta = out / "meta.json"
-        ours = meta.is_file() and MARKER in meta.read_text(errors="replace")
-        if any(out.iterdir()) and not ours:
-            raise UserError(f"{out}: exists, is not empty and is not a bertheads extract output; choose another "
-                            f"{said('out')}")
+def check_out(out: Path, inputs=()) -> Path:
+    """`out` once `store.guard.check_target` allows it (never over the input, the checkpoint
+    read or a model); an earlier extract output (meta.json with its marker) is replaced."""
+    check_target(out, "meta.json", inputs=inputs, what="a bertheads extract output")
+    meta = out / "meta.json"
+    if meta.is_file() and MARKER not in meta.read_text(errors="replace"):
+        raise UserError(f"{said('out', str(out))}: exists, is not empty and is not a bertheads extract output; "
+                        f"choose another {said('out')}")
+    return out
 
 
 def extract(model: str, path: str | None, out: str | Path, settings: ExtractSettings | None = None,
             input_format: str = "auto", encoder=None) -> dict:
     """Write the features of every input in `path` to the directory `out`; returns its meta."""
     settings = settings or ExtractSettings()
-    out = Path(out)
-    check_out(out)
+    out = check_out(Path(out), [path, *([model] if model and Path(str(model)).exists() else [])])
     if settings.vector_pool not in POOLS:
         raise UserError(f"{said('vector_pool')}: expected one of {', '.join(POOLS)}, got {settings.vector_pool!r}")
     if settings.layer_combine not in EXTRACT_COMBINES:

@@ -25,6 +25,7 @@ from bertheads.model import head_outputs
 from bertheads.saved import bundle
 from bertheads.saved.card import read_metrics
 from bertheads.store.atomic import atomic_directory
+from bertheads.store.guard import check_target
 from bertheads.tasks.calibration import confidence_pairs, coverage_part, ece, metric_coverage
 from bertheads.tasks.figures import Figure, Section, html_table, pyplot, reliability, risk_coverage, to_png
 
@@ -253,6 +254,8 @@ def report(model_dir: str | Path, data: str | None = None, out: str | Path | Non
     suspects too); returns the page's path."""
     directory = Path(model_dir)
     bundle.read_manifest(directory)  # a clear error for a directory that is not a model
+    page_dir = check_target(Path(out) if out else directory / "report", "index.html", inputs=[data, audit],
+                            models=bundle.model_folders(directory), home=directory, what="a report page directory")
     net = bundle.load(directory)
     names = list(net.tasks)
     if head is not None:
@@ -309,10 +312,6 @@ def report(model_dir: str | Path, data: str | None = None, out: str | Path | Non
         sections.append(tuned)
     if audit is not None:
         sections.append(audit_section(audit))
-    page_dir = Path(out) if out else directory / "report"
-    if page_dir.exists() and (not page_dir.is_dir() or (any(page_dir.iterdir())
-                                                        and not (page_dir / "index.html").is_file())):
-        raise UserError(f"{said('out', page_dir)}: exists and is not a report page directory; choose another")
     intro = [f"model: {directory.resolve()}", f"heads: {', '.join(f'{n} ({t.kind})' for n, t in net.tasks.items())}"]
     if data:
         intro.append(f"data: {Path(data).resolve()}")

@@ -26,6 +26,7 @@ from bertheads.compute.states import EncoderStates
 from bertheads.encoder.layers import normalise_layers
 from bertheads.model import head_outputs
 from bertheads.store.atomic import atomic_write_text
+from bertheads.store.guard import check_target
 from bertheads.text.readers import source_name
 
 log = logging.getLogger("bertheads")
@@ -202,6 +203,8 @@ def select(net, name: str, pool, settings: SelectSettings | None = None, out: st
     `net`, choose `settings.k` by `settings.strategy`, and write them as JSON lines to `out`
     (atomically)."""
     settings = settings or SelectSettings()
+    if out is not None:  # (the callers check it with the model's folders first: `claimed_output`)
+        check_target(out, inputs=[pool], flag="out")
     if settings.strategy not in STRATEGIES:
         raise UserError(f"{said('strategy')}: expected one of {', '.join(STRATEGIES)}, got {settings.strategy!r}")
     task = net.tasks[name]
@@ -221,7 +224,9 @@ def select(net, name: str, pool, settings: SelectSettings | None = None, out: st
     records = []
     for i in picks:
         score, position, e = kept[i]
-        given = (getattr(e, "extra", None) or {}).get("id") or getattr(e, "id", None)
+        given = (getattr(e, "extra", None) or {}).get("id")
+        if given is None:  # (an id of 0 is an id: not the line number)
+            given = getattr(e, "id", None)
         line = getattr(e, "line", None)
         record = {**task.reading.blank_record(e), "id": given if given is not None else (line if line is not None else position),
                   "score": round(float(score), 6)}

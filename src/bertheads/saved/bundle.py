@@ -52,6 +52,7 @@ from bertheads.saved.manifest import (  # noqa: F401  (MANIFEST, FORMAT_VERSION,
 from bertheads.saved.mlmodel import MLMODEL, mlmodel_text
 from bertheads.store.atomic import atomic_directory
 from bertheads.store.encoder_refs import load_reference, reference_location
+from bertheads.store.guard import check_target, model_folder_above
 from bertheads.tasks import TASKS
 
 RUN_FILES = ("checkpoint", "log.jsonl", "tensorboard", "tracking")  # a training run's own files in its --out
@@ -64,22 +65,30 @@ def task_class(kind: str):
     return TASKS[kind]
 
 
-def check_writable_out(out: str | Path) -> Path:
-    """Refuse to replace a directory that is not a bertheads model (the user's files stay)."""
-    out = Path(out)
-    if out.exists():
-        if not out.is_dir():
-            raise UserError(f"{out}: exists and is not a directory")
-        if any(not p.name.startswith(".checkpoint.") and p.name not in RUN_FILES for p in out.iterdir()) \
-                and not (out / MANIFEST).is_file():
-            raise UserError(f"{out}: exists, is not empty and is not a bertheads model; choose another "
-                            f"{said('out')}")
-    return out
+def check_writable_out(out: str | Path, inputs=(), models=(), overwrite: bool | None = None,
+                       home: str | Path | None = None) -> Path:
+    """Check before any work that a model may be written to `out` (`store.guard.check_target`:
+    never over or into a model read or over an input; a folder that is not empty and not a
+    bertheads model only with `overwrite`; another model is replaced)."""
+    return check_target(out, (MANIFEST, *RUN_FILES), inputs=inputs, models=models, overwrite=overwrite, home=home)
+
+
+def model_folders(model: str | Path) -> list[Path]:
+    """A model's folder and, for a head-only model, the checkpoint folder it reads (what no
+    output may replace or go into)."""
+    folders = [Path(model)]
+    try:
+        folders.append(Path(encoder_location(model)))
+    except UserError:  # not a model (yet): loading it says so
+        pass
+    return folders
 
 
 def save(model: BertHeads, out: str | Path, metrics: dict | None = None, extra: dict | None = None) -> Path:
-    """Write `model` to `out` atomically (replacing an earlier bertheads model there)."""
-    out = check_writable_out(out)
+    """Write `model` to `out` atomically (replacing an earlier bertheads model there). The
+    commands that save check `out` with their inputs first (`check_writable_out`); here it is
+    checked again as a folder (a model may be saved inside the model folder of a search)."""
+    out = check_writable_out(out, home=model_folder_above(Path(out)))
     reference = getattr(model.encoder, "reference", None)
     with atomic_directory(out, carry=RUN_FILES, label="model") as tmp:
         if reference is None:

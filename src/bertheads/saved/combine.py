@@ -15,6 +15,7 @@ def combine(directories: list[str | Path], out: str | Path, names: list[str] | N
     """Save at `out` one model holding the heads of several models whose encoders are identical."""
     if len(directories) < 2:
         raise UserError("combine: give at least two model directories")
+    bundle.check_writable_out(out, models=[f for d in directories for f in bundle.model_folders(d)])  # never over (or into) a model it reads
     manifests = [bundle.read_manifest(d) for d in directories]
     hashes = []
     for directory, manifest in zip(directories, manifests):

@@ -17,9 +17,10 @@ from dataclasses import fields
 from pathlib import Path
 
 from bertheads.base.errors import UserError, first_line
+from bertheads.store.guard import MODEL_MANIFEST
 from bertheads.tasks import TASKS
 
-MANIFEST = "bertheads.json"
+MANIFEST = MODEL_MANIFEST  # bertheads.json (the write guard, `store/guard.py`, knows a model by it)
 FORMAT_VERSION = 1
 # a head name: letters, digits, '_', '.', '-', not starting with '.', '_' or '-' (the same rule as
 # multi-task configs and `combine --names`); it is also the head's file name under DIR/heads/

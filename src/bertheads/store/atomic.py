@@ -23,8 +23,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bertheads.base.errors import UserError
-from bertheads.base.schema import said
 from bertheads.store.crash import crash_point
 from bertheads.store.faults import system_fault, tree_bytes
 
@@ -156,15 +154,6 @@ def swap_into_place(tmp: Path, out: Path, label: str = "save") -> None:
     else:
         os.rename(tmp, out)
         fsync_path(out.parent)
-
-
-def check_replaceable(out: Path, marker: str, what: str) -> None:
-    """Refuse to replace `out` unless it is missing, empty, or `what` (a directory holding `marker`)."""
-    if out.exists():
-        if not out.is_dir():
-            raise UserError(f"{out}: exists and is not a directory")
-        if any(out.iterdir()) and not (out / marker).is_file():
-            raise UserError(f"{out}: exists, is not empty and is not {what}; choose another {said('out')}")
 
 
 @contextmanager

@@ -31,11 +31,12 @@ from bertheads.model import BertHeads
 from bertheads.store.atomic import atomic_directory
 from bertheads.store.encoder_refs import cache_root, reference
 from bertheads.store.features_cache import CachedDev
+from bertheads.store.guard import check_target
 from bertheads.tasks.parts import Disputes
 from bertheads.text.readers import source_name
 from bertheads.training.config import MultiConfig
 from bertheads.training.features import CachedHead, attach_cache, evaluate_cached
-from bertheads.training.joint import plain, read_task, task_settings
+from bertheads.training.joint import plain, read_task, run_inputs, task_settings
 from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit, fixed_recipe
 
 log = logging.getLogger("bertheads")
@@ -363,12 +364,13 @@ def audit_task(config: MultiConfig, out: str | Path | None, model: str = "defaul
     `out/summary.json` written (atomically, as one folder) when `out` is given."""
     settings = settings or TrainSettings()
     audit = audit or AuditSettings()
-    if out is not None and Path(out).exists() and not Path(out).is_dir():
-        raise UserError(f"{said('out', out)}: is a file, not a directory")
     if not config.single or len(config.tasks) != 1:
         raise UserError(f"{config.path}: audit reads one task")
     if audit.rows not in ROWS:
         raise UserError(f"{said('rows')}: expected one of {', '.join(ROWS)}, got {audit.rows!r}")
+    if out is not None:  # (before any training: never over the data, a model, or a folder of other files)
+        check_target(out, "summary.json", inputs=run_inputs(config, model), overwrite=settings.overwrite,
+                     what="an audit's folder")
     oof = out_of_fold(config, model, settings, audit, limit, cli_options)
     task, examples = oof.task, oof.examples
     disputes = task.scoring.disputes(oof.outputs, examples, config.tasks[0].train)

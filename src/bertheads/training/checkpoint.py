@@ -221,10 +221,12 @@ def abandon_fresh(out: str | Path) -> None:
         remove_made(FRESH.pop(out))
 
 
-def claim_out(out: str | Path, resume: bool, overwrite: bool) -> Path:
-    """Check, before any work, that a run may write to `out`: a model or checkpoint of another
-    run there is replaced only with `overwrite`; `resume` needs a checkpoint."""
-    out = Path(out)
+def claim_out(out: str | Path, resume: bool, overwrite: bool, inputs=(), home: str | Path | None = None) -> Path:
+    """Check, before any work, that a run may write to `out`: never over its `inputs` (the data
+    files, a local checkpoint) or into a model (`saved.bundle.check_writable_out`; `home`: the
+    search whose model folder holds this run's); a model or checkpoint of another run there is
+    replaced only with `overwrite`; `resume` needs a checkpoint."""
+    out = check_writable_out(out, inputs, overwrite=overwrite or resume, home=home)
     fresh = None if out.exists() else missing_parents(out)
     if os.environ.get("RANK", "0") == "0":  # one run per folder (the processes of one torchrun share it)
         lock.hold(out, "run")
@@ -232,7 +234,16 @@ def claim_out(out: str | Path, resume: bool, overwrite: bool) -> Path:
     FRESH.pop(out.absolute(), None)
     if fresh is not None:
         FRESH[out.absolute()] = fresh
-    out = check_writable_out(out)
+    try:
+        return check_resumable(out, resume, overwrite)
+    except UserError:
+        lock.release(out)  # (refused: no lock file left beside it)
+        remove_made(FRESH.pop(out.absolute(), []))
+        raise
+
+
+def check_resumable(out: Path, resume: bool, overwrite: bool) -> Path:
+    """A checkpoint to resume, or a model or checkpoint of another run replaced only with `overwrite`."""
     if resume and overwrite:
         raise UserError(f"{said('resume')} and {said('overwrite')}: choose one (continue the run in {said('out')}, or replace it)")
     if resume:

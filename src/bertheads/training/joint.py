@@ -125,10 +125,17 @@ def prepare_task(kind: str, train_path: str, dev_path: str | None, encoder: Enco
     return TaskData(name or kind, task, features, dev, dev_path, examples=given, held_out=len(dev or ()) * (not dev_path))
 
 
+def run_inputs(config: MultiConfig, model: str | None = None) -> list:
+    """What a run reads, which its output never replaces: the config file, each task's data
+    files and a local checkpoint."""
+    local = [model] if model and Path(str(model)).exists() else []
+    return [config.path, *local, *(f for t in config.tasks for f in (t.train, t.dev))]
+
+
 def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "default",
                 settings: TrainSettings | None = None, limit: int | None = None,
                 cli_options: dict | None = None, extra_manifest: dict | None = None,
-                on_epoch=None, on_step=None, on_evaluate=None) -> tuple[BertHeads, dict]:
+                on_epoch=None, on_step=None, on_evaluate=None, home: str | Path | None = None) -> tuple[BertHeads, dict]:
     """Train every task of `config` on one shared encoder (batches sampled across tasks by
     `config.sampling`); evaluate each head after every epoch; save the kept epoch to `out`.
     `on_epoch`, `on_step` and `on_evaluate` are passed to `training.loop.fit`. Returns the trained network and what metrics.json holds."""
@@ -137,7 +144,7 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
     if check_trackers(settings) and out is None:  # (an unknown tracker is refused before any data is read)
         raise UserError(f"{said('track')}: a tracked run needs an output directory ({said('out')})")
     if out is not None:
-        checkpoint.claim_out(out, settings.resume, settings.overwrite)
+        checkpoint.claim_out(out, settings.resume, settings.overwrite, run_inputs(config, model), home)
     try:
         options = {t.name: task_settings(t, cli_options or {}, config.options) for t in config.tasks}
         given_modes = {opts.get("mode") for opts in options.values()} - {None, AUTO}

@@ -58,6 +58,7 @@ from bertheads.base.schema import (
 from bertheads.base.values import non_negative_int, positive_int
 from bertheads.saved import bundle
 from bertheads.store.atomic import atomic_write_text, swap_into_place
+from bertheads.store.guard import check_target
 from bertheads.text.readers import read_text
 from bertheads.training.config import key_lines, single_task
 from bertheads.training.flags import convert_options, kind_defaults, kind_options
@@ -227,7 +228,8 @@ def trial_run(trial, kind: str, train: str, dev: str, trial_dir: Path, model: st
     started = time.perf_counter()
     config = single_task(kind, train, dev, task_opts, limit)
     try:
-        _, result = train_tasks(config, trial_dir, model, settings, on_epoch=on_epoch)
+        _, result = train_tasks(config, trial_dir, model, settings, on_epoch=on_epoch,
+                                home=trial_dir.parent.parent)  # (OUT/.trials/NNNN: scratch inside the search's folder)
     finally:
         trial.set_user_attr("epoch_scores", scores)
         trial.set_user_attr("seconds", round(time.perf_counter() - started, 2))
@@ -301,8 +303,9 @@ MAX_REPEATS = 30  # a search stops when its sampler draws this many trained sett
 WHERE_NOT_WHAT = tagged(HeadOptions, "where")
 
 
-def prepare_out(out: Path, identity: dict, resume: bool) -> None:
+def prepare_out(out: Path, identity: dict, resume: bool, inputs=()) -> None:
     marker = out / "tune.json"
+    check_target(out, (marker.name, bundle.MANIFEST), inputs=inputs, what="a search's folder")
     if resume:
         if not marker.is_file():
             raise UserError(f"{out}: no search to resume (no tune.json); run without {said('resume', True)}")
@@ -343,7 +346,8 @@ def tune(kind: str, train: str, dev: str, out: str | Path, model: str = "default
                 "epochs": base.epochs, "options": {k: v for k, v in options.items()
                                                           if is_plain(v) and k not in WHERE_NOT_WHAT},
                 "training": {k: v for k, v in base.__dict__.items() if k not in tagged(TrainSettings, "not-recorded")}}
-    prepare_out(out, json.loads(json.dumps(identity, default=str)), search.resume)
+    prepare_out(out, json.loads(json.dumps(identity, default=str)), search.resume,
+                [train, dev, search.space, *([model] if Path(model).exists() else [])])
     tuner = Tuner(kind, train, dev, out, model, base, options, limit, space, search)
     if search.trials is None:
         tuner.grid()

@@ -125,7 +125,7 @@ class QAJudging(Judging):
         if spec.unanswerable or threshold is not None:
             result["null_threshold"] = None if threshold is None else round(float(threshold), 4)
         if predictions_out:
-            write_predictions(predictions_out, preds, outputs, examples)
+            write_predictions(predictions_out, preds, outputs, examples, path)
         return result
 
     def metric_part(self, outputs: list[QAOutput], examples: list[QAExample], path=None,

@@ -4,9 +4,9 @@ the n best spans of each question with their scores and probabilities."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from bertheads.store.atomic import atomic_write_text
+from bertheads.store.guard import check_target
 from bertheads.tasks.qa.formats import QAExample
 from bertheads.tasks.qa.spans import QAOutput
 
@@ -15,10 +15,13 @@ def probability(value) -> float | None:
     return None if value is None else round(float(value), 6)
 
 
-def write_predictions(path: str, preds: list[str], outputs: list[QAOutput], examples: list[QAExample]) -> None:
+def write_predictions(path: str, preds: list[str], outputs: list[QAOutput], examples: list[QAExample],
+                      data=None) -> None:
     """`{id: answer}` (what the official scripts read), and beside it `NAME.nbest.json`:
-    `{id: [{"text", "start", "end", "score", "probability"}, ...]}` with the null score."""
-    target = Path(path)
+    `{id: [{"text", "start", "end", "score", "probability"}, ...]}` with the null score
+    (neither over the labelled file `data` nor into a model folder)."""
+    target = check_target(path, inputs=[data], flag="predictions_out")
+    check_target(target.with_name(target.stem + ".nbest.json"), inputs=[data], flag="predictions_out")
     answers = {e.id: p for e, p in zip(examples, preds)}
     atomic_write_text(target, json.dumps(answers, ensure_ascii=False, indent=1) + "\n")
     nbest = {e.id: {"null_score": round(o.null_score, 4),
