@@ -3,13 +3,12 @@
 import pytest
 
 from bertheads.base.errors import UserError
-from bertheads.tasks.classify.formats import infer_labels
+from bertheads.tasks.classify.formats import infer_labels, read_file
 from bertheads.tasks.classify.spec import ClassifySpec
-from bertheads.tasks.classify.task import ClassifyTask
 
 
 def read(path, **spec):
-    return ClassifyTask.parts.reading.read_file(path, ClassifySpec(**spec))
+    return read_file(path, ClassifySpec(**spec))
 
 
 def test_sst2_tsv(write):
@@ -22,7 +21,7 @@ def test_sst2_tsv(write):
 def test_mrpc_tsv_with_bom_and_string_columns(write):
     path = write("mrpc.tsv", "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\tA b .\tC d .\n0\t3\t4\tE\tF\n")
     spec = ClassifySpec()
-    ex = ClassifyTask.parts.reading.read_file(path, spec)
+    ex = read_file(path, spec)
     assert (ex[0].text, ex[0].pair, ex[0].label) == ("A b .", "C d .", "1")
     assert (spec.text_column, spec.pair_column, spec.label_column) == ("#1 String", "#2 String", "Quality")
 
