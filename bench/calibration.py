@@ -66,7 +66,7 @@ def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False, 
     import bertheads
     from bertheads.base.errors import UserError
     from bertheads.export.hf import check_equivalent
-    from bertheads.model import head_outputs
+    from bertheads.inference.path import head_outputs
     from bertheads.tasks import calibration
     from bertheads.tasks.calibration import confidence_pairs
 
@@ -121,8 +121,7 @@ def run_case(case: str, limit: int, out: Path, model: str, reuse: bool = False, 
         if task.spec.pair:
             texts = [{"text": e.text, "text_pair": e.pair} for e in examples]
         preds_on = task.judging.decode(outputs, examples)
-        with task.options.using({"calibrate": False}):
-            preds_off = task.judging.decode(outputs, examples)
+        preds_off = task.options.bind({"calibrate": False}).judging.decode(outputs, examples)
         row["same_labels"] = sum(a["label"] == b["label"] for a, b in zip(preds_on, preds_off))
         row["dev_examples"] = len(examples)
         names = [str(x) for x in task.spec.shown_labels()]

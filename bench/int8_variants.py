@@ -45,7 +45,7 @@ def main() -> None:
     from bertheads.export import gate
     from bertheads.export.onnx import GRAPHS, Int8Settings, export_onnx, quantize
     from bertheads.export.onnx_runtime import OnnxNet, OnnxSettings
-    from bertheads.model import head_outputs
+    from bertheads.inference.path import head_outputs
 
     record: dict = {"command": " ".join(["python", "bench/int8_variants.py", *sys.argv[1:]]),
                     "environment": environment(), "load_average_start": os.getloadavg(), "variants": {}}

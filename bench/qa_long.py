@@ -156,7 +156,7 @@ def our_scores(task, features, owner, logits, examples, choice: str, threshold: 
     task.spec.window_choice, task.spec.paragraph_match = choice, match
     outputs = task.judging.collect(logits, owner, examples, features)
     task.spec.paragraph_match = 0.0
-    result = task.judging.metrics(outputs, examples, null_threshold=threshold)
+    result = task.options.bind({"null_threshold": threshold}).judging.metrics(outputs, examples)
     keep = ("exact_match", "f1", "HasAns_f1", "NoAns_f1")
     return {k.replace("exact_match", "exact"): round(float(result[k]), 2) for k in keep if k in result}
 

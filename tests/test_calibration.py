@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import bertheads
+import bertheads.inference.path
 from bertheads.cli.main import main
 from bertheads.inference.stream import StreamSettings
 from bertheads.tasks import calibration
@@ -103,7 +104,7 @@ def test_scores_use_the_temperature_and_no_calibrate_gives_the_raw_ones(classifi
     calibrated = model.predict(texts)
     raw = model.predict(texts, calibrate=False)
     assert [p["label"] for p in calibrated] == [p["label"] for p in raw]
-    logits = np.stack([o for o in bertheads.model.head_outputs(model.net, "classify", task.reading.from_inputs(texts))])
+    logits = np.stack([o for o in bertheads.inference.path.head_outputs(model.net, "classify", task.reading.from_inputs(texts))])
     expected = calibration.probabilities(logits, t)
     got = np.array([[p["scores"][k] for k in ("0", "1")] for p in calibrated])
     assert np.allclose(got, expected, atol=1e-5)
@@ -178,12 +179,13 @@ def test_metric_coverage_measures_the_kinds_metric_on_the_most_confident_inputs_
     class Mean(Judging):
         main_metric = "f1"
 
-        def metrics_from_parts(self, parts, path=None, **_):
+        def metrics_from_parts(self, parts, path=None, during_training=False):
             return {"f1": float(np.mean(np.concatenate([p[0] for p in parts])))}
 
     chunks = [(np.array([0.9, 0.2]), (np.array([1.0, 0.0]),)), (np.array([0.8, 0.5]), (np.array([1.0, 1.0]),))]
     task = SimpleNamespace()
     task.judging = Mean(task)
+    task.options = SimpleNamespace(bind=lambda quiet=False: task)  # no options that write files
     rows = calibration.metric_coverage(task, chunks, coverages=(1.0, 0.8, 0.5))
     assert [(r["answered"], r["value"], r["threshold"]) for r in rows] == [(4, 0.75, 0.2), (3, 1.0, 0.5), (2, 1.0, 0.8)]
     assert calibration.metric_coverage(task, [None]) == []
@@ -249,7 +251,7 @@ def test_qa_span_score_calibrated_with_the_null_answer(tiny_bert, tmp_path):
     inputs = [{"question": "What is the capital?", "context": "The old town has many bridges. The capital is Rome."}]
     on, off = model.predict(inputs), model.predict(inputs, calibrate=False)
     assert on[0]["answer"] == off[0]["answer"] and on[0]["raw_score"] == off[0]["raw_score"]
-    outputs = bertheads.model.head_outputs(model.net, model.head_name(None), task.reading.from_inputs(inputs))
+    outputs = bertheads.inference.path.head_outputs(model.net, model.head_name(None), task.reading.from_inputs(inputs))
     assert c["null_scaling"] == task.spec.null_scaling  # (a head that may answer nothing)
     assert bertheads.load(tmp_path / "m").task().spec.null_scaling == task.spec.null_scaling  # saved with the head
     logits = candidates(outputs[0], task.spec.n_best, task.spec.null_threshold, True)

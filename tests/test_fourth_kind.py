@@ -118,7 +118,7 @@ class LongestReading(Reading):
     form = CANDIDATES
     formats = ("jsonl",)
 
-    def read(self, path, need_labels=True, fmt=None, **_):
+    def read(self, path, need_labels=True, fmt=None):
         examples = []
         for line, record in read_jsonl(path):
             if not isinstance(record.get("candidates"), list) or not 1 <= len(record["candidates"]) <= CHOICES:
@@ -128,7 +128,7 @@ class LongestReading(Reading):
             raise UserError(f"{path}: no inputs")
         return examples
 
-    def from_inputs(self, inputs, **_):
+    def from_inputs(self, inputs):
         out = []
         for i, item in enumerate(inputs):
             if not isinstance(item, dict) or not 1 <= len(item.get("candidates") or ()) <= CHOICES:
@@ -166,7 +166,8 @@ class LongestJudging(Judging):
     def collect(self, feature_outputs, owner, examples, features):
         return list(feature_outputs)
 
-    def decode(self, outputs, examples, min_words=None, **_):
+    def decode(self, outputs, examples):
+        min_words = self.task.options.values.min_words
         preds = []
         for logits, e in zip(outputs, examples):
             scores = softmax(np.asarray(logits, dtype=np.float64)[: len(e.candidates)])
@@ -177,7 +178,7 @@ class LongestJudging(Judging):
                 preds.append({"longest": best, "sentence": e.candidates[best], "score": round(float(scores[best]), 6)})
         return preds
 
-    def metrics(self, outputs, examples, path=None, **_):
+    def metrics(self, outputs, examples, path=None, during_training=False):
         predicted = [int(np.argmax(o[: len(e.candidates)])) for o, e in zip(outputs, examples)]
         return {"accuracy": float(np.mean([p == e.target for p, e in zip(predicted, examples)])),
                 "examples": len(examples)}
@@ -383,7 +384,7 @@ def test_serve_options_are_fixed_per_head(longest_model):
         with pytest.raises(UserError, match="^null_threshold= is for qa heads"):
             model.set_options(null_threshold=1.0)
     finally:
-        model.task().options.fixed.clear()
+        model.task().options.values.min_words = None  # (the module's model serves the other tests)
 
 
 def test_register_refuses_a_second_class_of_a_kind(longest_kind):
@@ -417,13 +418,16 @@ def test_set_options_on_several_heads_goes_to_the_heads_that_take_each():
     sentiment, qa = ClassifyTask(ClassifySpec(), None), QATask(QASpec(window_choice="relative"), None)
     model = bertheads.Model(SimpleNamespace(tasks={"sentiment": sentiment, "qa": qa}))
     model.set_options(threshold=0.3, window_choice="raw", long_input="windows")
-    # threshold and long_input override the saved head's settings; a call option would be fixed
-    assert sentiment.options.fixed == {} and sentiment.spec.threshold == 0.3 and sentiment.spec.long_input == "windows"
-    assert qa.options.fixed == {} and qa.spec.window_choice == "raw"
-    with qa.options.using({"window_choice": "context"}) as call:
-        assert call == {} and qa.spec.window_choice == "context"
-    assert qa.spec.window_choice == "raw"  # a call's override lasts for the call
+    # threshold and long_input override the saved head's settings; a call option would be bound
+    assert sentiment.options.values.min_score is None and sentiment.spec.threshold == 0.3
+    assert sentiment.spec.long_input == "windows" and qa.spec.window_choice == "raw"
+    call = qa.options.bind({"window_choice": "context", "predictions_out": "p.json"})
+    assert call.spec.window_choice == "context" and call.options.values.predictions_out == "p.json"
+    assert call.head is qa.head and call.spec is not qa.spec  # the head shared, the spec a copy
+    assert qa.spec.window_choice == "raw" and qa.options.values.predictions_out is None  # nothing of qa changed
+    assert call.options.bind(quiet=True).options.values.predictions_out is None  # an option that writes, left out
+    assert qa.options.bind({}) is qa
     with pytest.raises(UserError, match="unknown option 'treshold'"):
         model.set_options(treshold=0.3)
     model.set_options(head="sentiment", min_score=0.6)
-    assert sentiment.options.fixed == {"min_score": 0.6}
+    assert sentiment.options.values.min_score == 0.6

@@ -216,7 +216,7 @@ def test_null_threshold_decides_no_answer():
     got = task.judging.decode([near, far], [ex, ex])
     assert got[0] == {"answer": "Paris", "start": 4, "end": 9, "score": 0.4, "raw_score": 5.5}
     assert got[1] == {"answer": "", "start": 0, "end": 0, "score": 0.7, "raw_score": 8.0}
-    assert task.judging.decode([far], [ex], null_threshold=3.0)[0]["answer"] == "Paris"  # the override
+    assert task.options.bind({"null_threshold": 3.0}).judging.decode([far], [ex])[0]["answer"] == "Paris"  # the override
     v1 = QATask(QASpec(), None)  # a v1.1 model never answers nothing
     assert v1.judging.decode([far], [ex])[0]["answer"] == "Paris"
 

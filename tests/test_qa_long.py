@@ -116,7 +116,7 @@ def test_v2_null_decision_per_window_with_long_passages():
     rel = merge_windows([(a[0] - a[2], *a[1:]), (c[0] - c[2], *c[1:])], n_best=20, relative=True)
     got = task.judging.decode([rel], [ex])[0]
     assert (got["start"], got["end"], got["raw_score"]) == (40, 44, 3.0)
-    assert task.judging.decode([rel], [ex], null_threshold=-3.5)[0]["answer"] == ""
+    assert task.options.bind({"null_threshold": -3.5}).judging.decode([rel], [ex])[0]["answer"] == ""
 
 
 def test_other_passages_are_the_nearest_distinct_ones():

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import bertheads.inference.path
 from bertheads import api
 from bertheads.cli.main import main
-from bertheads.inference import stream
+from bertheads.inference.path import evaluate_head
 from bertheads.inference.stream import StreamSettings
-from bertheads.model import evaluate_head
 
 ROWS = "".join(f"a great movie {i}\t1\na boring movie {i}\t0\n" for i in range(12))
 TAGGED = "".join(f"John{i} NNP B-PER\nlives VBZ O\nin IN O\nParis NNP B-LOC\n\n" for i in range(6))
@@ -88,13 +88,13 @@ def test_memory_follows_the_chunk_not_the_input(models, monkeypatch):
     model = api.load(models / "c")
     source = CountingInput([t + "\n" for t in sentences(400)])
     largest = []
-    real = stream.run_heads
+    real = bertheads.inference.path.run_heads
 
     def spy(net, features, *args, **kwargs):
         largest.append(len(features))
         return real(net, features, *args, **kwargs)
 
-    monkeypatch.setattr(stream, "run_heads", spy)
+    monkeypatch.setattr(bertheads.inference.path, "run_heads", spy)
     written = []
     report = model.predict_stream(source, write=lambda text: written.append((source.read, text.count("\n"))),
                                   settings=StreamSettings(chunk_size=40))

@@ -10,7 +10,7 @@ import pytest
 
 import bertheads
 from bertheads.cli.main import main
-from bertheads.model import head_outputs
+from bertheads.inference.path import head_outputs
 from bertheads.tasks.tag.formats import read_tagged
 from bertheads.tasks.tag.head import windows
 from bertheads.tasks.tag.scheme import detect_scheme, entity_metrics, entity_spans, scheme_codes, tag_list

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from bertheads.base.errors import UserError
 from bertheads.base.progress import api_logging
@@ -17,6 +18,7 @@ from bertheads.inference.analyze import analyze, split_extras
 from bertheads.inference.calibrate import recalibrate
 from bertheads.inference.opening import open_model
 from bertheads.inference.outputs import claimed_output
+from bertheads.inference.path import head_outputs, predict_examples
 from bertheads.inference.report import report
 from bertheads.inference.select import Selection, SelectSettings, select
 from bertheads.inference.stream import (
@@ -27,7 +29,7 @@ from bertheads.inference.stream import (
     predict_chunks,
     predict_stream,
 )
-from bertheads.model import BertHeads, head_outputs, pick_head
+from bertheads.model import BertHeads, pick_head
 from bertheads.saved.combine import combine as combine_models
 from bertheads.store.encoder_refs import named_encoder
 from bertheads.text.readers import carried_fields
@@ -71,6 +73,11 @@ class Model:
     def head_name(self, head: str | None) -> str:
         return pick_head(self.net, head)
 
+    def bound(self, head: str | None, options: dict) -> tuple[str, Any]:
+        """The head's name and its task bound to a call's inference `options` (`Options.bind`)."""
+        name = self.head_name(head)
+        return name, self.net.tasks[name].options.bind(options)
+
     def predict(self, inputs, head: str | None = None, batch_size: int = INFERENCE_BATCH,
                 keep_fields: tuple[str, ...] = (), **options):
         """Predictions for Python inputs: texts, (text, text) pairs or a task's own records; or
@@ -79,21 +86,17 @@ class Model:
         of other rows, as dicts carrying each row's `id` and `keep_fields`). `options` are the
         head's kind's inference options (`Parts.options`). One input of the head's form (a
         string; a pair head's `(text, text)`; a question head's dict) gives one prediction."""
-        name = self.head_name(head)
-        task = self.net.tasks[name]
+        name, task = self.bound(head, options)
         if task.reading.form.is_one(inputs):
             return self.predict([inputs], name, batch_size, keep_fields, **options)[0]
         if records_given(inputs):
             rows = as_rows(inputs, "predict")
             settings = StreamSettings(batch_size=batch_size, keep_fields=tuple(keep_fields), progress=False)
-            with task.options.using(options) as options:
-                predictions = [{**carried_fields(e.extra if hasattr(e, "extra") else {}, settings.keep_fields), **p}
-                               for _, chunk, preds in predict_chunks(self.net, name, rows, settings, **options)
-                               for e, p in zip(chunk, preds)]
+            predictions = [{**carried_fields(e.extra if hasattr(e, "extra") else {}, settings.keep_fields), **p}
+                           for chunk, preds in predict_chunks(self.net, name, rows, settings, task=task)
+                           for e, p in zip(chunk, preds)]
             return as_frame(predictions, rows.frame) if rows.frame is not None else predictions
-        with task.options.using(options) as options:
-            examples = task.reading.from_inputs(list(inputs), **options)
-            return task.judging.decode(head_outputs(self.net, name, examples, batch_size), examples, **options)
+        return predict_examples(self.net, name, task.reading.from_inputs(list(inputs)), batch_size, task)
 
     def select(self, pool, k: int = 100, head: str | None = None, out: str | Path | None = None,
                batch_size: int = INFERENCE_BATCH, **options) -> Selection:
@@ -109,21 +112,18 @@ class Model:
     def predict_file(self, path: str | None, head: str | None = None, fmt: str | None = None,
                      batch_size: int = INFERENCE_BATCH, progress: bool = False, **options) -> tuple[list, list[dict]]:
         """Read a file in the task's formats (labels optional); the records and their predictions."""
-        name = self.head_name(head)
-        task = self.net.tasks[name]
-        with task.options.using(options) as options:
-            examples = task.reading.read(path, need_labels=False, fmt=fmt, **options)
-            outputs = head_outputs(self.net, name, examples, batch_size, progress="predict" if progress else None)
-            return examples, task.judging.decode(outputs, examples, **options)
+        name, task = self.bound(head, options)
+        examples = task.reading.read(path, need_labels=False, fmt=fmt)
+        outputs = head_outputs(self.net, name, examples, batch_size, "predict" if progress else None, task)
+        return examples, task.judging.decode(outputs, examples)
 
     def predict_iter(self, path, head: str | None = None, fmt: str | None = None,
                      settings: StreamSettings | None = None, **options) -> Iterator[dict]:
         """Predictions for a file (or an open text stream) of any size, one at a time in input
         order; the input is read and predicted a chunk at a time (`StreamSettings.chunk_size`)."""
-        name = self.head_name(head)
-        with self.net.tasks[name].options.using(options) as options:
-            for _, _, preds in predict_chunks(self.net, name, path, settings, fmt, **options):
-                yield from preds
+        name, task = self.bound(head, options)
+        for _, preds in predict_chunks(self.net, name, path, settings, fmt, task=task):
+            yield from preds
 
     def predict_stream(self, path, output: str | Path | None = None, head: str | None = None,
                        fmt: str | None = None, settings: StreamSettings | None = None, write=None,
@@ -131,10 +131,10 @@ class Model:
         """What `bertheads predict` does: predictions for a file of any size written to `output`
         (atomically) or, without one, to `write` (default: stdout) a chunk at a time; under
         torchrun the processes share the chunks (see `bertheads.inference.stream`)."""
-        name = self.head_name(head)
-        with claimed_output(output, [path], self.folders()), self.net.tasks[name].options.using(options) as options:
+        name, task = self.bound(head, options)
+        with claimed_output(output, [path], self.folders()):
             return predict_stream(self.net, name, path, None if output is None else str(output), settings, fmt,
-                                  write, **options)
+                                  write, task)
 
     def set_options(self, head: str | None = None, **options) -> None:
         """Inference options for every later prediction (what the server's flags set): on
@@ -166,10 +166,10 @@ class Model:
         list of dicts), and the mean loss; a file is read a chunk at a time (see
         `stream.evaluate_stream` for what is held)."""
         path = as_rows(path, "evaluate") or path
-        name = self.head_name(head)
+        name, task = self.bound(head, options)
         settings = settings or StreamSettings(batch_size=batch_size)
-        with api_logging(self.verbose), self.net.tasks[name].options.using(options) as options:
-            metrics = evaluate_stream(self.net, name, path, settings, **options)
+        with api_logging(self.verbose):
+            metrics = evaluate_stream(self.net, name, path, settings, task)
         if self.mode is not None:  # the figures are those of this runtime and precision
             metrics["mode"] = f"{self.mode.runtime} {self.mode.precision} on {self.mode.device}"
         return metrics

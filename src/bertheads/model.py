@@ -1,4 +1,5 @@
-"""One encoder, named heads: the whole forward pass and batched inference."""
+"""One encoder, named heads: the whole forward pass, and a batch of features through it (the
+`compute.runner.Runner` members; `inference/path.py` runs examples through any runner)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,9 @@ from torch import nn
 
 from bertheads.base.errors import UserError
 from bertheads.base.schema import said
-from bertheads.compute.batching import INFERENCE_BATCH
-from bertheads.compute.runner import EncoderInputs, Runner, eval_mode, run_heads
+from bertheads.compute.runner import EncoderInputs, eval_mode
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.encoder.pretrained import Encoder
-from bertheads.tasks.calibration import calibrate_head, coverage_part, head_summary, metric_coverage
 from bertheads.text.encoding import Feature, collate, to_device
 
 
@@ -77,39 +76,6 @@ class BertHeads(EncoderInputs, nn.Module):
             out = self(batch, heads)
             losses = {name: float(self.tasks[name].modeling.dev_loss(out[name], batch)) for name in heads} if with_loss else {}
             return {name: out[name].float().cpu().numpy() for name in heads}, losses
-
-
-def head_outputs(model: Runner, name: str, examples: list, batch_size: int = INFERENCE_BATCH,
-                 progress: str | None = None) -> list:
-    """One head's outputs for each example, from any runner: encode, run, merge windows."""
-    task = model.tasks[name]
-    features, owner = task.modeling.encode_for_inference(examples, model.tokenizer)
-    feature_outputs = run_heads(model, features, [name], batch_size, progress=progress)[name]
-    return task.judging.collect(feature_outputs, owner, examples, features)
-
-
-def evaluate_head(model: Runner, name: str, examples: list, path: str | None = None,
-                  batch_size: int = INFERENCE_BATCH, progress: str | None = None, **options) -> dict:
-    """One head's metrics on labelled examples, with its mean `loss` (from the same pass) and what
-    its scores mean (`calibration`); after an epoch (`during_training`) the head's temperature
-    is fitted on them. `progress` names a bar (drawn where bars are)."""
-    task = model.tasks[name]
-    features, owner = task.modeling.encode_for_inference(examples, model.tokenizer, with_labels=True)
-    losses: dict[str, list[float]] = {}
-    outputs = run_heads(model, features, [name], batch_size, progress=progress, losses=losses)[name]
-    collected = task.judging.collect(outputs, owner, examples, features)
-    metrics = task.judging.metrics(collected, examples, path, **options)
-    if options.get("during_training"):
-        metrics["calibration"] = calibrate_head(task, collected, examples, path)
-    else:  # what the scores mean: as `evaluate` reports it
-        chunk = coverage_part(task, collected, examples, None, path, **options)
-        metrics["calibration"] = head_summary(task, [task.scoring.confidence_part(collected, examples, path)],
-                                              options.get("target_accuracy"),
-                                              metric_coverage(task, [chunk], path, **options))
-    total, count = losses[name]
-    if count:  # a runtime that gives outputs only (ONNX): no loss then
-        metrics["loss"] = total / count
-    return metrics
 
 
 def pick_head(net, head: str | None) -> str:

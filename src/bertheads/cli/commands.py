@@ -20,7 +20,7 @@ from bertheads.inference.calibrate import recalibrate
 from bertheads.inference.extract import ExtractSettings, extract
 from bertheads.inference.outputs import claimed_output
 from bertheads.inference.select import SelectSettings, select
-from bertheads.inference.stream import StreamSettings
+from bertheads.inference.stream import StreamSettings, predict_stream
 from bertheads.saved.bundle import MANIFEST, encoder_location
 from bertheads.tasks import inference_options
 from bertheads.text.readers import check_input_file
@@ -179,8 +179,8 @@ def cmd_predict(args) -> int:
         options = given_options(args, "predict")
         settings = StreamSettings(**vars_for(StreamSettings, args))
         settings.progress = settings.progress and bool(args.output)  # (a bar beside predictions on stdout would mix)
-        report = model.predict_stream(args.input, args.output, head=args.head, fmt=args.format, settings=settings,
-                                      **options)
+        name, task = model.bound(args.head, options)
+        report = predict_stream(model.net, name, args.input, args.output, settings, args.format, task=task)
     if report.skipped and os.environ.get("RANK", "0") == "0":
         log.warning(f"skipped {report.skipped} bad record(s) of {args.input or '<stdin>'}")
     say_abstained(report, options)

@@ -77,19 +77,13 @@ def others_quiet(quiet: bool) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; its messages name settings by their flags (`schema.FACE`)."""
+    """Run one command; its messages name settings by their flags (`schema.FACE`), and every
+    failure is one line on stderr with its exit code."""
     face = FACE.set("cli")
-    try:
-        return run_command(argv)
-    finally:
-        FACE.reset(face)
-
-
-def run_command(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    args = build_parser().parse_args(argv)
-    set_up_logging(getattr(args, "verbose", False), getattr(args, "quiet", False))
     try:
+        args = build_parser().parse_args(argv)
+        set_up_logging(getattr(args, "verbose", False), getattr(args, "quiet", False))
         with others_quiet(getattr(args, "quiet", False)):
             return args.handler(args)
     except UserError as exc:
@@ -118,6 +112,8 @@ def run_command(argv: list[str] | None = None) -> int:
         print(f"bertheads: internal error: {type(exc).__name__}: {msg} (BERTHEADS_DEBUG=1 shows the traceback)",
               file=sys.stderr)
         return 1
+    finally:
+        FACE.reset(face)
 
 
 def environment_fault(exc: Exception) -> str | None:

@@ -39,7 +39,7 @@ from bertheads.base.schema import said
 from bertheads.export.modes import AGREEMENT, MIN_INPUTS, TOLERANCE, Mode, check_mode
 from bertheads.export.onnx import META, ONNX_DIR, export_onnx, manifest_digest
 from bertheads.export.runtimes import missing_export, open_runner
-from bertheads.model import head_outputs
+from bertheads.inference.path import head_outputs
 from bertheads.saved import bundle
 from bertheads.store.atomic import atomic_write_text
 from bertheads.store.encoder_refs import cache_root

@@ -6,7 +6,6 @@ as its passage); heads whose extra is not given do not answer."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
 
 from bertheads.base.errors import UserError
 from bertheads.base.schema import suggest
@@ -75,27 +74,25 @@ def analyze(net: BertHeads, texts: list[str], extras: Mapping[str, Sequence] | N
             raise UserError(f"text {i}: expected a string, got {type(text).__name__}")
     tokenizer = net.encoder.tokenizer
     given = head_options(net, options)
-    with ExitStack() as stack:
-        jobs = []
-        for name, inputs in analyze_inputs(net, texts, extras, heads).items():
-            task = net.tasks[name]
-            call = stack.enter_context(task.options.using(given[name]))
-            examples = task.reading.from_inputs(inputs, **call)
-            features, owner = task.modeling.encode_for_inference(examples, tokenizer)
-            key = (tuple(owner), tuple(tuple(f["input_ids"]) for f in features),
-                   tuple(tuple(f.get("token_type_ids") or ()) for f in features))
-            jobs.append((name, task, examples, features, owner, call, key))
-        groups: dict[tuple, list] = {}
-        for job in jobs:
-            groups.setdefault(job[-1], []).append(job)
-        results: list[dict] = [{} for _ in texts]
-        outputs: dict[str, list] = {}
-        for group in groups.values():
-            features = group[0][3]
-            outputs.update(run_heads(net, features, [job[0] for job in group], batch_size) if features else
-                           {job[0]: [] for job in group})
-        for name, task, examples, features, owner, call, _ in jobs:
-            collected = task.judging.collect(outputs[name], owner, examples, features)
-            for i, prediction in enumerate(task.judging.decode(collected, examples, **call)):
-                results[i][name] = prediction
+    jobs = []
+    for name, inputs in analyze_inputs(net, texts, extras, heads).items():
+        task = net.tasks[name].options.bind(given[name])
+        examples = task.reading.from_inputs(inputs)
+        features, owner = task.modeling.encode_for_inference(examples, tokenizer)
+        key = (tuple(owner), tuple(tuple(f["input_ids"]) for f in features),
+               tuple(tuple(f.get("token_type_ids") or ()) for f in features))
+        jobs.append((name, task, examples, features, owner, key))
+    groups: dict[tuple, list] = {}
+    for job in jobs:
+        groups.setdefault(job[-1], []).append(job)
+    results: list[dict] = [{} for _ in texts]
+    outputs: dict[str, list] = {}
+    for group in groups.values():  # one encoder pass for the heads whose inputs encode alike
+        features = group[0][3]
+        outputs.update(run_heads(net, features, [job[0] for job in group], batch_size) if features else
+                       {job[0]: [] for job in group})
+    for name, task, examples, features, owner, _ in jobs:
+        collected = task.judging.collect(outputs[name], owner, examples, features)
+        for i, prediction in enumerate(task.judging.decode(collected, examples)):
+            results[i][name] = prediction
     return results

@@ -8,7 +8,8 @@ from pathlib import Path
 from bertheads.base.errors import UserError
 from bertheads.base.schema import said
 from bertheads.compute.batching import INFERENCE_BATCH
-from bertheads.model import head_outputs, pick_head
+from bertheads.inference.path import head_outputs
+from bertheads.model import pick_head
 from bertheads.saved import bundle
 from bertheads.saved.card import read_metrics
 from bertheads.tasks.calibration import calibrate_head

@@ -21,7 +21,7 @@ import numpy as np
 from bertheads.base.errors import UserError
 from bertheads.base.schema import said
 from bertheads.compute.batching import INFERENCE_BATCH
-from bertheads.model import head_outputs
+from bertheads.inference.path import head_outputs
 from bertheads.saved import bundle
 from bertheads.saved.card import read_metrics
 from bertheads.store.atomic import atomic_directory

@@ -24,7 +24,7 @@ from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import run_heads
 from bertheads.compute.states import EncoderStates
 from bertheads.encoder.layers import normalise_layers
-from bertheads.model import head_outputs
+from bertheads.inference.path import head_outputs
 from bertheads.store.atomic import atomic_write_text
 from bertheads.store.guard import check_target
 from bertheads.text.readers import source_name

@@ -24,13 +24,12 @@ from bertheads.base.progress import bars_shown, progress_bar
 from bertheads.base.schema import said, setting
 from bertheads.base.values import field_list, positive_int
 from bertheads.compute.batching import INFERENCE_BATCH
-from bertheads.compute.runner import run_heads
 from bertheads.inference.analyze import analyze, extras_of
 from bertheads.inference.blanks import BlankLines
+from bertheads.inference.path import Evaluation, head_outputs, predict_examples
 from bertheads.inference.tables import head_types, head_values, is_parquet_output, parquet_sink
-from bertheads.model import BertHeads, head_outputs
+from bertheads.model import BertHeads
 from bertheads.store.atomic import atomic_writer
-from bertheads.tasks.calibration import coverage_part, head_summary, metric_coverage
 from bertheads.tasks.forms import Extra
 from bertheads.tasks.parts import learned_nothing_line
 from bertheads.text.parquet import is_parquet, parquet_rows
@@ -75,6 +74,12 @@ class StreamReport:
     skipped_lines: list[str] = field(default_factory=list)  # the first few skipped records' messages
     abstained: int = 0  # predictions below --min-confidence ("abstained": true)
 
+    def counted(self, predictions: list[dict]) -> list[dict]:
+        """`predictions`, added to the count of inputs predicted and of those abstained on."""
+        self.examples += len(predictions)
+        self.abstained += sum(1 for p in predictions if p.get("abstained") is True)
+        return predictions
+
 
 class BadLines:
     """The `bad` callback readers take: counts and reports each skipped record on stderr."""
@@ -99,19 +104,21 @@ def chunks(items: Iterable, size: int) -> Iterator[list]:
 
 
 def read_chunks(task, path, settings: StreamSettings, report: StreamReport, need_labels: bool, fmt: str | None,
-                loud: bool = True, desc: str = "predict", **options) -> Iterator[list]:
-    """The input's examples, a chunk at a time, with a progress bar counting input lines."""
+                rank: int = 0, world: int = 1, desc: str = "predict") -> Iterator[tuple[int, list]]:
+    """`(chunk index, examples)` for each chunk of the input this process takes (chunk k when k
+    mod world == rank), with a progress bar counting input lines (rank 0's)."""
+    loud = rank == 0
     bad = BadLines(report, loud) if settings.skip_bad_lines else None
-    examples = task.reading.iter_read(path, need_labels=need_labels, fmt=fmt, keep=tuple(settings.keep_fields), bad=bad,
-                              **options)
+    examples = task.reading.iter_read(path, need_labels=need_labels, fmt=fmt, keep=tuple(settings.keep_fields), bad=bad)
     show = settings.progress and loud
     by_line = task.reading.counts_lines  # else records (e.g. questions, many to a line) are counted
     bar = progress_bar(count_lines(path) if show and bars_shown() and by_line else None, desc, "line", show=show,
                        leave=False)
     try:
-        for chunk in chunks(examples, settings.chunk_size):
+        for k, chunk in enumerate(chunks(examples, settings.chunk_size)):
             report.chunks += 1
-            yield chunk
+            if k % world == rank:
+                yield k, chunk
             line = getattr(chunk[-1], "line", None) if by_line else None
             bar.update(max(0, line - bar.n) if isinstance(line, int) else len(chunk))
     finally:
@@ -124,24 +131,18 @@ def distributed() -> tuple[int, int]:
 
 
 def predict_chunks(net: BertHeads, name: str, path, settings: StreamSettings | None = None, fmt: str | None = None,
-                   report: StreamReport | None = None, rank: int = 0, world: int = 1,
-                   **options) -> Iterator[tuple[int, list, list[dict]]]:
-    """`(chunk index, examples, predictions)` for each chunk of the input this process takes
-    (chunk k when k mod world == rank), in input order."""
+                   task=None) -> Iterator[tuple[list, list[dict]]]:
+    """`(examples, predictions)` for each chunk of a file or of rows in memory, in input order
+    (`task`: the head's, bound to the call's options; default the model's): what Python's
+    iteration over predictions reads."""
     settings = settings or StreamSettings()
-    report = report if report is not None else StreamReport()
-    task = net.tasks[name]
-    path = as_source(path)
-    for k, chunk in enumerate(read_chunks(task, path, settings, report, False, fmt, loud=rank == 0, **options)):
-        if k % world != rank:
-            continue
-        outputs = head_outputs(net, name, chunk, settings.batch_size)
-        report.examples += len(chunk)
-        yield k, chunk, task.judging.decode(outputs, chunk, **options)
+    task = task or net.tasks[name]
+    for _, chunk in read_chunks(task, as_source(path), settings, StreamReport(), False, fmt):
+        yield chunk, predict_examples(net, name, chunk, settings.batch_size, task)
 
 
 def predict_stream(net: BertHeads, name: str, path, output: str | None = None, settings: StreamSettings | None = None,
-                   fmt: str | None = None, write: Callable[[str], None] | None = None, **options) -> StreamReport:
+                   fmt: str | None = None, write: Callable[[str], None] | None = None, task=None) -> StreamReport:
     """Predict the input a chunk at a time and write each chunk's rendered results as soon as
     it is done: to `output` (written atomically: a temporary file, renamed once complete), else
     to `write` (default: stdout, flushed after each chunk). Under torchrun the chunks are shared
@@ -157,28 +158,21 @@ def predict_stream(net: BertHeads, name: str, path, output: str | None = None, s
             raise UserError(f"{said('output', output)}: under torchrun the output is JSON lines (the processes' "
                             f"parts are joined byte for byte); for Parquet out, run one process or "
                             f"{said('engine')} ray")
-        return predict_sharded(net, name, path, Path(output), settings, fmt, rank, world, **options)
-    task = net.tasks[name]
+        return predict_sharded(net, name, path, Path(output), settings, fmt, rank, world, task)
+    task = task or net.tasks[name]
     report = StreamReport()
     if is_parquet_output(output):
         with parquet_sink(output, head_types(net, [name], prefix=False)) as sink:
-            for chunk in read_chunks(task, path, settings, report, False, fmt, **options):
-                features, owner = task.modeling.encode_for_inference(chunk, net.tokenizer)
-                outputs = run_heads(net, features, [name], settings.batch_size)[name]
-                predictions = task.judging.decode(task.judging.collect(outputs, owner, chunk, features), chunk, **options)
-                report.examples += len(chunk)
+            for _, chunk in read_chunks(task, path, settings, report, False, fmt):
+                predictions = report.counted(predict_examples(net, name, chunk, settings.batch_size, task))
                 sink.write([{k: p[k] for k in ("id", *settings.keep_fields) if k in p} for p in predictions],
                            [head_values(net, name, p, prefix=False) for p in predictions])
         return report
     blanks = BlankLines()
     last = None
     with writer(output, write) as put, blanks.active():
-        for chunk in read_chunks(task, path, settings, report, False, fmt, **options):
-            features, owner = task.modeling.encode_for_inference(chunk, net.tokenizer)
-            outputs = run_heads(net, features, [name], settings.batch_size)[name]
-            predictions = task.judging.decode(task.judging.collect(outputs, owner, chunk, features), chunk, **options)
-            report.examples += len(chunk)
-            report.abstained += sum(1 for p in predictions if p.get("abstained") is True)
+        for _, chunk in read_chunks(task, path, settings, report, False, fmt):
+            predictions = report.counted(predict_examples(net, name, chunk, settings.batch_size, task))
             put(blanks.render(task, predictions, chunk, fmt))
             last = getattr(chunk[-1], "line", None)
         if isinstance(last, int) and blanks.pending:
@@ -322,7 +316,7 @@ def process_group():
 
 
 def predict_sharded(net: BertHeads, name: str, path, output: Path, settings: StreamSettings, fmt: str | None,
-                    rank: int, world: int, **options) -> StreamReport:
+                    rank: int, world: int, task=None) -> StreamReport:
     """This process's chunks into its part file; then every process says how it went, and rank
     0 joins the parts in chunk order into `output` (atomically) when all went well. A process
     that failed makes every process fail with its rank and message."""
@@ -331,7 +325,7 @@ def predict_sharded(net: BertHeads, name: str, path, output: Path, settings: Str
     if source_name(path) is None:
         raise UserError(f"under torchrun, give the input as a file with {said('input')} (every process reads it)")
     output.parent.mkdir(parents=True, exist_ok=True)
-    task = net.tasks[name]
+    task = task or net.tasks[name]
     report = StreamReport()
     part = part_path(output, rank, world)
     sizes: list[int] = []  # bytes of each chunk this process wrote, in order
@@ -340,7 +334,8 @@ def predict_sharded(net: BertHeads, name: str, path, output: Path, settings: Str
     try:
         with open(part, "wb") as fh, blanks.active():
             last = None  # (index, last line) of this process's last chunk
-            for k, chunk, preds in predict_chunks(net, name, path, settings, fmt, report, rank, world, **options):
+            for k, chunk in read_chunks(task, path, settings, report, False, fmt, rank, world):
+                preds = report.counted(predict_examples(net, name, chunk, settings.batch_size, task))
                 data = blanks.render(task, preds, chunk, fmt).encode("utf-8")
                 fh.write(data)
                 sizes.append(len(data))
@@ -387,34 +382,26 @@ def join_parts(output: Path, parts: list[Path], sizes: list[list[int]]) -> None:
 
 
 # -- evaluation -----------------------------------------------------------------------------
-def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | None = None, **options) -> dict:
+def evaluate_stream(net: BertHeads, name: str, path, settings: StreamSettings | None = None, task=None) -> dict:
     """A head's metrics and mean loss on a labelled file read a chunk at a time: each chunk's
-    outputs are reduced to what the metrics need (`task.judging.metric_part`) before the next is read.
-    Metrics that need every output at once (the qa `--predictions-out` files) keep them all."""
+    outputs are reduced to what the metrics need (`model.Evaluation`) before the next is read.
+    Metrics that need every output at once (a kind's call option that writes every prediction
+    to a file) keep them all."""
     settings = settings or StreamSettings()
-    task = net.tasks[name]
+    task = task or net.tasks[name]
     report = StreamReport()
     path = as_source(path)
-    parts, scores, covered = [], [], []
-    total = count = 0.0
-    for chunk in read_chunks(task, path, settings, report, True, None, desc="evaluate"):
-        features, owner = task.modeling.encode_for_inference(chunk, net.encoder.tokenizer, with_labels=True)
-        losses: dict[str, list[float]] = {}
-        outputs = run_heads(net, features, [name], settings.batch_size, losses=losses,  # the chunk's own bar
-                            progress=f"chunk {report.chunks}" if settings.progress else None)[name]
-        collected = task.judging.collect(outputs, owner, chunk, features)
-        parts.append(task.judging.metric_part(collected, chunk, path, **options))
-        scores.append(task.scoring.confidence_part(collected, chunk, path))
-        covered.append(coverage_part(task, collected, chunk, parts[-1], path, **options))
-        total += losses[name][0]
-        count += losses[name][1]
-    if not parts:
+    evaluation = Evaluation(task, path)
+    losses: dict[str, list[float]] = {}
+    loss = [0.0, 0]
+    for _, chunk in read_chunks(task, path, settings, report, True, None, desc="evaluate"):
+        outputs = head_outputs(net, name, chunk, settings.batch_size, task=task, losses=losses,
+                               progress=f"chunk {report.chunks}" if settings.progress else None)  # the chunk's own bar
+        evaluation.add(outputs, chunk)
+        loss = [loss[0] + losses[name][0], loss[1] + losses[name][1]]
+    if not evaluation.parts:
         raise UserError(f"{path}: no examples")
-    metrics = task.judging.metrics_from_parts(parts, path, **options)
-    metrics["calibration"] = head_summary(task, scores, options.get("target_accuracy"),
-                                          metric_coverage(task, covered, path, **options))
-    if count:  # the ONNX runtime gives outputs only: no loss then
-        metrics["loss"] = total / count
+    metrics = evaluation.result(tuple(loss))
     if report.skipped:
         metrics["skipped"] = report.skipped
     why = task.judging.learned_nothing(metrics)

@@ -342,27 +342,28 @@ def head_summary(task, parts: list, target: float | None = None, by_metric: list
                                            np.concatenate([p[1] for p in parts]), target), **extra}
 
 
-def coverage_part(task, outputs: list, examples: list, part=None, path=None, **options):
+def coverage_part(task, outputs: list, examples: list, part=None, path=None):
     """What `metric_coverage` needs of one labelled chunk: its inputs' confidences
-    (`Judging.input_confidence`) and its `metric_part` (the `part` given, or computed here when
-    none is or when it keeps everything for a predictions file); None when the kind has no
-    per-input confidence."""
+    (`Scoring.input_confidence`) and its `metric_part` (the `part` given, or computed here when
+    none is or when the call's options write files of their own, which keeps everything); None
+    when the kind has no per-input confidence."""
     confidence = task.scoring.input_confidence(outputs, examples)
     if confidence is None:
         return None
-    if part is None or options.get("predictions_out"):
-        part = task.judging.metric_part(outputs, examples, path, **{**options, "predictions_out": None})
+    quiet = task.options.bind(quiet=True)
+    if part is None or quiet is not task:
+        part = quiet.judging.metric_part(outputs, examples, path)
     return np.asarray(confidence, dtype=float), part
 
 
-def metric_coverage(task, chunks: list, path=None, coverages=COVERAGES, **options) -> list[dict]:
+def metric_coverage(task, chunks: list, path=None, coverages=COVERAGES) -> list[dict]:
     """The kind's own metric (`Judging.main_metric`: entity F1, SQuAD F1) over only the most
     confident share of the inputs, for each share: from each chunk's `coverage_part`, the
     answered inputs' rows (`Judging.part_rows`) measured again by `metrics_from_parts`. Empty
     when the kind has no per-input confidence."""
     if not chunks or any(c is None for c in chunks):
         return []
-    options = {**options, "predictions_out": None}
+    task = task.options.bind(quiet=True)  # a share's metrics write no files
     flat = np.concatenate([c[0] for c in chunks])
     chunk_of = np.concatenate([np.full(len(c[0]), k, dtype=int) for k, c in enumerate(chunks)])
     position = np.concatenate([np.arange(len(c[0])) for c in chunks])
@@ -375,7 +376,7 @@ def metric_coverage(task, chunks: list, path=None, coverages=COVERAGES, **option
         top = order[:n]
         chosen = [task.judging.part_rows(chunks[k][1], sorted(position[top[chunk_of[top] == k]].tolist()))
                   for k in sorted(set(chunk_of[top].tolist()))]
-        value = task.judging.metrics_from_parts(chosen, path, **options).get(task.judging.main_metric)
+        value = task.judging.metrics_from_parts(chosen, path).get(task.judging.main_metric)
         out.append({"coverage": share, "answered": int(n), "metric": task.judging.main_metric,
                     "value": None if value is None else round(float(value), 6),
                     "threshold": round(float(flat[top].min()), 6)})

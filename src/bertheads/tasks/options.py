@@ -4,9 +4,10 @@ settings a command may override (declared with `at`), and the call options of th
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -17,9 +18,9 @@ from bertheads.tasks.registry import COMMANDS, TASKS
 
 
 def option(default: Any = None, help: str = "", *, at: tuple[str, ...] = COMMANDS, **kwargs) -> Any:
-    """A call option of a kind's heads (a `schema.setting` of its `options_type`): the commands
-    whose flag it is (`at`); it is passed on to `read`, `from_inputs`, `decode` and `metrics` as
-    a keyword. (A spec field with `at` is an override of the saved value instead.)"""
+    """A call option of a kind's heads (a `schema.setting` of its `Parts.options`): the commands
+    whose flag it is (`at`); the parts read it from `task.options.values`. (A spec field with
+    `at` is an override of the saved value instead.)"""
     return schema.setting(default, help, at=at, **kwargs)
 
 
@@ -53,13 +54,25 @@ def overrides(kind: type, name: str) -> bool:
     return name in {f.name for f in fields(kind.spec_type)}
 
 
-class Options:
-    """A head's inference options: checked like their flags, applied for good (`set`) or for
-    one call (`using`)."""
+@functools.cache
+def values_type(kind: type) -> type:
+    """The typed object a kind's heads read their call options from: its `Parts.options`
+    dataclass with `ScoreOptions`' fields beside its own."""
+    own = kind.parts.options
+    if issubclass(own, ScoreOptions):
+        return own
+    return dataclasses.make_dataclass(f"{kind.__name__}Options", [], bases=(own, ScoreOptions))
 
-    def __init__(self, task) -> None:
+
+class Options:
+    """A head's inference options, bound to it: the spec settings a command overrides live in
+    its spec, the call options in `values` (typed: `values_type`), which the parts read
+    (`self.task.options.values.min_confidence`). `set` binds options for every later call;
+    `bind` gives a task for one call, the head shared, nothing of this one changed."""
+
+    def __init__(self, task, values: Any = None) -> None:
         self.task = task
-        self.fixed: dict[str, Any] = {}  # call options set for good (`set`)
+        self.values = values if values is not None else values_type(type(task))()
 
     def declared(self) -> dict[str, dataclasses.Field]:
         """The inference options of this head's kind (as registered)."""
@@ -96,30 +109,35 @@ class Options:
         close = schema.suggest(name, own) or schema.suggest(name, known)
         return f"unknown option {name!r}{close}"
 
-    def overrides(self, name: str) -> bool:
-        return overrides(type(self.task), name)
+    def split(self, given: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """`given` checked, as (spec overrides, call options)."""
+        checked = self.check(given)
+        spec_names = {f.name for f in fields(self.task.spec_type)}
+        return ({n: v for n, v in checked.items() if n in spec_names},
+                {n: v for n, v in checked.items() if n not in spec_names})
 
     def set(self, **given: Any) -> None:
         """Options for every later prediction of this head: spec overrides replace the saved
-        values, the others are passed to each call (a call's own keywords win)."""
-        for name, value in self.check(given).items():
-            if self.overrides(name):
-                setattr(self.task.spec, name, value)
-            else:
-                self.fixed[name] = value
+        values, call options the bound ones (a call's own options win over both)."""
+        overrides, calls = self.split(given)
+        for name, value in overrides.items():
+            setattr(self.task.spec, name, value)
+        self.values = dataclasses.replace(self.values, **calls)
 
-    @contextmanager
-    def using(self, given: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-        """For one call: the spec overrides among `given` applied (the saved values come back
-        after), the keyword options to pass on (the fixed ones, then `given`'s) yielded."""
-        options = self.check(given)
-        changed = {n: v for n, v in options.items() if self.overrides(n)}
-        spec = self.task.spec
-        saved = {n: getattr(spec, n) for n in changed}
-        for name, value in changed.items():
+    def bind(self, given: Mapping[str, Any] | None = None, quiet: bool = False):
+        """This head's task for one call with `given` bound over the options set: the spec a
+        copy with the overrides, the call options typed; the head is shared. `quiet`: call
+        options that write files of their own (`option(..., writes=True)`) left unset."""
+        overrides, calls = self.split(given or {})
+        values = dataclasses.replace(self.values, **calls)
+        if quiet:
+            values = dataclasses.replace(values, **{f.name: f.default for f in fields(values)
+                                                    if f.metadata.get("writes")})
+        if not overrides and values == self.values:
+            return self.task
+        spec = copy.copy(self.task.spec)
+        for name, value in overrides.items():
             setattr(spec, name, value)
-        try:
-            yield {**self.fixed, **{n: v for n, v in options.items() if n not in changed}}
-        finally:
-            for name, value in saved.items():
-                setattr(spec, name, value)
+        bound = type(self.task)(spec, self.task.head)
+        bound.options.values = values
+        return bound

@@ -67,17 +67,18 @@ class Reading(Part):
     generic_reader: ClassVar[bool] = False  # reads tables no other kind claims (classify)
     counts_lines: ClassVar[bool] = True  # False: records are not lines (progress counts records)
 
-    def read(self, path, need_labels: bool = True, fmt: str | None = None, **options) -> list:
-        """The examples of a file (or rows in memory); labels required with `need_labels`."""
+    def read(self, path, need_labels: bool = True, fmt: str | None = None) -> list:
+        """The examples of a file (or rows in memory); labels required with `need_labels`.
+        Call options (`task.options.values`) a kind reads inputs by are its own to read."""
         raise NotImplementedError
 
     def iter_read(self, path, need_labels: bool = True, fmt: str | None = None, keep: tuple[str, ...] = (),
-                  bad=None, **options):
+                  bad=None):
         """`read` one example at a time as the input is read; `keep`: input fields carried into
         each prediction; `bad(error)`: told of a bad record, which is then skipped (None: raise)."""
-        yield from self.read(path, need_labels, fmt, **options)
+        yield from self.read(path, need_labels, fmt)
 
-    def from_inputs(self, inputs: list, **options) -> list:
+    def from_inputs(self, inputs: list) -> list:
         """Examples from Python values, one per input of the kind's form."""
         raise NotImplementedError
 
@@ -173,21 +174,23 @@ class Judging(Part):
         """One output per example: the outputs of its features merged (windows joined, spans chosen)."""
         raise NotImplementedError
 
-    def decode(self, outputs: list, examples: list, **options) -> list[dict]:
-        """What `predict` writes, a JSON-able dict per example."""
+    def decode(self, outputs: list, examples: list) -> list[dict]:
+        """What `predict` writes, a JSON-able dict per example (the call options bound to the task,
+        `task.options.values`, say how)."""
         raise NotImplementedError
 
-    def metrics(self, outputs: list, examples: list, path=None, **options) -> dict:
-        """What `evaluate` reports (`during_training=True` after an epoch)."""
+    def metrics(self, outputs: list, examples: list, path=None, during_training: bool = False) -> dict:
+        """What `evaluate` reports (`during_training` after an epoch: what training settles
+        from dev, a threshold, may be settled here)."""
         raise NotImplementedError
 
-    def metric_part(self, outputs: list, examples: list, path=None, **options):
+    def metric_part(self, outputs: list, examples: list, path=None):
         """What `metrics` needs of one chunk of a streamed evaluation (by default everything)."""
         return outputs, examples
 
-    def metrics_from_parts(self, parts: list, path=None, **options) -> dict:
+    def metrics_from_parts(self, parts: list, path=None, during_training: bool = False) -> dict:
         """`metrics` over all the chunks' parts (see `metric_part`)."""
-        return self.metrics([o for p in parts for o in p[0]], [e for p in parts for e in p[1]], path, **options)
+        return self.metrics([o for p in parts for o in p[0]], [e for p in parts for e in p[1]], path, during_training)
 
     def learned_nothing(self, metrics: dict) -> str | None:
         """What in `metrics` (of labelled data) says the head learned nothing: one class for every

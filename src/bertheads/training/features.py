@@ -15,6 +15,7 @@ from bertheads.base.schema import said
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import eval_mode, run_heads
 from bertheads.encoder.layers import cached_positions, normalise_layers
+from bertheads.inference.path import dev_metrics
 from bertheads.store.features_cache import (
     CachedDev,
     CachedFeatures,
@@ -23,7 +24,6 @@ from bertheads.store.features_cache import (
     encoder_identity,
     ensure_cache,
 )
-from bertheads.tasks.calibration import calibrate_head
 from bertheads.text.encoding import to_device
 from bertheads.training.settings import FROZEN_HEAD_MODES
 
@@ -102,9 +102,7 @@ def evaluate_cached(task, head, dev: CachedDev, examples: list, path=None, batch
     runner = CachedHead(task.kind, task, head, dev, device or next(head.parameters()).device)
     losses: dict[str, list[float]] = {}
     outputs = run_heads(runner, dev.features, [runner.name], batch_size, losses=losses)[runner.name]
-    collected = task.judging.collect(outputs, dev.owner, examples, dev.features)
-    metrics = task.judging.metrics(collected, examples, path, during_training=True)
-    metrics["calibration"] = calibrate_head(task, collected, examples, path)
+    metrics = dev_metrics(task, task.judging.collect(outputs, dev.owner, examples, dev.features), examples, path)
     total, count = losses[runner.name]
     metrics["loss"] = total / count if count else float("nan")
     return metrics

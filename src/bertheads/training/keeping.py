@@ -16,7 +16,8 @@ import numpy as np
 from bertheads.base.errors import UserError
 from bertheads.base.schema import said
 from bertheads.compute.batching import INFERENCE_BATCH
-from bertheads.model import BertHeads, evaluate_head
+from bertheads.inference.path import evaluate_head
+from bertheads.model import BertHeads
 from bertheads.saved import bundle
 from bertheads.store.atomic import atomic_write_text
 from bertheads.training.features import evaluate_cached

@@ -36,34 +36,33 @@ class ClassifyJudging(Judging):
         return [feature_outputs[g[0]] if len(g) == 1 else pool(np.stack([feature_outputs[i] for i in g]), axis=0)
                 for g in groups]
 
-    def label_thresholds(self, threshold: float | None = None) -> np.ndarray:
-        """Multi-label decision thresholds: `threshold` if given, else the spec's fixed one,
-        else the per-label ones tuned on dev, else 0.5."""
+    def label_thresholds(self) -> np.ndarray:
+        """Multi-label decision thresholds: the spec's fixed one (a call's `threshold`
+        overrides it), else the per-label ones tuned on dev, else 0.5."""
         n = len(self.spec.labels)
-        if threshold is None:
-            threshold = self.spec.threshold
+        threshold = self.spec.threshold
         if threshold is not None:
             return np.full(n, float(threshold))
         if self.spec.thresholds and len(self.spec.thresholds) == n:
             return np.asarray(self.spec.thresholds, dtype=float)
         return np.full(n, 0.5)
 
-    def decode(self, logits: list[np.ndarray], examples=None, threshold: float | None = None,
-               min_score: float | None = None, min_confidence: float | None = None, **_) -> list[dict]:
+    def decode(self, logits: list[np.ndarray], examples=None) -> list[dict]:
         """Head outputs to `{"label", "scores"}` (or `{"value"}`, or `{"labels", "scores"}`),
         after the example's carried fields (`id`, --keep-fields) when it has any. Single-label:
         `min_score` gives `"label": null` when the best score is below it. The scores are
         calibrated (the logits divided by the head's temperature); `min_confidence` adds
         `"abstained"` (`confidence.py` `top_confidence`)."""
-        preds = self.decode_scores(logits, threshold, min_score)
+        options = self.task.options.values
+        min_confidence = options.min_confidence
+        preds = self.decode_scores(logits, options.min_score)
         if min_confidence is not None:
             preds = [self.task.scoring.abstain(p, top_confidence(p, self.spec.problem), min_confidence) for p in preds]
         if examples is None:
             return preds
         return [{**e.extra, **p} if getattr(e, "extra", None) else p for p, e in zip(preds, examples)]
 
-    def decode_scores(self, logits: list[np.ndarray], threshold: float | None = None,
-                      min_score: float | None = None) -> list[dict]:
+    def decode_scores(self, logits: list[np.ndarray], min_score: float | None = None) -> list[dict]:
         if not logits:
             return []
         arr = np.stack(logits)
@@ -73,7 +72,7 @@ class ClassifyJudging(Judging):
             return [{"value": float(v)} for v in arr[:, 0]]
         t = self.task.scoring.temperature()
         if self.spec.problem == "multi_label":  # decided on the raw scores (the thresholds were tuned on them)
-            cut = self.label_thresholds(threshold)
+            cut = self.label_thresholds()
             return [{"labels": [shown[j] for j in np.flatnonzero(raw >= cut)],
                      "scores": {n: round(float(x), 6) for n, x in zip(names, p)}}
                     for raw, p in zip(sigmoid(arr), sigmoid(arr / t))]
@@ -84,19 +83,17 @@ class ClassifyJudging(Judging):
                 for b, p in zip(best, probs)]
 
     def metrics(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None,
-                threshold: float | None = None, during_training: bool = False, **_) -> dict:
+                during_training: bool = False) -> dict:
         """Accuracy, F1, MCC with per-class figures and the confusion matrix (single-label),
         micro/macro F1 with per-label figures (multi-label; after an epoch the per-label
         thresholds are tuned here unless one was fixed), or Pearson/Spearman (regression)."""
-        return self.metrics_from_parts([self.metric_part(logits, examples, path)], path, threshold=threshold,
-                                       during_training=during_training)
+        return self.metrics_from_parts([self.metric_part(logits, examples, path)], path, during_training)
 
-    def metric_part(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None, **_):
+    def metric_part(self, logits: list[np.ndarray], examples: list[ClassifyExample], path=None):
         """A chunk's outputs and gold targets as arrays (the examples are not kept)."""
         return np.stack(logits), [self.task.reading.label_target(e, path) for e in examples]
 
-    def metrics_from_parts(self, parts: list, path=None, threshold: float | None = None,
-                           during_training: bool = False, **_) -> dict:
+    def metrics_from_parts(self, parts: list, path=None, during_training: bool = False) -> dict:
         arr = np.concatenate([p[0] for p in parts])
         gold = [g for p in parts for g in p[1]]
         names = [str(label) for label in self.spec.shown_labels()]  # per_class keyed as predictions name them
@@ -104,9 +101,9 @@ class ClassifyJudging(Judging):
             return regression_metrics(arr[:, 0], np.asarray(gold, dtype=float))
         if self.spec.problem == "multi_label":
             probs, truth = sigmoid(arr), np.asarray(gold) >= 0.5
-            if during_training and self.spec.threshold is None and threshold is None:
+            if during_training and self.spec.threshold is None:
                 self.spec.thresholds = [round(float(t), 6) for t in tune_thresholds(probs, truth)]
-            cut = self.label_thresholds(threshold)
+            cut = self.label_thresholds()
             result = multi_label_metrics(probs >= cut, truth, names)
             result["thresholds"] = {n: round(float(t), 4) for n, t in zip(names, cut)}
             return result

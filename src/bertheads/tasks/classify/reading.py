@@ -32,8 +32,7 @@ class ClassifyReading(Reading):
         """A head trained on pairs reads pairs."""
         return PAIR if self.spec.pair else TEXT
 
-    def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None,
-             **_) -> list[ClassifyExample]:
+    def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None) -> list[ClassifyExample]:
         examples = read_file(path, self.spec, fmt, need_labels)
         if need_labels:
             for e in examples:
@@ -41,7 +40,7 @@ class ClassifyReading(Reading):
         return examples
 
     def iter_read(self, path, need_labels: bool = True, fmt: str | None = None, keep: tuple[str, ...] = (),
-                  bad: BadLine | None = None, **_) -> Iterator[ClassifyExample]:
+                  bad: BadLine | None = None) -> Iterator[ClassifyExample]:
         """`read`, one example at a time (see `iter_file`)."""
         name = source_name(path)
         for e in iter_file(path, self.spec, fmt, need_labels, keep, bad):
@@ -53,7 +52,7 @@ class ClassifyReading(Reading):
                     continue
             yield e
 
-    def from_inputs(self, inputs: list, **_) -> list[ClassifyExample]:
+    def from_inputs(self, inputs: list) -> list[ClassifyExample]:
         """Examples from Python values: a string, or a (text, pair) tuple."""
         out = []
         for i, item in enumerate(inputs):

@@ -82,16 +82,17 @@ class QAJudging(Judging):
                                               float(null_probs[j])))
         return [merge_windows(parts, spec.n_best, relative) for parts in per_example]
 
-    def threshold(self, null_threshold: float | None = None) -> float | None:
-        return self.spec.null_threshold if null_threshold is None else float(null_threshold)
+    def threshold(self) -> float | None:
+        """The null threshold in use (a call's `null_threshold` overrides the saved one)."""
+        return None if self.spec.null_threshold is None else float(self.spec.null_threshold)
 
-    def decode(self, outputs: list[QAOutput], examples: list[QAExample], null_threshold: float | None = None,
-               min_confidence: float | None = None, **_) -> list[dict]:
+    def decode(self, outputs: list[QAOutput], examples: list[QAExample]) -> list[dict]:
         """`{"answer", "start", "end", "score", "raw_score"}`, `context[start:end] == answer` ("" at 0
         when it answers nothing): `score` as `confidence.shown_score` says, `raw_score` what spans
         are ranked and thresholded by (start + end logits, relative to the window's null score
         with `window_choice` relative). `min_confidence` adds `"abstained"`."""
-        threshold = self.threshold(null_threshold)
+        threshold = self.threshold()
+        min_confidence = self.task.options.values.min_confidence
         out = []
         for o, e, score in zip(outputs, examples, answer_scores(self.task, outputs, threshold)):
             nothing = answers_nothing(o, threshold)
@@ -103,20 +104,19 @@ class QAJudging(Judging):
         return out
 
     def metrics(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
-                null_threshold: float | None = None, predictions_out: str | None = None,
-                during_training: bool = False, **_) -> dict:
+                during_training: bool = False) -> dict:
         """SQuAD EM and F1 (v2.0's with HasAns/NoAns when some questions have no answer).
         After an epoch (`during_training`) a v2.0 model's null threshold is tuned here."""
         spec = self.spec
         best_text = [e.context[int(o.spans[0][0]):int(o.spans[0][1])] if len(o.scores) else ""
                      for o, e in zip(outputs, examples)]
-        if during_training and spec.unanswerable and spec.tune_threshold and null_threshold is None:
+        if during_training and spec.unanswerable and spec.tune_threshold:
             diffs = np.array([null_minus_best(o) for o in outputs])
             has_answer = np.array([bool(e.answers) for e in examples])
             span_f1 = np.array([max_over(f1_v2, t, gold_v2(e.answers)) if e.answers else 0.0
                                 for t, e in zip(best_text, examples)])
             spec.null_threshold = best_threshold(diffs, has_answer, span_f1)
-        threshold = self.threshold(null_threshold)
+        threshold = self.threshold()
         preds = ["" if answers_nothing(o, threshold) else text for o, text in zip(outputs, best_text)]
         if any(not e.answers for e in examples):
             result = squad_v2_scores(preds, examples)
@@ -124,18 +124,18 @@ class QAJudging(Judging):
             result = squad_v1_scores(preds, examples)
         if spec.unanswerable or threshold is not None:
             result["null_threshold"] = None if threshold is None else round(float(threshold), 4)
+        predictions_out = self.task.options.values.predictions_out
         if predictions_out:
             write_predictions(predictions_out, preds, outputs, examples, path)
         return result
 
-    def metric_part(self, outputs: list[QAOutput], examples: list[QAExample], path=None,
-                    null_threshold: float | None = None, predictions_out: str | None = None, **_):
+    def metric_part(self, outputs: list[QAOutput], examples: list[QAExample], path=None):
         """A chunk's per-question scores (v1.1 and v2.0 forms: which one applies is known only at
         the end) under the saved or given null threshold. With `predictions_out` every output
         and example is kept, as the prediction files hold them all."""
-        if predictions_out:
+        if self.task.options.values.predictions_out:
             return super().metric_part(outputs, examples)
-        threshold = self.threshold(null_threshold)
+        threshold = self.threshold()
         preds = ["" if answers_nothing(o, threshold) else e.context[int(o.spans[0][0]):int(o.spans[0][1])]
                  for o, e in zip(outputs, examples)]
         has = np.array([bool(e.answers) for e in examples], dtype=bool)
@@ -145,13 +145,11 @@ class QAJudging(Judging):
                        for p, e in zip(preds, examples)]).reshape(-1, 2)
         return has, v1, v2
 
-    def metrics_from_parts(self, parts: list, path=None, null_threshold: float | None = None,
-                           predictions_out: str | None = None, **options) -> dict:
-        if predictions_out:
-            return super().metrics_from_parts(parts, path, null_threshold=null_threshold,
-                                              predictions_out=predictions_out, **options)
+    def metrics_from_parts(self, parts: list, path=None, during_training: bool = False) -> dict:
+        if self.task.options.values.predictions_out:
+            return super().metrics_from_parts(parts, path, during_training)
         result = scores_from_parts(parts)
-        threshold = self.threshold(null_threshold)
+        threshold = self.threshold()
         if self.spec.unanswerable or threshold is not None:
             result["null_threshold"] = None if threshold is None else round(float(threshold), 4)
         return result
@@ -166,11 +164,11 @@ class QAScoring(Scoring):
         return np.array([0.0 if s is None else s for s in answer_scores(self.task, outputs, self.task.judging.threshold())])
 
     def calibration_rows(self, outputs: list[QAOutput], examples: list[QAExample], path=None):  # `confidence.py`
-        t = self.task.judging.threshold(None)
+        t = self.task.judging.threshold()
         return calibration_rows(outputs, examples, self.spec.n_best, t, bool(self.spec.unanswerable) or t is not None)
 
     def calibrator(self):  # `confidence.py`: a head that may answer nothing calibrates null answers apart
-        return NullScaled() if self.spec.unanswerable or self.task.judging.threshold(None) is not None else Temperature()
+        return NullScaled() if self.spec.unanswerable or self.task.judging.threshold() is not None else Temperature()
 
     def disputes(self, outputs: list[QAOutput], examples: list[QAExample], path=None) -> Disputes:
         """Gold answers against out-of-fold spans (`question_disputes`; `uncertainty`: `answer_shares`)."""

@@ -27,8 +27,10 @@ class QAReading(Reading):
         """A JSON line of the question and its passage with no answers yet."""
         return {"question": example.question, "context": example.context, "answers": []}
 
-    def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None,
-             question: str | None = None, context: str | None = None, **_) -> list[QAExample]:
+    def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None) -> list[QAExample]:
+        """The file's questions, or the one `--question`/`--context` give (the call options)."""
+        options = self.task.options.values
+        question, context = options.question, options.context
         if question is not None or context is not None:
             if path is not None:
                 raise UserError(f"give either {said('input')} or {said('question')} and {said('context')}, not both")
@@ -36,14 +38,15 @@ class QAReading(Reading):
         return read_examples(path, need_labels, fmt=fmt)
 
     def iter_read(self, path, need_labels: bool = True, fmt: str | None = None, keep: tuple[str, ...] = (),
-                  bad=None, question: str | None = None, context: str | None = None, **_) -> Iterator[QAExample]:
+                  bad=None) -> Iterator[QAExample]:
         """`read`, a question at a time (see `formats.iter_examples` for SQuAD JSON)."""
-        if question is not None or context is not None:
-            yield from self.read(path, need_labels, fmt, question, context)
+        options = self.task.options.values
+        if options.question is not None or options.context is not None:
+            yield from self.read(path, need_labels, fmt)
             return
         yield from iter_examples(path, need_labels, fmt=fmt, keep=keep, bad=bad)
 
-    def from_inputs(self, inputs: list, source: str = "input", **_) -> list[QAExample]:
+    def from_inputs(self, inputs: list, source: str = "input") -> list[QAExample]:
         """Examples from `{"question", "context"}` dicts or `(question, context)` tuples."""
         out = []
         for i, item in enumerate(inputs):

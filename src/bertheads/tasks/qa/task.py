@@ -41,7 +41,7 @@ class QAOptions:
     question: str | None = option(None, "one question (with --context)", at=("predict",))
     context: str | None = option(None, "the passage for --question", at=("predict",))
     predictions_out: str | None = option(None, "write {id: answer} JSON here (and an n-best file beside it)",
-                                         at=("evaluate",))
+                                         at=("evaluate",), extra={"writes": True})
 
 
 class QATask(Task):

@@ -83,12 +83,12 @@ class TagJudging(Judging):
     def predicted_tags(self, outputs: list[WordScores]) -> list[list[str]]:
         return [[self.spec.tags[i] for i in o.probs.argmax(-1).tolist()] for o in outputs]
 
-    def decode(self, outputs: list[WordScores], examples: list[TagExample], min_confidence: float | None = None,
-               **_) -> list[dict]:
+    def decode(self, outputs: list[WordScores], examples: list[TagExample]) -> list[dict]:
         """Entities (with character offsets for raw text, word indices for word input); an
         entity's score is its words' mean top tag score (calibrated). `min_confidence` adds
         `"abstained"`: whether some word's top score is below it."""
         codes, types = scheme_codes(self.spec.tags)
+        min_confidence = self.task.options.values.min_confidence
         results = []
         for out, e in zip(outputs, examples):
             best = out.probs.argmax(-1).tolist()
@@ -110,16 +110,17 @@ class TagJudging(Judging):
             results.append({**e.extra, **result} if e.extra else result)
         return results
 
-    def metrics(self, outputs: list[WordScores], examples: list[TagExample], path=None, **_) -> dict:
+    def metrics(self, outputs: list[WordScores], examples: list[TagExample], path=None,
+                during_training: bool = False) -> dict:
         """Entity precision, recall and F1 (micro and per type) by seqeval's default mode (conlleval
         rules), word accuracy, and the span and type errors (`scheme.entity_errors`)."""
         return self.metrics_from_parts([self.metric_part(outputs, examples, path)])
 
-    def metrics_from_parts(self, parts: list, path=None, **_) -> dict:
+    def metrics_from_parts(self, parts: list, path=None, during_training: bool = False) -> dict:
         gold, pred = [t for p in parts for t in p[0]], [t for p in parts for t in p[1]]
         return {**entity_metrics(gold, pred), **entity_errors(gold, pred)}
 
-    def metric_part(self, outputs: list[WordScores], examples: list[TagExample], path=None, **_):
+    def metric_part(self, outputs: list[WordScores], examples: list[TagExample], path=None):
         """A chunk's gold and predicted tags (the tag names are shared strings: a pointer a word)."""
         known = {t: t for t in self.spec.tags}
         for e in examples:

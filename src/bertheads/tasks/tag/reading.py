@@ -25,7 +25,7 @@ class TagReading(Reading):
             return {"tokens": list(example.words), "tags": []}
         return {"text": example.text, "tags": []}
 
-    def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None, **_) -> list[TagExample]:
+    def read(self, path: str | None, need_labels: bool = True, fmt: str | None = None) -> list[TagExample]:
         examples = read_tagged(path, self.spec, fmt, need_labels)
         if need_labels:
             known = set(self.spec.tags)
@@ -37,7 +37,7 @@ class TagReading(Reading):
         return examples
 
     def iter_read(self, path, need_labels: bool = True, fmt: str | None = None, keep: tuple[str, ...] = (),
-                  bad=None, **_) -> Iterator[TagExample]:
+                  bad=None) -> Iterator[TagExample]:
         """`read`, one sentence at a time as the input is read (`bad`: see `iter_tagged`)."""
         known = set(self.spec.tags)
         name = source_name(path)
@@ -55,7 +55,7 @@ class TagReading(Reading):
                     continue
             yield e
 
-    def from_inputs(self, inputs: list, **_) -> list[TagExample]:
+    def from_inputs(self, inputs: list) -> list[TagExample]:
         """Examples from Python values: a raw text, a list of words, or a dict with
         "text" or "tokens"."""
         out = []
