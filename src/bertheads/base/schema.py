@@ -31,6 +31,7 @@ from typing import Any
 from bertheads.base.errors import UserError
 
 MISSING = dataclasses.MISSING
+INFERENCE_COMMANDS = ("predict", "evaluate", "serve")  # the commands that take a head's inference options (`at`)
 
 
 def setting(default: Any = MISSING, help: str = "", *, type: Callable | None = None,

@@ -13,10 +13,10 @@ from typing import Any
 from bertheads.base import schema
 from bertheads.base.errors import UserError
 from bertheads.base.values import fraction
-from bertheads.tasks.registry import COMMANDS, TASKS
+from bertheads.tasks.registry import TASKS
 
 
-def option(default: Any = None, help: str = "", *, at: tuple[str, ...] = COMMANDS, **kwargs) -> Any:
+def option(default: Any = None, help: str = "", *, at: tuple[str, ...] = schema.INFERENCE_COMMANDS, **kwargs) -> Any:
     """A call option of a kind's heads (a `schema.setting` of its `options_type`): the commands
     whose flag it is (`at`); it is passed on to `read`, `from_inputs`, `decode` and `metrics` as
     a keyword. (A spec field with `at` is an override of the saved value instead.)"""
