@@ -351,7 +351,9 @@ CHROMIUM = os.environ.get("BERTHEADS_CHROMIUM") or shutil.which("chromium") or "
 def test_the_page_asks_for_the_forms_extra_input(longest_model):
     """The page builds a box for the candidates from GET /heads and sends them with the text."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra")
-    from bertheads.serve.app import create_app, running_server
+    from helpers_serve import running_server
+
+    from bertheads.serve.app import create_app
 
     model = longest_model[0]
     expected = json.loads(json.dumps(model.predict(INPUTS[3:])))[0]

@@ -16,12 +16,13 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from helpers_multi import save_heads
+from helpers_serve import running_server
 
 import bertheads
 from bertheads.base.errors import UserError
 from bertheads.cli.main import main
 from bertheads.inference.analyze import analyze_inputs
-from bertheads.serve.app import ServeSettings, create_app, running_server
+from bertheads.serve.app import ServeSettings, create_app
 from bertheads.serve.queue import Batcher, DeadlineExceeded, Overloaded, request_tokens
 
 
