@@ -278,9 +278,37 @@ def new_names(data: Mapping[str, Any], cls, at: str = "") -> dict[str, Any]:
     return out
 
 
+def closest(name: str, known: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The known name most like `name` (difflib's ratio at least `cutoff`), or None."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
 def suggest(name: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    """" (did you mean 'CLOSE'?)" when a known name is close to `name`, else ""."""
+    close = closest(name, known)
+    return f" (did you mean {close!r}?)" if close else ""
+
+
+def unknown_name(name: str, known: Iterable[str], what: str = "setting", *, of: str = "",
+                 also: Iterable[str] = (), says: str | None = None, then: str = "") -> str:
+    """The one line that refuses a name: "unknown WHAT 'NAME'OF (did you mean 'CLOSE'?)", the
+    closest of `known` suggested (else the closest of `also`); `says` stands for "unknown WHAT
+    'NAME'" where a check words it otherwise, `then` follows the suggestion."""
+    return f"{says or f'unknown {what} {name!r}'}{of}{suggest(name, known) or suggest(name, also)}{then}"
+
+
+def check_name(name: str, known: Iterable[str], what: str = "setting", *, of: str = "", at: str = "",
+               fail: Callable[[str], None] | None = None) -> str:
+    """The one check of a name against the `known` ones: `name` back when it is known, else
+    `unknown_name`'s line given to `fail`, or raised as a UserError prefixed `at`."""
+    known = list(known)
+    if name in known:
+        return name
+    message = unknown_name(name, known, what, of=of)
+    if fail is not None:
+        fail(message)
+    raise UserError(f"{at}: {message}" if at else message)
 
 
 def known_fields(*groups) -> dict[str, dataclasses.Field | None]:
@@ -307,11 +335,7 @@ def check_given(given: Mapping[str, Any], *groups, what: str = "setting", of: st
         if key in old and key not in fields and old[key] not in given:
             warn(f"{at + ': ' if at else ''}{key!r} is deprecated; use {old[key]!r}")
             key = old[key]
-        if key not in fields:
-            message = f"unknown {what} {key!r}{of}{suggest(key, fields)}"
-            if fail is not None:
-                fail(key, message)
-            raise UserError(f"{at}: {message}" if at else message)
+        check_name(key, fields, what, of=of, at=at, fail=None if fail is None else lambda m, key=key: fail(key, m))
         out[key] = value
     return out
 
@@ -320,9 +344,7 @@ def check_names(given: Iterable[str], known: Iterable[str], what: str = "setting
     """Refuse any name of `given` that is not `known`, suggesting the closest known one."""
     known = list(known)
     for name in given:
-        if name not in known:
-            prefix = f"{at}: " if at else ""
-            raise UserError(f"{prefix}unknown {what} {name!r}{suggest(name, known)}")
+        check_name(name, known, what, at=at)
 
 
 def convert(f: dataclasses.Field, value: Any, fail: Callable[[str], None]) -> Any:

@@ -93,8 +93,7 @@ class Options:
             shown = schema.said(name, flag=schema.flag_of(others[takers[0]][name]))
             return f"{shown} is for {' or '.join(takers)} heads, not {kind}"
         known = list(own) or [n for fs in others.values() for n in fs]
-        close = schema.suggest(name, own) or schema.suggest(name, known)
-        return f"unknown option {name!r}{close}"
+        return schema.unknown_name(name, own, "option", also=known)
 
     def overrides(self, name: str) -> bool:
         return overrides(type(self.task), name)

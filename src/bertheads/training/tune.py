@@ -51,8 +51,8 @@ from bertheads.base.schema import (
     renamed,
     said,
     setting,
-    suggest,
     tagged,
+    unknown_name,
     warn,
 )
 from bertheads.base.values import non_negative_int, positive_int
@@ -166,8 +166,8 @@ def read_space(path: str, kind: str) -> Search:
             name = old[name]
         dest = by_flag.get(name, name if name in allowed else None)
         if dest is None:
-            fail(f"not a flag a {kind} search can vary{suggest(name, sorted(by_flag))} "
-                 f"(known: {', '.join(sorted(by_flag))})")
+            fail(unknown_name(name, sorted(by_flag), says=f"not a flag a {kind} search can vary",
+                              then=f" (known: {', '.join(sorted(by_flag))})"))
         field_ = allowed[dest]
         if isinstance(value, list):
             if not value:
