@@ -377,7 +377,9 @@ def test_tag_features_mode_linear_and_bilstm_share_one_cache(tiny_bert, write, t
     bilstm = bertheads.train("tag", train, None, tmp_path / "m", model=tiny_bert, settings=settings,
                              head_type="bilstm", lstm_size=16, **options)
     assert count_encoder_calls == [] and entries(cache) == [entry]
-    assert bilstm.net.heads["tag"].lstm is not None
+    lstm = bilstm.net.heads["tag"].lstm  # --head bilstm --lstm-size 16: two bidirectional layers of 16
+    assert (type(lstm).__name__, lstm.hidden_size, lstm.num_layers, lstm.bidirectional) == ("LSTM", 16, 2, True)
+    assert linear.net.heads["tag"].lstm is None
     for model in (linear, bilstm):
         assert model.evaluate(train)["f1"] > 0.8  # learned from the cached states
     [prediction] = bilstm.predict(["Maria Garcia visited Berlin ."])

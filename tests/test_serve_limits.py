@@ -348,7 +348,9 @@ def test_sigterm_finishes_in_flight_and_refuses_new(model_dir):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert "stopped" in proc.stdout.read() or proc.returncode in (0, -signal.SIGTERM)
+    # drained, uvicorn (>= 0.29) raises the SIGTERM it caught again: the process ends as the signal asks
+    output = proc.stdout.read()
+    assert proc.returncode == -signal.SIGTERM and "Traceback" not in output, (proc.returncode, output)
 
 
 def test_a_short_request_goes_before_long_ones_queued_earlier():
