@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Every machine runs the suite as an AVX2-only CPU, so `--precision auto` and `--runtime auto` give
 # torch fp32 on each kind of CPU the suite meets (AVX2, AVX512_BF16, AMX); tests of the other
-# choices pretend to be those machines (`base.machine.pretend`), or read the real flags.
+# choices pretend to be those machines (`helpers_machine.pretend`), or read the real flags.
 os.environ["BERTHEADS_CPU_FLAGS"] = "avx2"
 # The suite trains with the kinds' fixed defaults (3 epochs, batch 32, fine-tuning, no held-out
 # slice) whatever its tiny data's size; the tests of the recipe by size set `recipe` themselves.

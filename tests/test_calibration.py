@@ -270,8 +270,9 @@ def test_qa_span_score_calibrated_with_the_null_answer(tiny_bert, tmp_path):
 
 def test_serve_abstains_and_counts_it_in_metrics(classifier):
     import httpx
+    from helpers_serve import running_server
 
-    from bertheads.serve.app import ServeSettings, create_app, running_server
+    from bertheads.serve.app import ServeSettings, create_app
 
     d, _ = classifier
     model = bertheads.load(d / "model")

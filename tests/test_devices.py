@@ -8,9 +8,10 @@ import logging
 
 import pytest
 import torch
+from helpers_machine import pretend
 
 from bertheads.base.errors import UserError
-from bertheads.base.machine import Machine, pretend, read_cpuinfo, resolve_device, training_precision
+from bertheads.base.machine import Machine, read_cpuinfo, resolve_device, training_precision
 from bertheads.cli.main import main
 from bertheads.export.modes import candidates
 

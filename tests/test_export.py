@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from helpers_machine import pretend
 from helpers_multi import save_heads
 
 import bertheads
 from bertheads.base.errors import UserError
-from bertheads.base.machine import machine, pretend
+from bertheads.base.machine import machine
 from bertheads.cli.main import main
 from bertheads.compute.runner import run_heads
 from bertheads.export import onnx as export_onnx

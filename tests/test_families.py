@@ -91,7 +91,9 @@ def test_train_predict_evaluate(family_run):
     assert [p["label"] in ("negative", "positive") for p in sentiment] == [True] * 3
     assert all(isinstance(p["entities"], list) for p in model.predict(TEXTS, head="ner"))
     answer = model.predict(QUESTIONS, head="qa")[0]
-    assert answer["answer"] is None or answer["answer"] in QUESTIONS[0][1]
+    assert set(answer) == {"answer", "start", "end", "score", "raw_score"}
+    # the answer is the context's span at its offsets ("" at 0 when the head answers nothing)
+    assert QUESTIONS[0][1][answer["start"]:answer["end"]] == answer["answer"]
     for kind, head in HEADS.items():
         assert MATRIX[family, kind, "evaluate"] == "yes"
         metrics = model.evaluate(str(data[kind]), head=head)

@@ -148,9 +148,9 @@ def test_cls_of_the_last_layer_is_cached_and_extracted_by_the_first_token_path(t
                                full.batch(idx, features)["states"][:, 0], atol=1e-5, rtol=1e-5)
 
     src = write("texts.txt", "\n".join(texts))
-    extract(tiny_bert, src, tmp_path / "x", ExtractSettings(format="npy", pool="cls", progress=False))
+    extract(tiny_bert, src, tmp_path / "x", ExtractSettings(output_format="npy", vector_pool="cls", progress=False))
     calls = len(count_first_token_layers)
-    extract(tiny_bert, src, tmp_path / "y", ExtractSettings(format="npy", pool="cls", tokens=False, progress=False))
+    extract(tiny_bert, src, tmp_path / "y", ExtractSettings(output_format="npy", vector_pool="cls", tokens=False, progress=False))
     assert len(count_first_token_layers) > calls
     np.testing.assert_allclose(np.load(tmp_path / "y" / "pooled.npy"), np.load(tmp_path / "x" / "pooled.npy"),
                                atol=1e-5)
@@ -176,7 +176,7 @@ def test_cache_builds_and_extract_run_batches_on_cpu_workers(tiny_bert, tmp_path
             torch.set_num_threads(threads)
             outputs[threads] = (build(encoder, features, (1, 2), "tokens", tmp_path / f"c{threads}"),
                                 extract(tiny_bert, src, tmp_path / f"x{threads}",
-                                        ExtractSettings(format="npy", pool="mean", progress=False, batch_size=2)))
+                                        ExtractSettings(output_format="npy", vector_pool="mean", progress=False, batch_size=2)))
             assert torch.get_num_threads() == threads
     finally:
         torch.set_num_threads(before)
@@ -308,7 +308,7 @@ def test_extract_npy_task_formats_and_truncation(tiny_bert, write, tmp_path):
     from bertheads.inference.extract import ExtractSettings, extract
 
     conll = write("s.conll", "EU B-ORG\nrejects O\nGerman B-MISC\n\nPeter B-PER\nBlackburn I-PER")
-    meta = extract(tiny_bert, conll, tmp_path / "c", ExtractSettings(format="npy", pool="cls", progress=False))
+    meta = extract(tiny_bert, conll, tmp_path / "c", ExtractSettings(output_format="npy", vector_pool="cls", progress=False))
     index = [json.loads(x) for x in (tmp_path / "c" / "index.jsonl").read_text().splitlines()]
     assert [r["text"] for r in index] == ["EU rejects German", "Peter Blackburn"]
     assert [index[1]["text"][a:b] for a, b in index[1]["words"]] == ["Peter", "Blackburn"]
@@ -377,7 +377,9 @@ def test_tag_features_mode_linear_and_bilstm_share_one_cache(tiny_bert, write, t
     bilstm = bertheads.train("tag", train, None, tmp_path / "m", model=tiny_bert, settings=settings,
                              head_type="bilstm", lstm_size=16, **options)
     assert count_encoder_calls == [] and entries(cache) == [entry]
-    assert bilstm.net.heads["tag"].lstm is not None
+    lstm = bilstm.net.heads["tag"].lstm  # --head bilstm --lstm-size 16: two bidirectional layers of 16
+    assert (type(lstm).__name__, lstm.hidden_size, lstm.num_layers, lstm.bidirectional) == ("LSTM", 16, 2, True)
+    assert linear.net.heads["tag"].lstm is None
     for model in (linear, bilstm):
         assert model.evaluate(train)["f1"] > 0.8  # learned from the cached states
     [prediction] = bilstm.predict(["Maria Garcia visited Berlin ."])

@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers_machine import pretend
 
-from bertheads.base.machine import Machine, pretend
+from bertheads.base.machine import Machine
 from bertheads.cli.main import main
 
 INSTALLED = frozenset({"onnxruntime", "openvino"})

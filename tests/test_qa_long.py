@@ -263,7 +263,7 @@ def test_cli_flags_saved_with_the_model(tiny_bert, tmp_path, monkeypatch):
     assert model.task().spec.topic_segments
     assert spec.window_choice == "relative+context" and spec.negative_windows == 2 and spec.join_passages == 1
     assert spec.paragraph_windows and spec.paragraph_match == 2.5
-    model.choose_windows(window_choice="raw")  # the old name of set_options, with a warning
+    model.set_options(window_choice="raw")
     assert model.task().spec.window_choice == "raw"
     with pytest.raises(UserError, match="window_choice='best'"):
         model.set_options(window_choice="best")

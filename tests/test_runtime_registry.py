@@ -8,10 +8,11 @@ import json
 
 import pytest
 import torch
+from helpers_machine import pretend
 
 import bertheads
 from bertheads.base.errors import UserError
-from bertheads.base.machine import Machine, pretend, runtimes
+from bertheads.base.machine import Machine, runtimes
 from bertheads.base.runtimes import RUNTIMES, Offer, Runtime, register, unregister
 from bertheads.cli.main import main
 from bertheads.export.modes import candidates, check_mode

@@ -16,9 +16,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from helpers_multi import EncoderCalls, save_heads
+from helpers_serve import running_server
 
 import bertheads
-from bertheads.serve.app import Batcher, ServeSettings, create_app, running_server
+from bertheads.serve.app import Batcher, ServeSettings, create_app
 
 TEXTS = ["Angela Merkel visited Paris last week.", "A warm, funny and wonderfully acted film."]
 PASSAGE = "The Eiffel Tower was finished in 1889 and stands in Paris."

@@ -15,9 +15,10 @@ from urllib.parse import urljoin, urlparse
 import pytest
 from fastapi.testclient import TestClient
 from helpers_multi import save_heads
+from helpers_serve import running_server
 
 import bertheads
-from bertheads.serve.app import ServeSettings, create_app, running_server
+from bertheads.serve.app import ServeSettings, create_app
 
 PASSAGE = "The Eiffel Tower was finished in 1889 and stands in Paris."
 CHROMIUM = os.environ.get("BERTHEADS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"

@@ -16,12 +16,13 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from helpers_multi import save_heads
+from helpers_serve import running_server
 
 import bertheads
 from bertheads.base.errors import UserError
 from bertheads.cli.main import main
 from bertheads.inference.analyze import analyze_inputs
-from bertheads.serve.app import ServeSettings, create_app, running_server
+from bertheads.serve.app import ServeSettings, create_app
 from bertheads.serve.queue import Batcher, DeadlineExceeded, Overloaded, request_tokens
 
 
@@ -347,7 +348,9 @@ def test_sigterm_finishes_in_flight_and_refuses_new(model_dir):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert "stopped" in proc.stdout.read() or proc.returncode in (0, -signal.SIGTERM)
+    # drained, uvicorn (>= 0.29) raises the SIGTERM it caught again: the process ends as the signal asks
+    output = proc.stdout.read()
+    assert proc.returncode == -signal.SIGTERM and "Traceback" not in output, (proc.returncode, output)
 
 
 def test_a_short_request_goes_before_long_ones_queued_earlier():

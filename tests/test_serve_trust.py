@@ -14,13 +14,14 @@ import time
 import httpx
 import pytest
 from helpers_multi import build_task, save_heads
+from helpers_serve import running_server
 from safetensors.torch import load_file, save_file
 
 import bertheads
 from bertheads.encoder.pretrained import Encoder
 from bertheads.model import BertHeads
 from bertheads.saved import bundle
-from bertheads.serve.app import ServeSettings, create_app, running_server
+from bertheads.serve.app import ServeSettings, create_app
 from bertheads.store.encoder_refs import reference
 
 HEADS = {"sentiment": ("classify", 1, {"labels": ["negative", "positive"]}),

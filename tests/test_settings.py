@@ -140,14 +140,6 @@ def test_old_flag_spellings_still_work_with_one_warning(argv, dest, value, old, 
     assert getattr(args, dest) == value and capsys.readouterr().err == ""
 
 
-def test_extract_settings_read_the_old_keywords(capsys):
-    from bertheads.inference.extract import ExtractSettings
-
-    settings = ExtractSettings(format="npy", pool="cls", combine="sum")
-    assert (settings.output_format, settings.vector_pool, settings.layer_combine) == ("npy", "cls", "sum")
-    assert capsys.readouterr().err.count("deprecated") == 3
-
-
 # -- derived lists --------------------------------------------------------------------------------
 def test_what_is_derived_stays_what_it_was():
     # a resume compares the same settings as before (checkpoints of earlier versions still resume)

@@ -255,7 +255,8 @@ def test_bilstm_head_on_frozen_features_round_trips(tiny_bert, tag_data, tmp_pat
     spec = json.loads((out / "bertheads.json").read_text())["heads"]["tag"]["spec"]
     assert (spec["head_type"], spec["lstm_size"], spec["stride"], spec["tag_column"]) == ("bilstm", 16, 8, 4)
     model = bertheads.load(out)
-    assert model.task().head.lstm is not None
+    lstm = model.task().head.lstm  # loaded as trained: two bidirectional layers of 16
+    assert (type(lstm).__name__, lstm.hidden_size, lstm.num_layers, lstm.bidirectional) == ("LSTM", 16, 2, True)
     saved = json.loads((out / "metrics.json").read_text())["dev"]
     live = model.evaluate(str(tag_data / "dev.txt"))
     # same weights after loading; training evaluated from the cached (float16) dev states

@@ -10,7 +10,7 @@ from typing import Any
 
 from bertheads.base.errors import UserError
 from bertheads.base.progress import api_logging
-from bertheads.base.schema import check_given, from_mapping, names, warn
+from bertheads.base.schema import check_given, from_mapping, names
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.export.gate import gate_model
 from bertheads.export.modes import RuntimeSettings
@@ -150,11 +150,6 @@ class Model:
                 self.task(next(iter(self.net.tasks))).options.check({key: value})  # says why
             for task in takers:
                 task.options.set(**{key: value})
-
-    def choose_windows(self, head: str | None = None, **options) -> None:
-        """The old name of `set_options` (kept for one release, with a warning)."""
-        warn("Model.choose_windows is deprecated; use Model.set_options")
-        self.set_options(head, **options)
 
     def render(self, predictions: list[dict], examples: list, fmt: str | None = None, head: str | None = None) -> str:
         """Predictions as the text `bertheads predict` writes (JSON lines unless the task has a format)."""

@@ -1,7 +1,7 @@
 """What this machine has: the CPU and the flags that matter for bf16 and int8, threads, CUDA
 devices, MPS and the installed inference runtimes; and the device a `--device` names.
 
-`machine()` detects once and caches; `pretend(Machine(...))` replaces it for a block (tests).
+`machine()` detects once and caches (tests that need another machine replace `detected`).
 `BERTHEADS_CPU_FLAGS` (space- or comma-separated) replaces the CPU flags read from /proc/cpuinfo,
 so `auto` can be kept off units a machine has (the test suite runs as an AVX2-only CPU with it).
 The runtime packages looked for are the registered runtimes' (`base/runtimes.py`); each is
@@ -13,8 +13,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -121,9 +119,6 @@ def detect(packages: tuple[str, ...] = ()) -> Machine:
                    cuda=cuda, cuda_bf16=bf16, mps=mps, installed=installed)
 
 
-_PRETENDED: list[Machine] = []
-
-
 @lru_cache(maxsize=4)
 def detected(packages: tuple[str, ...]) -> Machine:
     return detect(packages)
@@ -135,18 +130,8 @@ def runtime_packages() -> tuple[str, ...]:
 
 
 def machine() -> Machine:
-    """This machine (or the one `pretend` set)."""
-    return _PRETENDED[-1] if _PRETENDED else detected(runtime_packages())
-
-
-@contextmanager
-def pretend(fake: Machine) -> Iterator[Machine]:
-    """`machine()` is `fake` inside the block."""
-    _PRETENDED.append(fake)
-    try:
-        yield fake
-    finally:
-        _PRETENDED.pop()
+    """This machine (detected once)."""
+    return detected(runtime_packages())
 
 
 def runtimes() -> dict[str, dict]:

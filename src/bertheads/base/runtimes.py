@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from bertheads.base.errors import UserError
-from bertheads.base.schema import said, suggest
+from bertheads.base.schema import said, unknown_name
 
 # auto's place for a runtime's slowest, surest mode (torch fp32, the default path): after every other
 LAST = 100.0
@@ -100,7 +100,7 @@ def choices() -> tuple[str, ...]:
 
 
 def unknown(name: str) -> str:
-    return f"unknown runtime {name!r}{suggest(name, choices())}; expected one of {', '.join(choices())}"
+    return unknown_name(name, choices(), "runtime", then=f"; expected one of {', '.join(choices())}")
 
 
 def runtime_choice(text: str) -> str:

@@ -31,6 +31,7 @@ from typing import Any
 from bertheads.base.errors import UserError
 
 MISSING = dataclasses.MISSING
+INFERENCE_COMMANDS = ("predict", "evaluate", "serve")  # the commands that take a head's inference options (`at`)
 
 
 def setting(default: Any = MISSING, help: str = "", *, type: Callable | None = None,
@@ -150,7 +151,7 @@ class DeprecatedFlag(argparse.Action):
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        warn(f"{option_string} is deprecated; use {self.new}")
+        warn_renamed(option_string, self.new)
         setattr(namespace, self.dest, self.flag_value if self.nargs == 0 else values)
 
 
@@ -256,30 +257,68 @@ def vars_for(cls, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def renamed(cls) -> dict[str, str]:
-    """Old name -> new name of the fields whose flag was renamed (from their `aliases`)."""
-    out = {}
-    for f in dataclasses.fields(cls):
-        for old in f.metadata.get("aliases", ()):
-            out[old.lstrip("-").replace("-", "_")] = f.name
-    return out
+# -- renamed settings: the one alias table and rule ------------------------------------------
+def renamed(*groups) -> dict[str, str]:
+    """The alias table: old name -> new name of every renamed setting of `groups` (dataclasses,
+    or mappings of name -> field), from the old flags its `aliases` list."""
+    return {old.lstrip("-").replace("-", "_"): f.name for f in known_fields(*groups).values() if f is not None
+            for old in f.metadata.get("aliases", ())}
 
 
-def new_names(data: Mapping[str, Any], cls, at: str = "") -> dict[str, Any]:
-    """`data` with the old names of renamed fields replaced by the new ones (with a warning)."""
-    old = renamed(cls)
-    out = {}
-    for key, value in data.items():
-        if key in old and old[key] not in data:
-            warn(f"{at + ': ' if at else ''}{key!r} is deprecated; use {old[key]!r}")
-            key = old[key]
-        out[key] = value
-    return out
+def warn_renamed(old: str, new: str, at: str = "") -> None:
+    """The one warning line of an old name read as its new one (a flag, a key, a keyword)."""
+    warn(f"{at + ': ' if at else ''}{old} is deprecated; use {new}")
+
+
+def new_name(name: str, renames: Mapping[str, str], given: Iterable[str] = (), known: Iterable[str] = (),
+             at: str = "") -> str:
+    """The alias rule for a key or keyword: an old name of a renamed setting (`renames`, see
+    `renamed`) is read as its new name, with one warning line, unless it is a `known` name
+    itself or the new name is `given` too (then it stays, and is refused as unknown)."""
+    new = renames.get(name)
+    if new is None or name in known or new in given:
+        return name
+    warn_renamed(repr(name), repr(new), at)
+    return new
+
+
+def new_names(data: Mapping[str, Any], *groups, at: str = "") -> dict[str, Any]:
+    """`data` with the old names of renamed settings of `groups` read as the new ones (`new_name`)."""
+    renames = renamed(*groups)
+    return {new_name(key, renames, data, at=at): value for key, value in data.items()}
+
+
+def closest(name: str, known: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The known name most like `name` (difflib's ratio at least `cutoff`), or None."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=cutoff)
+    return close[0] if close else None
 
 
 def suggest(name: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    """" (did you mean 'CLOSE'?)" when a known name is close to `name`, else ""."""
+    close = closest(name, known)
+    return f" (did you mean {close!r}?)" if close else ""
+
+
+def unknown_name(name: str, known: Iterable[str], what: str = "setting", *, of: str = "",
+                 also: Iterable[str] = (), says: str | None = None, then: str = "") -> str:
+    """The one line that refuses a name: "unknown WHAT 'NAME'OF (did you mean 'CLOSE'?)", the
+    closest of `known` suggested (else the closest of `also`); `says` stands for "unknown WHAT
+    'NAME'" where a check words it otherwise, `then` follows the suggestion."""
+    return f"{says or f'unknown {what} {name!r}'}{of}{suggest(name, known) or suggest(name, also)}{then}"
+
+
+def check_name(name: str, known: Iterable[str], what: str = "setting", *, of: str = "", at: str = "",
+               fail: Callable[[str], None] | None = None) -> str:
+    """The one check of a name against the `known` ones: `name` back when it is known, else
+    `unknown_name`'s line given to `fail`, or raised as a UserError prefixed `at`."""
+    known = list(known)
+    if name in known:
+        return name
+    message = unknown_name(name, known, what, of=of)
+    if fail is not None:
+        fail(message)
+    raise UserError(f"{at}: {message}" if at else message)
 
 
 def known_fields(*groups) -> dict[str, dataclasses.Field | None]:
@@ -299,18 +338,11 @@ def check_given(given: Mapping[str, Any], *groups, what: str = "setting", of: st
     suggested (`of`: whose, " for a tag task"; `fail(name, message)` reports it where given,
     else a UserError prefixed `at`)."""
     fields = known_fields(*groups)
-    old = {o.lstrip("-").replace("-", "_"): f.name for f in fields.values() if f is not None
-           for o in f.metadata.get("aliases", ())}
+    renames = renamed(*groups)
     out = {}
     for key, value in given.items():
-        if key in old and key not in fields and old[key] not in given:
-            warn(f"{at + ': ' if at else ''}{key!r} is deprecated; use {old[key]!r}")
-            key = old[key]
-        if key not in fields:
-            message = f"unknown {what} {key!r}{of}{suggest(key, fields)}"
-            if fail is not None:
-                fail(key, message)
-            raise UserError(f"{at}: {message}" if at else message)
+        key = new_name(key, renames, given, fields, at)
+        check_name(key, fields, what, of=of, at=at, fail=None if fail is None else lambda m, key=key: fail(key, m))
         out[key] = value
     return out
 
@@ -319,9 +351,7 @@ def check_names(given: Iterable[str], known: Iterable[str], what: str = "setting
     """Refuse any name of `given` that is not `known`, suggesting the closest known one."""
     known = list(known)
     for name in given:
-        if name not in known:
-            prefix = f"{at}: " if at else ""
-            raise UserError(f"{prefix}unknown {what} {name!r}{suggest(name, known)}")
+        check_name(name, known, what, at=at)
 
 
 def convert(f: dataclasses.Field, value: Any, fail: Callable[[str], None]) -> Any:

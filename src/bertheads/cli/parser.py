@@ -5,14 +5,13 @@ fields are its flags. No flag is written here by hand."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from bertheads import __version__
 from bertheads.base.runtimes import choices as runtime_choices
-from bertheads.base.schema import add_flags, add_override_flags
+from bertheads.base.schema import add_flags, add_override_flags, closest
 from bertheads.cli import settings as cli
 from bertheads.cli.commands import (
     cmd_analyze,
@@ -72,7 +71,7 @@ class Parser(argparse.ArgumentParser):
             unknown = [word.split("=")[0] for word in message.split(":", 1)[1].split() if word.startswith("--")]
             known = all_flags(self)
             message += "".join(f" ({flag}: did you mean {close}?)" for flag in unknown
-                               if (close := suggest_flag(flag, known)))
+                               if (close := closest(flag, sorted(known), cutoff=0.75)))
         self.exit(2, f"bertheads: error: {message} (see {self.prog} --help)\n")
 
 
@@ -85,11 +84,6 @@ def all_flags(parser: argparse.ArgumentParser) -> set[str]:
             for sub in set(action.choices.values()):
                 flags |= all_flags(sub)
     return flags
-
-
-def suggest_flag(flag: str, known: set[str]) -> str | None:
-    close = difflib.get_close_matches(flag, sorted(known), n=1, cutoff=0.75)
-    return close[0] if close else None
 
 
 # -- the table ------------------------------------------------------------------------------

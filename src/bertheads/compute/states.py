@@ -16,8 +16,6 @@ from bertheads.compute.runner import EncoderInputs, Outputs, eval_mode
 from bertheads.encoder.layers import pool_tokens
 from bertheads.text.encoding import Feature, encoder_batch
 
-POSITIONS = ("tokens", "cls", "mean", "max")  # what a feature's states can be reduced to
-
 
 class EncoderStates(EncoderInputs):
     """For each feature, the hidden states of `layers`: `tokens` (every token, `[batch, tokens,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from bertheads.base.errors import UserError
-from bertheads.base.schema import suggest
+from bertheads.base.schema import closest, unknown_name
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import run_heads
 from bertheads.model import BertHeads
@@ -52,8 +52,8 @@ def head_options(net, options: Mapping) -> dict[str, dict]:
     known = [*extras_of(net), *(n for task in net.tasks.values() for n in task.options.declared())]
     for name, value in options.items():
         if not any(name in task.options.declared() for task in net.tasks.values()):
-            if suggest(name, known):
-                raise UserError(f"unknown option or input {name!r}{suggest(name, known)}")
+            if closest(name, known):
+                raise UserError(unknown_name(name, known, "option or input"))
             next(iter(net.tasks.values())).options.check({name: value})  # says why (another kind's option)
     return {head: {k: v for k, v in options.items() if k in task.options.declared()}
             for head, task in net.tasks.items()}

@@ -21,14 +21,14 @@ The output directory is written whole into a temporary sibling and renamed into 
 from __future__ import annotations
 
 import json
-from dataclasses import InitVar, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from bertheads.base.errors import UserError, where
 from bertheads.base.machine import resolve_device
-from bertheads.base.schema import renamed, said, setting, warn
+from bertheads.base.schema import said, setting
 from bertheads.base.values import positive_int
 from bertheads.compute.batching import INFERENCE_BATCH, INFERENCE_TOKENS
 from bertheads.compute.runner import run_heads
@@ -66,8 +66,8 @@ class ExtractSource:
 
 @dataclass
 class ExtractSettings:
-    """`bertheads extract` settings (its flags are derived from these). The old keyword names
-    `combine`, `pool` and `format` are still read, with a warning."""
+    """`bertheads extract` settings (its flags are derived from these; the old flags `--combine`,
+    `--pool` and `--format` are still read, with a warning)."""
 
     layers: str | None = setting(None, "hidden layers: -1 (the last; default), -1,-2,-3,-4, all; 0 is the embeddings")
     layer_combine: str = setting("concat", "how several layers merge", choices=EXTRACT_COMBINES,
@@ -82,16 +82,6 @@ class ExtractSettings:
     progress: bool = setting(True, "no progress bar", negate=True)
     device: str = setting("auto", "auto (the first GPU when there is one, else MPS, else the CPU), cpu, cuda, cuda:N "
                                   "or mps")
-    combine: InitVar[str | None] = None
-    pool: InitVar[str | None] = None
-    format: InitVar[str | None] = None
-
-    def __post_init__(self, combine: str | None, pool: str | None, format: str | None) -> None:
-        for old, value in (("combine", combine), ("pool", pool), ("format", format)):
-            if value is not None:
-                new = renamed(ExtractSettings)[old]
-                warn(f"ExtractSettings({old}=...) is deprecated; use {new}=")
-                setattr(self, new, value)
 
 
 # -- reading ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The `MLmodel` file of every saved model directory: MLflow's `python_function` flavour, loaded
-by `bertheads.inference.pyfunc`, so a model directory, or its copy logged to an MLflow run, is
+by `bertheads.serve.pyfunc`, so a model directory, or its copy logged to an MLflow run, is
 an MLflow model (`mlflow.pyfunc.load_model`, `mlflow models serve`, the model registry).
 Its signature declares the `params` a prediction takes (`head`, and the options `bertheads
 serve` takes for the model's heads): MLflow drops any parameter a signature does not declare.
@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 MLMODEL = "MLmodel"
-LOADER = "bertheads.inference.pyfunc"  # its `_load_pyfunc(path)` (named, not imported: it loads models)
+LOADER = "bertheads.serve.pyfunc"  # its `_load_pyfunc(path)` (named, not imported: it loads models)
 PARAM_TYPES = {"str": "string", "float": "double", "int": "long", "bool": "boolean"}  # MLflow's names
 
 

@@ -19,10 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
 
@@ -48,7 +45,7 @@ from bertheads.serve.queue import Batcher, DeadlineExceeded, Overloaded, request
 from bertheads.serve.requests import analyze_body, given_fields, predict_body
 from bertheads.serve.settings import ServeSettings, settings_from_args  # noqa: F401 (re-exported)
 
-__all__ = ["Batcher", "ServeSettings", "create_app", "running_server", "serve"]
+__all__ = ["Batcher", "ServeSettings", "create_app", "serve"]
 
 log = logging.getLogger("bertheads.serve.app")
 
@@ -406,26 +403,3 @@ def check_port(host: str, port: int) -> None:
         except OSError as exc:
             raise UserError(f"cannot serve on {host}:{port}: {exc.strerror}; choose another "
                             f"{said('port')} or {said('host')}") from None
-
-
-@contextmanager
-def running_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0) -> Iterator[str]:
-    """Serve `app` with uvicorn in a background thread; yields its base URL and stops it after."""
-    if port == 0:
-        with socket.socket() as sock:
-            sock.bind((host, 0))
-            port = sock.getsockname()[1]
-    server = uvicorn.Server(server_config(app, host, port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, name="bertheads-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            raise RuntimeError(f"the server did not start on {host}:{port}")
-        time.sleep(0.02)
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout)

@@ -9,10 +9,10 @@ import dataclasses
 from bertheads.tasks.classify.task import ClassifyTask
 from bertheads.tasks.options import option_fields, overrides
 from bertheads.tasks.qa.task import QATask
-from bertheads.tasks.registry import COMMANDS, TASKS, register, unregister
+from bertheads.tasks.registry import TASKS, register, unregister
 from bertheads.tasks.tag.task import TagTask
 
-__all__ = ["COMMANDS", "TASKS", "inference_flags", "inference_options", "input_formats", "register", "unregister"]
+__all__ = ["TASKS", "inference_flags", "inference_options", "input_formats", "register", "unregister"]
 
 
 def input_formats() -> tuple[str, ...]:

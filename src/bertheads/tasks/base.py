@@ -39,12 +39,12 @@ from bertheads.tasks.parts import (
     TextInput,
     softmax,
 )
-from bertheads.tasks.registry import COMMANDS, TASKS
+from bertheads.tasks.registry import TASKS
 from bertheads.text.encoding import MAX_LENGTH
 
 CALIBRATING = ("predict", "evaluate", "analyze", "serve")  # the commands that may turn calibration off
 
-__all__ = ["COMMANDS", "TASKS", "CardText", "Exporting", "HeadSettings", "Judging", "Modeling", "NoOptions", "Parts",
+__all__ = ["TASKS", "CardText", "Exporting", "HeadSettings", "Judging", "Modeling", "NoOptions", "Parts",
            "Publishing", "Reading", "Scoring", "Task", "TextInput", "copy_linear", "init_linear", "option", "softmax"]
 
 

@@ -14,10 +14,10 @@ from typing import Any
 from bertheads.base import schema
 from bertheads.base.errors import UserError
 from bertheads.base.values import fraction
-from bertheads.tasks.registry import COMMANDS, TASKS
+from bertheads.tasks.registry import TASKS
 
 
-def option(default: Any = None, help: str = "", *, at: tuple[str, ...] = COMMANDS, **kwargs) -> Any:
+def option(default: Any = None, help: str = "", *, at: tuple[str, ...] = schema.INFERENCE_COMMANDS, **kwargs) -> Any:
     """A call option of a kind's heads (a `schema.setting` of its `Parts.options`): the commands
     whose flag it is (`at`); the parts read it from `task.options.values`. (A spec field with
     `at` is an override of the saved value instead.)"""
@@ -106,8 +106,7 @@ class Options:
             shown = schema.said(name, flag=schema.flag_of(others[takers[0]][name]))
             return f"{shown} is for {' or '.join(takers)} heads, not {kind}"
         known = list(own) or [n for fs in others.values() for n in fs]
-        close = schema.suggest(name, own) or schema.suggest(name, known)
-        return f"unknown option {name!r}{close}"
+        return schema.unknown_name(name, own, "option", also=known)
 
     def split(self, given: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """`given` checked, as (spec overrides, call options)."""

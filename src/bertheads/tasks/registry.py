@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 TASKS: dict[str, Any] = {}  # kind -> its Task class
-COMMANDS = ("predict", "evaluate", "serve")  # the commands whose flags inference options are
 
 
 def register(cls):

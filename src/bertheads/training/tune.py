@@ -48,12 +48,12 @@ from bertheads.base.schema import (
     flag_of,
     from_mapping,
     names,
+    new_name,
     renamed,
     said,
     setting,
-    suggest,
     tagged,
-    warn,
+    unknown_name,
 )
 from bertheads.base.values import non_negative_int, positive_int
 from bertheads.saved import bundle
@@ -153,21 +153,19 @@ def read_space(path: str, kind: str) -> Search:
         raise UserError(f"{where(path)}: expected a mapping of flag names to values or ranges")
     allowed = searchable(kind)
     by_flag = {flag_of(f).lstrip("-").replace("-", "_"): name for name, f in allowed.items()}
-    old = renamed(HeadOptions)
+    renames = renamed(HeadOptions)
+    given = {str(key).lstrip("-").replace("-", "_") for key in data}
     dims = []
     for key, value in data.items():
 
         def fail(message: str, key=key):
             raise UserError(f"{where(path, lines.get((str(key),)))}: {key}: {message}")
 
-        name = str(key).lstrip("-").replace("-", "_")
-        if name in old and name not in by_flag:
-            warn(f"{path}: {key!r} is deprecated; use {old[name]!r}")
-            name = old[name]
+        name = new_name(str(key).lstrip("-").replace("-", "_"), renames, given, by_flag, at=path)
         dest = by_flag.get(name, name if name in allowed else None)
         if dest is None:
-            fail(f"not a flag a {kind} search can vary{suggest(name, sorted(by_flag))} "
-                 f"(known: {', '.join(sorted(by_flag))})")
+            fail(unknown_name(name, sorted(by_flag), says=f"not a flag a {kind} search can vary",
+                              then=f" (known: {', '.join(sorted(by_flag))})"))
         field_ = allowed[dest]
         if isinstance(value, list):
             if not value:

@@ -89,14 +89,6 @@ def iter_tagged(path, spec, fmt: str | None, need_labels: bool, keep: tuple[str,
         yield TagExample(text=line, line=n)
 
 
-def read_conll(path: str | None, spec, need_labels: bool) -> list[TagExample]:
-    """Sentences from a CoNLL column file: whitespace-separated columns, blank lines between."""
-    examples = list(iter_conll(path, spec, need_labels))
-    if not examples:
-        raise UserError(f"{where(source_name(path))}: no sentences")
-    return examples
-
-
 def iter_conll(path, spec, need_labels: bool, bad: BadLine | None = None) -> Iterator[TagExample]:
     """CoNLL sentences as they are read (each once the blank line after it arrives)."""
     name = source_name(path)
