@@ -108,7 +108,8 @@ def memory_child(args) -> None:
 
     encoder = Encoder.load("default")
     spec = ClassifySpec(max_length=128)
-    task, examples = ClassifyTask.prepare(args.child_train, spec, encoder)
+    examples = ClassifyTask.prepare(args.child_train, spec, encoder)
+    task = ClassifyTask(spec, None)  # (encoding needs no head)
     if args.child_limit:
         examples = examples[: args.child_limit]
     features = task.modeling.encode(examples, encoder.tokenizer)
@@ -165,7 +166,9 @@ def last_cls_build(train: Path, tmp: Path, limit: int, repeats: int) -> dict:
     from bertheads.tasks.classify.task import ClassifyTask
 
     encoder = Encoder.load("default")
-    task, examples = ClassifyTask.prepare(str(train), ClassifySpec(max_length=128), encoder)
+    spec = ClassifySpec(max_length=128)
+    examples = ClassifyTask.prepare(str(train), spec, encoder)
+    task = ClassifyTask(spec, None)  # (encoding needs no head)
     features = task.modeling.encode(examples[:limit], encoder.tokenizer)
     layers = (encoder.info.num_layers,)
     key = cache_key(encoder_identity(encoder), features, layers, "cls", "float32", encoder.info.uses_token_types)

@@ -47,7 +47,7 @@ def main() -> int:
     PARTS["imports"] = time.time() - START
     load = Encoder.load.__func__
     Encoder.load = classmethod(lambda cls, *a, **k: timed_call("load encoder", load, cls, *a, **k))
-    timed(multitask, "prepare_task", "read + tokenize")
+    timed(multitask, "read_data", "read + tokenize")
     timed(cache, "encoder_identity", "key: encoder hash")
     if hasattr(multitask, "reference"):  # the remembered checkpoint hash (after the change)
         timed(multitask, "reference", "key: encoder hash")

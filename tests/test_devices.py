@@ -158,13 +158,14 @@ def test_bf16_training_autocasts_with_fp32_master_weights(tiny_bert, write, tmp_
 
 
 def test_resume_tells_the_precision_auto_gave_apart():
-    from bertheads.training.loop import TrainSettings, resolved_settings
+    from bertheads.training.resolve import run_precision
+    from bertheads.training.settings import TrainSettings
 
     with pretend(AMX):
-        amx = resolved_settings(TrainSettings(), frozen=False)
+        amx = run_precision(TrainSettings())
     with pretend(AVX2):
-        avx2 = resolved_settings(TrainSettings(), frozen=False)
-    assert (amx.precision, avx2.precision) == ("bf16", "fp32")  # the checkpoint's identity holds these
+        avx2 = run_precision(TrainSettings())
+    assert (amx, avx2) == ("bf16", "fp32")  # the checkpoint's identity holds these
 
 
 def test_train_bf16_on_a_cpu_without_it_is_one_line(tiny_bert, write, tmp_path, capsys):

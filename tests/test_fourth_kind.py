@@ -213,8 +213,7 @@ class LongestTask(Task):
 
     @classmethod
     def prepare(cls, path, spec, encoder):
-        task = cls.build(spec, encoder)
-        return task, task.reading.read(path)
+        return cls(spec, None).reading.read(path)  # (the head is built once the run's mode is settled)
 
 
 RECORDS = [{"text": "Which is longest?", "candidates": ["Short one.", "This second sentence is clearly the longest."]},

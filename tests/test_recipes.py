@@ -45,7 +45,7 @@ def test_each_kind_s_table_chooses_by_the_number_of_examples():
 def test_contrastive_pairs_grow_with_the_examples_where_the_table_says_so():
     """Up to 200 examples the default count of pairs; from 201 to 1,000, 40 an example (never
     fewer than the default), and none for a run the recipe does not tune on pairs."""
-    from bertheads.training.joint import recipe_pairs
+    from bertheads.training.resolve import recipe_pairs
     from bertheads.training.settings import MOST_PAIRS
 
     table = TASKS["classify"].parts.modeling.recipes
@@ -58,15 +58,18 @@ def test_contrastive_pairs_grow_with_the_examples_where_the_table_says_so():
     # the run's settings take the count and its line says it; a count the user gives wins
     from types import SimpleNamespace
 
-    from bertheads.training.joint import settle_recipe
+    from bertheads.tasks.classify.spec import ClassifySpec
+    from bertheads.training.provenance import chosen_line
+    from bertheads.training.resolve import settle_run
     from bertheads.training.settings import TrainSettings
 
-    data = [SimpleNamespace(train_features=[{}] * 800, examples=800, task=SimpleNamespace(spec=SimpleNamespace(
-        mode="contrastive")), held_out=0, dev_path="dev.tsv")]
-    settled, line = settle_recipe(TrainSettings(), recipe_for(table, 800), data, "auto", ["classify"])
-    assert settled.pairs == 32_000 and "32,000 pairs (40 an example), batch 8" in line
-    settled, line = settle_recipe(TrainSettings(pairs=900), recipe_for(table, 800), data, "auto", ["classify"])
-    assert settled.pairs == 900 and "pairs" not in line.split("),", 1)[1]
+    task = TASKS["classify"](ClassifySpec(problem="single_label"), None)
+    data = [SimpleNamespace(train_features=[{}] * 800, examples=800, task=task, held_out=0, dev_path="dev.tsv")]
+    run = settle_run(TrainSettings(), data, how="auto")
+    assert (run.mode, run.settings.pairs) == ("contrastive", 32_000)
+    assert "32,000 pairs (40 an example), batch 8" in chosen_line(run, data)
+    run = settle_run(TrainSettings(pairs=900), data, how="auto")
+    assert run.settings.pairs == 900 and "pairs" not in chosen_line(run, data).split("),", 1)[1]
 
 
 def test_text_pairs_and_regression_fine_tune_where_the_table_says_contrastive():
@@ -118,6 +121,35 @@ def test_little_data_without_dev_trains_contrastive_and_chooses_on_a_held_out_sl
     again = yaml.safe_load((tmp_path / "again" / "config.yaml").read_text())
     assert {k: again[k] for k in ("mode", "batch_size", "epochs", "holdout")} == \
         {k: config[k] for k in ("mode", "batch_size", "epochs", "holdout")}
+
+
+def test_the_run_is_settled_once_and_the_training_file_read_once_when_the_recipe_changes_the_mode(
+        tiny_bert, sentences, monkeypatch):
+    """The mode is the recipe's (contrastive for 40 examples), chosen after the data is read: the
+    file is read and encoded once, the head built after, and the resolver called once."""
+    from bertheads.tasks.classify import head as classify_head
+    from bertheads.tasks.classify import task as classify_task
+    from bertheads.training import joint, loop
+    from bertheads.training.config import single_task
+
+    monkeypatch.setenv("BERTHEADS_RECIPE", "auto")
+    calls = {"read_file": 0, "encode": 0, "settle_run": 0}
+
+    def counted(name, real):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(classify_task, "read_file", counted("read_file", classify_task.read_file))
+    monkeypatch.setattr(classify_head.ClassifyModeling, "encode",
+                        counted("encode", classify_head.ClassifyModeling.encode))
+    for module in (joint, loop):
+        monkeypatch.setattr(module, "settle_run", counted("settle_run", module.settle_run))
+    settings = loop.TrainSettings(epochs=1, pairs=16, progress=False)
+    net, _ = joint.train_tasks(single_task("classify", sentences, None, {}), None, tiny_bert, settings)
+    assert net.tasks["classify"].spec.mode == "contrastive"
+    assert calls == {"read_file": 1, "encode": 1, "settle_run": 1}
 
 
 def test_what_the_user_gives_wins_and_holdout_0_keeps_the_last_epoch(tiny_bert, sentences, tmp_path, capsys,

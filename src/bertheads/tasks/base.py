@@ -105,9 +105,10 @@ class Task:
         raise NotImplementedError
 
     @classmethod
-    def prepare(cls, path, spec: Any, encoder, **prepare_options) -> tuple[Task, list]:  # pragma: no cover
-        """Read the training file, settle what the spec learns from it (labels, tags); the task and
-        its training examples."""
+    def prepare(cls, path, spec: Any, encoder, **prepare_options) -> list:  # pragma: no cover - interface
+        """Read the training file, settle what the spec learns from it (labels, tags); its training
+        examples. The head is built after, once the run's mode is settled (`build`, starting from
+        `parts.modeling.start_weights`)."""
         raise NotImplementedError
 
 

@@ -112,6 +112,11 @@ class Modeling(Part):
     training_defaults: ClassVar[dict] = {}  # `train KIND` defaults of run settings that differ
     prepare_options: ClassVar[tuple[str, ...]] = ()  # run settings the kind's `prepare` takes (classify: limit)
 
+    @classmethod
+    def start_weights(cls, spec: Any, encoder) -> dict | None:
+        """The checkpoint's weights a fresh head's first layer starts from (None: none)."""
+        return None
+
     def recipe(self, examples: int, how: str = "auto") -> Recipe:
         """The row of this kind's recipe table for `examples` training examples (`how` "fixed":
         its last row), as this head's settled spec can take it."""

@@ -36,8 +36,10 @@ from bertheads.tasks.parts import Disputes
 from bertheads.text.readers import source_name
 from bertheads.training.config import MultiConfig
 from bertheads.training.features import CachedHead, attach_cache, evaluate_cached
-from bertheads.training.joint import plain, read_task, run_inputs, task_settings
-from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit, fixed_recipe
+from bertheads.training.joint import read_task, run_inputs, task_settings
+from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit
+from bertheads.training.provenance import plain
+from bertheads.training.resolve import settle_run
 
 log = logging.getLogger("bertheads")
 
@@ -234,7 +236,7 @@ def joint_folds(name: str, task, encoder, whole: TaskData, feature_fold: np.ndar
     every = list(range(len(whole.train_features)))
     data = TaskData(name, joint, whole.train_features, None, None,
                     cached=FoldCache(whole.cached, every, whole.train_features, feature_fold))
-    settings = fixed_recipe(settings, [whole])  # (what a fold run would settle from the task's kind)
+    settings = settle_run(settings, [whole], "features", how="fixed").settings  # (as a fold run settles it)
     # head j learns from the (k-1)/k of each batch outside fold j: batches of batch_size * k/(k-1)
     # rows give each head the batch size, and the number of steps, of its own run
     batch = max(settings.batch_size, round(settings.batch_size * folds / (folds - 1)))

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -48,8 +48,9 @@ from bertheads.training.keeping import (
     score_of,
     selection_metric,
 )
+from bertheads.training.resolve import is_settled, settle_run
 from bertheads.training.runlog import RunLog
-from bertheads.training.settings import (  # noqa: F401  (SAMPLINGS, KEEP_CHOICES: re-exported)
+from bertheads.training.settings import (  # noqa: F401  (SAMPLINGS, KEEP_CHOICES, *_LR: re-exported)
     FEATURES_LR,
     FINETUNE_LR,
     KEEP_CHOICES,
@@ -145,28 +146,6 @@ class Run:
     rank: int
     world: int
     autocast: torch.dtype | None = None  # the forward pass's autocast dtype (None: fp32)
-
-
-def resolved_settings(settings: TrainSettings, frozen: bool) -> TrainSettings:
-    """The settings with the defaults that depend on the mode and the machine filled in: the
-    learning rate and the precision `auto` gives on the run's device (so a resume elsewhere
-    that would train in another precision is told apart)."""
-    precision, why = training_precision(settings.precision, resolve_device(settings.device))
-    if settings.precision == "auto":
-        log.debug(f"{said('precision', 'auto')}: {precision} ({why})")
-    lr = settings.lr if settings.lr is not None else (FEATURES_LR if frozen else FINETUNE_LR)
-    return replace(settings, lr=lr, precision=precision)
-
-
-def fixed_recipe(settings: TrainSettings, data: list[TaskData]) -> TrainSettings:
-    """Batch size and epochs a caller left open (`training.joint` settles them by the data's
-    size first): the first task's kind's recipe for any size."""
-    if settings.batch_size is not None and settings.epochs is not None:
-        return settings
-    recipe = type(data[0].task).parts.modeling.recipes[-1]
-    batch = settings.batch_size or recipe.batch_size
-    features = sum(len(d.train_features) for d in data)
-    return replace(settings, batch_size=batch, epochs=settings.epochs or recipe.epochs_for(features, batch))
 
 
 def float_outputs(out):
@@ -312,7 +291,8 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
     it raises ends the run (a hyperparameter search prunes a trial this way). The Python API's
     callbacks, on the main process: `on_step(step, loss)` after each optimizer step,
     `on_evaluate(epoch, dev)` after each evaluation (`dev`: {head: metrics}; `epoch` a fraction
-    within an epoch with `eval_every`).
+    within an epoch with `eval_every`). `settings` are a run's settled ones (`training.resolve`);
+    what a caller leaves open takes the kinds' fixed recipe.
     Returns `{"dev": metrics, "best_epoch": n, "kept": {"epoch", "by"}, "history": [...]}`.
     """
     if settings.keep not in KEEP_CHOICES:
@@ -321,7 +301,9 @@ def fit(model: BertHeads, data: list[TaskData], settings: TrainSettings, out: st
         raise UserError(f"{said('patience')}: needs a dev set ({said('dev')}) to tell whether evaluations improve")
     if settings.resume and out is None:
         raise UserError(f"{said('resume')}: needs the {said('out')} directory that holds the checkpoint")
-    settings = resolved_settings(fixed_recipe(settings, data), frozen=all(d.cached is not None for d in data))
+    if not is_settled(settings):  # a caller that left defaults open (audit's folds, a test): the kinds' fixed recipe
+        frozen = all(d.cached is not None for d in data)
+        settings = settle_run(settings, data, "features" if frozen else "finetune", how="fixed").settings
     run = set_up(model, data, settings)
     threads = torch.get_num_threads()
     # heads on cached [CLS] (or pooled) states are a few small matrices: on CPU, one thread runs

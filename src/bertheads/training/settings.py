@@ -60,7 +60,7 @@ class TrainSettings:
     """How a run trains (the same for every task of a multi-task run)."""
 
     # auto (None): the recipe for the training data's size (`tasks/recipes.py`), settled in
-    # training.joint.settle_recipe and recorded in the saved model's config.yaml
+    # training.resolve.settle_run and recorded in the saved model's config.yaml
     epochs: int | None = setting(None, "passes over the training data (default auto: by the training data's size, "
                                        "from 3 for large sets to many more for a few hundred examples, the best "
                                        "kept on dev; see docs/little-data.md)", type=positive_int,
@@ -68,7 +68,7 @@ class TrainSettings:
     batch_size: int | None = setting(None, "training examples per step (default auto: by the training data's "
                                            "size, 8 for small sets, 32 for large ones; qa 16)", type=positive_int,
                                      group="training", tags=("searched",), metavar="N")
-    # no default shown by argparse (the help names both): the mode decides it, in loop.resolved_settings
+    # no default shown by argparse (the help names both): the mode decides it, in resolve.settle_run
     lr: float | None = setting(None, f"peak learning rate (AdamW, linear decay); default {FINETUNE_LR:g} when "
                                      f"fine-tuning, {FEATURES_LR:g} with --mode features (only the head learns)",
                                type=positive_float, group="training", tags=("searched",))

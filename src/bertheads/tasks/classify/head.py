@@ -23,7 +23,9 @@ from bertheads.tasks.families import (
     dense_block,
     init_head_linear,
     pooling,
+    settle_family,
 )
+from bertheads.tasks.families import start_weights as checkpoint_start
 from bertheads.tasks.parts import Modeling
 from bertheads.tasks.recipes import Recipe
 from bertheads.text.encoding import encode_texts, encode_windows
@@ -89,6 +91,11 @@ class ClassifyModeling(Modeling):
                Recipe(1000, "contrastive", 8, steps=300, epochs=(3, 20), pairs_each=40),
                Recipe(2000, "finetune", 8, steps=300, epochs=(3, 20)),
                Recipe(None, "finetune", 32))
+
+    @classmethod
+    def start_weights(cls, spec: ClassifySpec, encoder) -> dict | None:
+        """The checkpoint's weights the head's dense layer starts from (BERT's pooler, ...)."""
+        return checkpoint_start(settle_family(spec, encoder), encoder)
 
     def recipe(self, examples: int, how: str = "auto") -> Recipe:
         """The table's row; contrastive mode pairs single labelled texts, so text pairs and

@@ -23,7 +23,7 @@ from bertheads.tasks.classify.judging import ClassifyJudging, ClassifyScoring
 from bertheads.tasks.classify.publishing import ClassifyExporting, ClassifyPublishing
 from bertheads.tasks.classify.reading import ClassifyReading
 from bertheads.tasks.classify.spec import ClassifySpec
-from bertheads.tasks.families import Family, pooling, settle_family, start_weights
+from bertheads.tasks.families import Family, pooling, settle_family
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +55,9 @@ class ClassifyTask(Task):
                                       getattr(encoder, "config", None)))
 
     @classmethod
-    def prepare(cls, path: str, spec: ClassifySpec, encoder, limit: int | None = None):
+    def prepare(cls, path: str, spec: ClassifySpec, encoder, limit: int | None = None) -> list:
         """Read the training file (its first `limit` examples), decide the problem type (unless
-        the spec names it) and label map, build the task."""
+        the spec names it) and label map; the examples."""
         examples = read_file(path, spec, limit=limit)
         spec.problem, spec.labels = infer_labels(examples, path, spec.problem)
         if spec.label_names:
@@ -73,7 +73,7 @@ class ClassifyTask(Task):
             counts = np.bincount([spec.labels.index(normalise_label(e.label)) for e in examples],
                                  minlength=len(spec.labels))
             spec.label_weights = [round(len(examples) / (len(spec.labels) * int(c)), 8) for c in counts]
-        return cls.build(spec, encoder, start_weights(settle_family(spec, encoder), encoder)), examples
+        return examples
 
 
 # -- helpers ---------------------------------------------------------------------------

@@ -10,7 +10,8 @@ from torch.nn import functional as F
 
 from bertheads.encoder.layers import LayerCombine
 from bertheads.tasks.base import HeadSettings, init_linear
-from bertheads.tasks.families import Family, activation, init_head_linear, token_block
+from bertheads.tasks.families import Family, activation, init_head_linear, settle_family, token_block
+from bertheads.tasks.families import start_weights as checkpoint_start
 from bertheads.tasks.parts import Modeling
 from bertheads.tasks.qa.formats import QAExample
 from bertheads.tasks.qa.passages import (
@@ -67,6 +68,12 @@ class QAModeling(Modeling):
     recipes = (Recipe(200, "finetune", 8, steps=600, epochs=(3, 40)),
                Recipe(1000, "finetune", 8, steps=300, epochs=(3, 20)),
                Recipe(None, "finetune", 16))
+
+    @classmethod
+    def start_weights(cls, spec, encoder) -> dict | None:
+        """The checkpoint's weights a family's token block starts from (ModernBERT's masked-LM head)."""
+        family = settle_family(spec, encoder)
+        return checkpoint_start(family, encoder) if family.token_dense else None
 
     def windows(self, examples: list[QAExample], tokenizer,
                 paragraphs: bool | None = None) -> tuple[list[dict], list[int]]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from bertheads.base.errors import UserError
 from bertheads.base.schema import said
 from bertheads.tasks.base import Parts, Task, option
-from bertheads.tasks.families import copy_start, settle_family, start_weights
+from bertheads.tasks.families import copy_start, settle_family
 from bertheads.tasks.qa.formats import read_examples
 from bertheads.tasks.qa.head import QAHead, QAModeling
 from bertheads.tasks.qa.judging import QAJudging, QAScoring
@@ -60,8 +60,8 @@ class QATask(Task):
         return cls(spec, head)
 
     @classmethod
-    def prepare(cls, path: str, spec: QASpec, encoder):
-        """Read the training file (answers that do not match their passage are skipped)."""
+    def prepare(cls, path: str, spec: QASpec, encoder) -> list:
+        """Read the training file (answers that do not match their passage are skipped); the examples."""
         check_settings(spec, encoder)
         examples = read_examples(path, need_labels=True, strict=False)
         spec.unanswerable = any(not e.answers for e in examples)
@@ -69,9 +69,7 @@ class QATask(Task):
             spec.tune_threshold = False
         elif spec.unanswerable:
             spec.null_threshold = 0.0
-        family = settle_family(spec, encoder)  # ModernBERT's token block starts from its masked-LM head
-        start = start_weights(family, encoder) if family.token_dense else None
-        return cls.build(spec, encoder, start), examples
+        return examples
 
 
 # -- settings ------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 from bertheads.base.errors import UserError, where
 from bertheads.base.schema import said
 from bertheads.tasks.base import Parts, Task
-from bertheads.tasks.families import copy_start, settle_family, start_weights
+from bertheads.tasks.families import copy_start, settle_family
 from bertheads.tasks.tag.formats import read_tagged
 from bertheads.tasks.tag.head import TagHead, TagModeling, special_layout
 from bertheads.tasks.tag.judging import TagJudging, TagScoring
@@ -45,17 +45,15 @@ class TagTask(Task):
         return cls(spec, head)
 
     @classmethod
-    def prepare(cls, path: str, spec: TagSpec, encoder):
-        """Read the training file, settle the scheme and tag list, build the head."""
+    def prepare(cls, path: str, spec: TagSpec, encoder) -> list:
+        """Read the training file, settle the scheme and tag list; the examples."""
         check_settings(spec, encoder.tokenizer)
         examples = read_tagged(path, spec, fmt=None, need_labels=True)
         spec.scheme = detect_scheme(examples, path)
         spec.tags = tag_list(examples, spec.label_subwords == "all", spec.scheme)
         if len(spec.tags) < 2:
             raise UserError(f"{where(path)}: training data has only one tag ({spec.tags[0]!r}); need at least two")
-        family = settle_family(spec, encoder)  # ModernBERT's token block starts from its masked-LM head
-        start = start_weights(family, encoder) if family.token_dense else None
-        return cls.build(spec, encoder, start), examples
+        return examples
 
 
 def check_settings(spec: TagSpec, tokenizer) -> None:
