@@ -1,8 +1,10 @@
 """The house rules that keep the code readable, as tests: `predict` reaches the encoder in a few
-calls, each module entered once; the Task interface and every kind's parts fit on a screen."""
+calls through the one inference path, each module entered once; one name per meaning; a task
+holds its parts, and every object a caller holds fits on a screen."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import traceback
 from pathlib import Path
@@ -18,7 +20,7 @@ from bertheads.tasks.parts import Exporting, Judging, Modeling, Publishing, Read
 PACKAGE = str(Path(bertheads.__file__).parent)
 
 
-def test_predict_reaches_the_encoder_in_six_calls_entering_each_module_once(tiny_bert, write, tmp_path,
+def test_predict_reaches_the_encoder_in_seven_calls_from_the_console_script_entering_each_module_once(tiny_bert, write, tmp_path,
                                                                            monkeypatch):
     data = write("t.tsv", "sentence\tlabel\n" + "".join(f"a fine film {i}\t{i % 2}\n" for i in range(8)))
     out = tmp_path / "m"
@@ -74,3 +76,15 @@ def test_a_task_holds_its_parts_and_no_object_a_caller_holds_has_over_fifteen_me
         for name, obj in held.items():
             assert len(public(obj)) <= 15, (kind, name, public(obj))
         assert all(getattr(task, name).task is task for name in PARTS)
+
+
+def test_one_name_means_one_contract_run_batch_is_the_runners():
+    """Every function called `run_batch` is a `compute.runner.Runner`'s: a batch of features (by
+    row) through the named heads (or cached positions), with the loss when asked."""
+    found = []
+    for path in Path(PACKAGE).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name == "run_batch":
+                found.append((path.name, [a.arg for a in node.args.args]))
+    assert len(found) >= 5 and all(args[:3] == ["self", "features", "rows"] and args[4:] == ["with_loss"]
+                                   for _, args in found), found

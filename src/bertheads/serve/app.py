@@ -51,7 +51,7 @@ log = logging.getLogger("bertheads.serve.app")
 
 
 # -- batching (the queue itself is serve/queue.py `Batcher`) -----------------------------
-def run_batch(model, key: tuple, payloads: list[dict], batch_size: int = INFERENCE_BATCH) -> list[list]:
+def answer_requests(model, key: tuple, payloads: list[dict], batch_size: int = INFERENCE_BATCH) -> list[list]:
     """One model call for several requests of the same key; results split per request."""
     sizes = [p["size"] for p in payloads]
     if key[0] == "analyze":
@@ -150,7 +150,7 @@ def create_app(model, settings: ServeSettings | None = None, bind_host: str | No
     """The FastAPI app serving `model` (a `bertheads.Model`); `bind_host` joins the accepted Host names."""
     settings = settings or ServeSettings()
     settings.check()
-    batcher = Batcher(lambda key, payloads: run_batch(model, key, payloads, settings.batch_size),
+    batcher = Batcher(lambda key, payloads: answer_requests(model, key, payloads, settings.batch_size),
                       settings.max_batch, settings.window_ms / 1000.0, settings.max_batch_tokens, settings.max_queue)
     metrics = Metrics(batcher)
     batcher.observe = metrics.observe_batch
