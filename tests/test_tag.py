@@ -337,3 +337,11 @@ def test_dev_loss_after_loading_is_the_one_training_reported(tiny_bert, tag_data
                     settings=bertheads.TrainSettings(epochs=1, batch_size=8, progress=False))
     saved = json.loads((out / "metrics.json").read_text())["dev"]["loss"]
     assert bertheads.load(out).evaluate(str(dev))["loss"] == pytest.approx(saved, rel=1e-5)
+
+
+def test_the_trained_head_keeps_the_training_windows_loss_yardstick(tiny_bert, tag_data):
+    """The head the run trains is the task that encoded the training data: its loss divides by the
+    labelled tokens per training window (`TagModeling.labelled_per_window`), not per batch."""
+    model = bertheads.train("tag", str(tag_data / "train.txt"), str(tag_data / "dev.txt"), None, model=tiny_bert,
+                            settings=bertheads.TrainSettings(**{**FAST, "epochs": 1}))
+    assert model.task().modeling.labelled_per_window == 7.0  # seven words a sentence, each labelled once

@@ -95,7 +95,8 @@ def fresh_head(task, encoder: Encoder):
     """The task with a fresh head for its settled spec (mode included), its first layer started
     from the checkpoint's weights where its kind says so."""
     cls = type(task)
-    return cls.build(task.spec, encoder, cls.parts.modeling.start_weights(task.spec, encoder))
+    task.head = cls.build(task.spec, encoder, cls.parts.modeling.start_weights(task.spec, encoder)).head
+    return task  # (the same task: what its parts learned from the data, the loss's yardstick, is kept)
 
 
 def read_task(kind: str, train_path: str, encoder: Encoder, options: dict, limit: int | None = None):
