@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install install-test demo test test-bench lint bench clean
+.PHONY: install install-test demo test test-nightly test-bench lint bench clean
 
 # the core and what the demo and the README's tour use (the demo extra), at the versions of constraints.txt
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -41,6 +41,10 @@ demo: install
 test: install-test
 	$(VENV)/bin/ruff check src tests bench
 	$(PY) -m pytest -n 2 --dist loadfile --durations=15
+
+# what `make test` leaves out as also checked there (more families' exports, the real checkpoint's ONNX parity)
+test-nightly: install-test
+	$(PY) -m pytest -n 2 --dist loadfile -m nightly
 
 # the checks of the benchmark scripts themselves (bench/gpu.sh end to end on the CPU)
 test-bench: install-test

@@ -62,9 +62,15 @@ def write(tmp_path):
     return _write
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Files with slow tests first: the two workers of `make test` (one file each at a time) then
-    end together instead of one waiting for the other's long file."""
+    """The tests a module lists in `NIGHTLY` (by name, parameters included) marked `nightly`, so
+    `make test` leaves them to `make test-nightly`; then files with slow tests first: the two
+    workers of `make test` (one file each at a time) end together instead of one waiting for the
+    other's long file."""
+    for item in items:
+        if item.name in getattr(item.module, "NIGHTLY", ()):
+            item.add_marker(pytest.mark.nightly)
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     order = {item: i for i, item in enumerate(items)}
     items.sort(key=lambda item: (item.path not in slow, order[item]))

@@ -356,7 +356,7 @@ def test_hf_export_in_pipelines(model_dir, models, tmp_path, capsys):
 
 
 # -- the real checkpoint ---------------------------------------------------------------------
-@pytest.mark.slow
+@pytest.mark.nightly  # parity and fusions as the tiny models of every family and test_onnx_fp32_matches_torch check them
 def test_onnx_parity_on_default_checkpoint(default_model_dir, tmp_path):
     heads = {"sentiment": HEADS["sentiment"], "ner": ("tag", 3, {"tags": TAGS}), "qa": ("qa", 4, {})}
     model_dir = save_heads(default_model_dir, tmp_path / "model", heads)
