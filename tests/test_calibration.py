@@ -310,6 +310,7 @@ def test_tag_head_calibrated_over_words_same_entities(tiny_bert, tmp_path):
     assert all(p["abstained"] for p in abstained)
     metrics = model.evaluate(str(tmp_path / "d.txt"))
     assert metrics["calibration"]["rows"] == 120 and len(metrics["calibration"]["risk_coverage"]) == 4
+    assert metrics["calibration"]["temperature"] == model.task().spec.temperature == c["temperature"]  # the one saved
     # by entity F1 over sentences, the most confident first (the same in a streamed evaluation)
     by_f1 = metrics["calibration"]["metric_coverage"]
     assert [(r["metric"], r["answered"]) for r in by_f1] == [("f1", 30), ("f1", 27), ("f1", 24), ("f1", 15)]
