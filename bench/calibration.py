@@ -145,15 +145,17 @@ def table(rows: list[dict]) -> str:
     head = ("| case | T | acc. | ECE before → after (cross-fitted) | Brier before → after | ECE full dev raw / "
             "calibrated, in-sample (decisions) | pipeline ECE before / after folding | folded − ours | labels kept |\n"
             "|---|---|---|---|---|---|---|---|---|")
-    lines = [head]
+    lines, nan = [head], float("nan")  # (nan: dev too little evidence to fit on)
     for r in rows:
         c = r["cross_fitted"]
         peer = (f"{r['pipeline_raw_ece']:.4f} / {r['pipeline_folded_ece']:.4f}" if "pipeline_raw_ece" in r else "-")
         diff = f"{r['folded_vs_ours_max_abs_diff']:.1e}" if "folded_vs_ours_max_abs_diff" in r else "-"
         kept = (f"{r['same_labels']}/{r['dev_examples']}" if "same_labels" in r
                 else "same acc." if r["dev_accuracy_raw"] == r["dev_accuracy_calibrated"] else "acc. moved")
-        lines.append(f"| {r['case']} | {r['temperature']:.3f} | {r['dev_accuracy_raw']:.4f} | "
-                     f"{c['ece_before']:.4f} → {c['ece_after']:.4f} | {c['brier_before']:.4f} → {c['brier_after']:.4f} | "
+        t = "none" if r["temperature"] is None else f"{r['temperature']:.3f}"  # (too little evidence, or a fit that raised the ECE)
+        lines.append(f"| {r['case']} | {t} | {r['dev_accuracy_raw']:.4f} | "
+                     f"{c.get('ece_before', nan):.4f} → {c.get('ece_after', nan):.4f} | "
+                     f"{c.get('brier_before', nan):.4f} → {c.get('brier_after', nan):.4f} | "
                      f"{r['dev_ece_raw']:.4f} / {r['dev_ece_calibrated_in_sample']:.4f} | {peer} | {diff} | {kept} |")
     held = [r for r in rows if "holdout" in r]
     if held:

@@ -33,8 +33,9 @@ def noisy_rows(n: int, seed: int) -> list[tuple[str, int]]:
 @pytest.fixture(scope="module")
 def classifier(tiny_bert, tmp_path_factory):
     d = tmp_path_factory.mktemp("calib")
-    for name, seed in (("train", 0), ("dev", 1)):
-        (d / f"{name}.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in noisy_rows(48, seed)))
+    # dev: 128 sentences, enough evidence for a temperature (`calibration.MIN_DECISIONS`)
+    for name, seed, n in (("train", 0, 48), ("dev", 1, 128)):
+        (d / f"{name}.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in noisy_rows(n, seed)))
     model = bertheads.train("classify", str(d / "train.tsv"), str(d / "dev.tsv"), d / "model", model=tiny_bert,
                             settings=bertheads.TrainSettings(**FAST))
     return d, model
@@ -55,6 +56,64 @@ def test_temperature_fit_recovers_a_known_temperature():
     crossed = calibration.cross_fitted(true_logits * 2.5, gold)
     assert crossed["ece_after"] < crossed["ece_before"] / 2 and len(crossed["half_temperatures"]) == 2
     assert 0 < crossed["ece_floor"] < crossed["ece_before"]
+
+
+def calibrated_rows(n: int, seed: int, scale: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+    """`n` rows of two candidates whose softmax is exactly how often each is right."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(n, 2)) * scale
+    return logits, (rng.random(n) < calibration.probabilities(logits)[:, 1]).astype(int)
+
+
+def test_one_row_gets_no_temperature():
+    """Issue 65 item 8: a 1-row dev set fitted T = 20 (the bound): every later score ~0.5."""
+    logits, gold = np.array([[2.0, -1.0]]), np.array([1])  # one decision, wrong
+    c = calibration.cross_fitted(logits, gold, where="dev.tsv")
+    assert c["temperature"] is None and c["rows"] == 1
+    assert c["none"] == f"1 decision on dev.tsv, fewer than the {calibration.MIN_DECISIONS} a fit needs"
+    assert calibration.fit_temperature(logits, gold) is None  # (was 20.0: nothing to fit on one wrong row)
+
+
+def test_one_class_dev_gets_no_temperature():
+    """Item 8: a dev set where every decision is right fitted T = 0.05 (scores ~1.0, ECE after 0.0)."""
+    logits, _ = calibrated_rows(150, 0)
+    c = calibration.cross_fitted(logits, logits.argmax(-1), where="dev.tsv")
+    assert c["temperature"] is None and "ece_after" not in c
+    assert c["none"] == f"every one of the 150 decisions on dev.tsv was right: a fit needs {calibration.MIN_EACH} wrong ones"
+    assert calibration.fit_temperature(logits, logits.argmax(-1)) is None
+    few = logits.argmax(-1).copy()
+    few[:3] = 1 - few[:3]  # 3 wrong of 150
+    c = calibration.cross_fitted(logits, few, where="dev.tsv")
+    assert c["temperature"] is None and c["none"].startswith("only 3 of the 150 decisions on dev.tsv were wrong")
+
+
+def test_small_slice_and_a_fit_that_raises_the_cross_fitted_ece_are_not_applied():
+    """Item 8: a 6-row slice fitted T = 0.066 though its cross-fitted ECE went up (0.309 -> 0.330),
+    and it was applied. Now 6 rows are too few, and on enough rows a fit that raises the
+    cross-fitted ECE is measured, said and not kept."""
+    logits, gold = calibrated_rows(6, 3)
+    c = calibration.cross_fitted(logits, gold, where="held-out.tsv")
+    assert c["temperature"] is None and "6 decisions on held-out.tsv, fewer than the" in c["none"]
+    logits, gold = calibrated_rows(200, 2)  # already calibrated: a fitted T is noise that raises the ECE here
+    assert calibration.fit_temperature(logits, gold) is not None  # (what the old code kept)
+    c = calibration.cross_fitted(logits, gold, where="held-out.tsv")
+    assert c["ece_after"] > c["ece_before"] and c["temperature"] is None and len(c["half_temperatures"]) == 2
+    assert c["none"].startswith("the fitted temperature ") and c["none"].endswith(
+        f"raised the cross-fitted ECE on held-out.tsv ({c['ece_before']:.3f} -> {c['ece_after']:.3f}): not applied")
+    # a miscalibrated head on as many rows keeps its temperature
+    kept = calibration.cross_fitted(logits * 3, gold)
+    assert kept["temperature"] and "none" not in kept and kept["ece_after"] <= kept["ece_before"]
+
+
+def test_a_kinds_calibrator_has_the_same_floor():
+    """The qa head that may answer nothing (`NullScaled`) keeps nothing on too little evidence,
+    and says nothing of a fit it did not make."""
+    from bertheads.tasks.qa.confidence import NullScaled
+
+    logits = np.array([[2.0, 0.5, 3.0], [1.0, 0.0, -1.0], [0.2, 0.1, 0.9]])
+    c = calibration.cross_fitted(logits, np.array([2, -1, 2]), calibrator=NullScaled(), where="dev.json")
+    assert c["temperature"] is None and c["null_scaling"] is None and "fitted" not in c
+    assert c["none"].startswith("3 decisions on dev.json")
 
 
 def test_ece_floor_is_what_a_calibrated_model_measures_on_that_many_rows():
@@ -154,6 +213,34 @@ def test_regression_heads_say_they_have_none(tiny_bert, tmp_path):
     assert c["temperature"] is None and "regression" in c["none"]
 
 
+def test_a_tiny_dev_set_saves_no_temperature_and_says_why(tiny_bert, classifier, tmp_path, monkeypatch, caplog, capsys):
+    """Item 8 end to end: a 16-sentence dev set (as examples/sentiment's) and a 6-row file for
+    `bertheads calibrate` are too little evidence: no temperature is saved, the raw scores are
+    used, and metrics.json, the log and the card say why."""
+    import logging
+
+    d, model = classifier
+    (tmp_path / "dev16.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in noisy_rows(16, 3)))
+    monkeypatch.setattr(logging.getLogger("bertheads"), "propagate", True)
+    with caplog.at_level(logging.INFO, logger="bertheads"):
+        small = bertheads.train("classify", str(d / "train.tsv"), str(tmp_path / "dev16.tsv"), tmp_path / "m",
+                                model=tiny_bert, settings=bertheads.TrainSettings(epochs=1, batch_size=8, progress=False))
+    why = f"16 decisions on dev16.tsv, fewer than the {calibration.MIN_DECISIONS} a fit needs"
+    c = json.loads((tmp_path / "m" / "metrics.json").read_text())["dev"]["calibration"]
+    assert c == {"temperature": None, "rows": 16, "none": why}
+    spec = next(iter(json.loads((tmp_path / "m" / "bertheads.json").read_text())["heads"].values()))["spec"]
+    assert spec["temperature"] is None and spec["calibrate"] is True
+    assert f"classify: no temperature: {why}" in caplog.text
+    assert f"none: {why}" in (tmp_path / "m" / "README.md").read_text()
+    texts = ["a superb movie today", "a boring movie indeed"]
+    assert small.predict(texts) == small.predict(texts, calibrate=False)  # the raw scores
+    (tmp_path / "six.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in noisy_rows(6, 4)))
+    assert main(["calibrate", str(d / "model"), "--data", str(tmp_path / "six.tsv"), "--out", str(tmp_path / "re")]) == 0
+    assert "classify: no temperature (6 decisions on six.tsv, fewer than the" in capsys.readouterr().err
+    assert bertheads.load(tmp_path / "re").task().spec.temperature is None  # not the model's old one either
+    assert json.loads((tmp_path / "re" / "metrics.json").read_text())["calibration"]["classify"]["none"].startswith("6 ")
+
+
 def test_no_calibrate_at_training_keeps_raw_scores(tiny_bert, classifier, tmp_path):
     d, _ = classifier
     bertheads.train("classify", str(d / "train.tsv"), str(d / "dev.tsv"), tmp_path / "m", model=tiny_bert,
@@ -163,13 +250,18 @@ def test_no_calibrate_at_training_keeps_raw_scores(tiny_bert, classifier, tmp_pa
 
 
 # -- tag and qa heads ---------------------------------------------------------------------------
-def tag_text(n: int, seed: int) -> str:
+def tag_text(n: int, seed: int, flipped: float = 0.0) -> str:
+    """`n` sentences of 4 words; a `flipped` share of the words get another tag (so that a head
+    is not right on every word)."""
     rng = random.Random(seed)
+    tags = ["B-PER", "O", "B-LOC"]
     blocks = []
     for _ in range(n):
         place = rng.choice(["Paris", "Berlin", "Madrid", "Moscow"])
         who = rng.choice(["Angela", "John", "Maria"])
-        blocks.append(f"{who} B-PER\nvisited O\n{place} B-LOC\n. O")
+        words = [(who, "B-PER"), ("visited", "O"), (place, "B-LOC"), (".", "O")]
+        words = [(w, rng.choice([x for x in tags if x != t]) if rng.random() < flipped else t) for w, t in words]
+        blocks.append("\n".join(f"{w} {t}" for w, t in words))
     return "\n\n".join(blocks) + "\n"
 
 
@@ -205,21 +297,23 @@ def test_evaluate_prints_the_metric_coverage_lines():
 
 def test_tag_head_calibrated_over_words_same_entities(tiny_bert, tmp_path):
     (tmp_path / "t.txt").write_text(tag_text(24, 0))
-    (tmp_path / "d.txt").write_text(tag_text(8, 1))
+    # dev: 120 words, a tenth of them tagged otherwise: enough evidence, right and wrong, for a temperature
+    (tmp_path / "d.txt").write_text(tag_text(30, 1, flipped=0.1))
     model = bertheads.train("tag", str(tmp_path / "t.txt"), str(tmp_path / "d.txt"), tmp_path / "m", model=tiny_bert,
                             settings=bertheads.TrainSettings(epochs=2, batch_size=8, lr=3e-3, progress=False))
     c = json.loads((tmp_path / "m" / "metrics.json").read_text())["dev"]["calibration"]
-    assert c["temperature"] and c["rows"] == 8 * 4  # one decision per labelled word
+    assert c["temperature"] and c["rows"] == 30 * 4  # one decision per labelled word
     texts = ["John visited Paris .", "Maria visited Berlin ."]
     on, off = model.predict(texts), model.predict(texts, calibrate=False)
     assert [[x["type"] for x in p["entities"]] for p in on] == [[x["type"] for x in p["entities"]] for p in off]
     abstained = model.predict(texts, min_confidence=1.0)
     assert all(p["abstained"] for p in abstained)
     metrics = model.evaluate(str(tmp_path / "d.txt"))
-    assert metrics["calibration"]["rows"] == 32 and len(metrics["calibration"]["risk_coverage"]) == 4
+    assert metrics["calibration"]["rows"] == 120 and len(metrics["calibration"]["risk_coverage"]) == 4
+    assert metrics["calibration"]["temperature"] == model.task().spec.temperature == c["temperature"]  # the one saved
     # by entity F1 over sentences, the most confident first (the same in a streamed evaluation)
     by_f1 = metrics["calibration"]["metric_coverage"]
-    assert [(r["metric"], r["answered"]) for r in by_f1] == [("f1", 8), ("f1", 7), ("f1", 6), ("f1", 4)]
+    assert [(r["metric"], r["answered"]) for r in by_f1] == [("f1", 30), ("f1", 27), ("f1", 24), ("f1", 15)]
     assert by_f1[0]["value"] == pytest.approx(metrics["f1"])
     assert [r["threshold"] for r in by_f1] == sorted(r["threshold"] for r in by_f1)
     streamed = model.evaluate(str(tmp_path / "d.txt"), settings=StreamSettings(chunk_size=3))
@@ -242,12 +336,14 @@ def squad(n: int, unanswerable: bool) -> dict:
 
 def test_qa_span_score_calibrated_with_the_null_answer(tiny_bert, tmp_path):
     (tmp_path / "q.json").write_text(json.dumps(squad(12, True)))
-    model = bertheads.train("qa", str(tmp_path / "q.json"), str(tmp_path / "q.json"), tmp_path / "m", model=tiny_bert,
+    (tmp_path / "d.json").write_text(json.dumps(squad(120, True)))  # enough questions for a calibration
+    model = bertheads.train("qa", str(tmp_path / "q.json"), str(tmp_path / "d.json"), tmp_path / "m", model=tiny_bert,
                             max_length=64, stride=16, max_question_length=16,
                             settings=bertheads.TrainSettings(epochs=1, batch_size=4, progress=False))
     task = model.task()
     c = json.loads((tmp_path / "m" / "metrics.json").read_text())["dev"]["calibration"]
-    assert c["rows"] == 12 and c["temperature"] == task.spec.temperature
+    assert c["rows"] == 120 and c["temperature"] == task.spec.temperature
+    assert "none" not in c and (task.spec.temperature or task.spec.null_scaling)  # something fitted and kept
     inputs = [{"question": "What is the capital?", "context": "The old town has many bridges. The capital is Rome."}]
     on, off = model.predict(inputs), model.predict(inputs, calibrate=False)
     assert on[0]["answer"] == off[0]["answer"] and on[0]["raw_score"] == off[0]["raw_score"]
@@ -309,7 +405,7 @@ def test_hf_export_folds_the_temperature_so_the_pipeline_gives_our_scores(classi
 def test_calibrate_command_writes_a_new_model_and_leaves_the_old_one(classifier, tmp_path, capsys):
     d, model = classifier
     before = {p.name: p.stat().st_mtime_ns for p in (d / "model").rglob("*") if p.is_file()}
-    (tmp_path / "other.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in noisy_rows(32, 7)))
+    (tmp_path / "other.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in noisy_rows(128, 7)))
     assert main(["calibrate", str(d / "model"), "--data", str(d / "model" / ".." / "dev.tsv"),
                  "--out", str(d / "model" / "inside")]) == 2
     assert "outside the model" in capsys.readouterr().err
@@ -319,7 +415,7 @@ def test_calibrate_command_writes_a_new_model_and_leaves_the_old_one(classifier,
     new = bertheads.load(tmp_path / "new")
     c = json.loads((tmp_path / "new" / "metrics.json").read_text())["calibration"]["classify"]
     assert c["fitted_on"].endswith("other.tsv") and new.task().spec.temperature == c["temperature"]
-    assert c["temperature"] != model.task().spec.temperature
+    assert c["temperature"] and c["temperature"] != model.task().spec.temperature
     assert "other.tsv" in (tmp_path / "new" / "README.md").read_text()
     texts = ["a superb movie today", "a boring movie indeed"]
     assert [p["label"] for p in new.predict(texts)] == [p["label"] for p in model.predict(texts)]
@@ -337,8 +433,10 @@ def test_rows_without_a_right_candidate_calibrate_the_top_score():
     t = calibration.fit_temperature(logits, gold)
     conf, right = calibration.confidence_pairs(logits, gold, t)
     assert abs(t - 2.5) < 0.4 and calibration.ece(conf, right) < 0.03
-    some = gold >= 0  # fitted on the rows with a right candidate alone, the scores would say "sure"
-    alone = calibration.confidence_pairs(logits, gold, calibration.fit_temperature(logits[some], gold[some]))
+    some = gold >= 0  # the rows with a right candidate alone are all right: nothing to fit on them ...
+    assert calibration.fit_temperature(logits[some], gold[some]) is None
+    # ... (a fit would run to the sharpest bound, where the scores say "sure")
+    alone = calibration.confidence_pairs(logits, gold, calibration.T_RANGE[0])
     assert calibration.ece(*alone) > 3 * calibration.ece(conf, right)
 
 

@@ -69,7 +69,8 @@ class Evaluation:
 
 def dev_metrics(task, outputs: list, examples: list, path: str | None = None) -> dict:
     """A head's metrics on the dev set after an epoch, what they settle (thresholds) settled,
-    and its temperature fitted on them (`calibration`)."""
+    and its temperature fitted on them when they are evidence enough (`calibration`;
+    `calibration.cross_fitted`)."""
     metrics = task.judging.metrics(outputs, examples, path, during_training=True)
     metrics["calibration"] = calibrate_head(task, outputs, examples, path)
     return metrics

@@ -8,11 +8,16 @@ A row is one decision: its candidates' logits (a softmax over them gives the sco
 pads a row shorter than the others) and the index of the right candidate (-1: none of them is
 right, as when a question's answer is not among its spans). Each kind says what its rows are
 (`Judging.calibration_rows`).
+
+A calibration is kept only on enough evidence (`short_of_evidence`): at least `MIN_DECISIONS`
+decisions, `MIN_EACH` of them right and `MIN_EACH` wrong, and only when it does not raise the ECE
+measured on the cross-fitted halves; otherwise none is kept and `"none"` says why.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -20,6 +25,12 @@ import torch
 ECE_BINS = 15
 COVERAGES = (1.0, 0.9, 0.8, 0.5)
 T_RANGE = (0.05, 20.0)  # the temperatures a fit may reach
+# The floor of evidence of a fit (docs/calibration.md): below 100 decisions, or 10 wrong ones, the
+# temperature fitted to an already calibrated model ranges over 0.5 to 1.5 and a half of the rows
+# cannot measure an ECE below about 0.1, so the example sets (16 sentences, 46 words, 4
+# questions) get none, and a real dev set (hundreds of decisions) does.
+MIN_DECISIONS = 100
+MIN_EACH = 10
 
 
 def probabilities(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
@@ -36,7 +47,9 @@ def fit_temperature(logits: np.ndarray, gold: np.ndarray) -> float | None:
     """The temperature T (LBFGS on log T) minimising the mean NLL of the right candidate under
     softmax(logits / T); when some rows have no right candidate (their candidates are not every
     answer, as a question's spans), the binary cross-entropy of each row's top score against
-    whether its top candidate is right, over every row. None when there is nothing to fit."""
+    whether its top candidate is right, over every row. None when there is nothing to fit: no
+    rows, or rows whose top candidates are all right (the fit would run to the sharpest bound,
+    every score 1) or all wrong."""
     logits, gold = np.asarray(logits, dtype=np.float64), np.asarray(gold)
     if not len(gold) or logits.ndim != 2 or logits.shape[1] < 2 or not (gold >= 0).any():
         return None
@@ -44,6 +57,8 @@ def fit_temperature(logits: np.ndarray, gold: np.ndarray) -> float | None:
     y = torch.tensor(gold, dtype=torch.long)
     top = z.argmax(-1)
     right = (top == y).double()
+    if right.min() == right.max():
+        return None
     incomplete = bool((gold < 0).any())
     log_t = torch.zeros((), dtype=torch.float64, requires_grad=True)
     opt = torch.optim.LBFGS([log_t], lr=0.5, max_iter=100, line_search_fn="strong_wolfe")
@@ -159,14 +174,40 @@ def measured(logits: np.ndarray, gold: np.ndarray, temperature: float = 1.0) -> 
             "mean_confidence": round(float(conf.mean()), 6) if len(conf) else float("nan")}
 
 
-def cross_fitted(logits: np.ndarray, gold: np.ndarray, seed: int = 0, calibrator=None) -> dict:
+def short_of_evidence(right: np.ndarray, where: str = "these rows") -> str | None:
+    """Why decisions that are `right` (or wrong) are too little evidence to fit a calibration on
+    (`MIN_DECISIONS` of them, `MIN_EACH` right and `MIN_EACH` wrong); None: enough."""
+    right = np.asarray(right, dtype=bool)
+    n, hits = len(right), int(right.sum())
+    misses = n - hits
+    if n < MIN_DECISIONS:
+        return f"{n} decision{'' if n == 1 else 's'} on {where}, fewer than the {MIN_DECISIONS} a fit needs"
+    for count, what in ((misses, "wrong"), (hits, "right")):
+        if not count:
+            return f"every one of the {n} decisions on {where} was {'right' if what == 'wrong' else 'wrong'}: " \
+                   f"a fit needs {MIN_EACH} {what} ones"
+        if count < MIN_EACH:
+            return f"only {count} of the {n} decisions on {where} {'was' if count == 1 else 'were'} {what}, " \
+                   f"fewer than the {MIN_EACH} a fit needs"
+    return None
+
+
+def cross_fitted(logits: np.ndarray, gold: np.ndarray, seed: int = 0, calibrator=None, where: str = "these rows") -> dict:
     """The calibration measured honestly: the rows split into two random halves, fitted on each
     half and measured on the other; ECE and Brier before and after are the means of the two
     measurements. Also what is fitted on all rows (what is kept). `calibrator` (default: one
     temperature) fits parameters on rows (`fit(logits, gold)`, None: nothing to fit) and
-    measures rows with them (`measure(logits, gold, params)`, None: the raw scores)."""
+    measures rows with them (`measure(logits, gold, params)`, None: the raw scores).
+
+    Nothing is kept (its fields None, `"none"` saying why) on too little evidence
+    (`short_of_evidence`; `where` names the rows in that sentence), when no half could be
+    fitted, or when the fit raised the cross-fitted ECE."""
     calibrator = calibrator or Temperature()
     logits, gold = np.asarray(logits, dtype=np.float64), np.asarray(gold)
+    nothing = {**calibrator.named(None), "rows": int(len(gold))}
+    short = short_of_evidence(calibrator.pairs(logits, gold, None)[1], where)
+    if short:
+        return {**nothing, "none": short}
     order = np.random.default_rng(seed).permutation(len(gold))
     halves = (order[: len(order) // 2], order[len(order) // 2:])
     before, after, fitted = [], [], []
@@ -177,10 +218,10 @@ def cross_fitted(logits: np.ndarray, gold: np.ndarray, seed: int = 0, calibrator
         fitted.append(params)
         before.append(calibrator.measure(logits[test_on], gold[test_on], None))
         after.append(calibrator.measure(logits[test_on], gold[test_on], params))
-    kept = calibrator.fit(logits, gold)
+    kept = calibrator.fit(logits, gold) if before else None
+    if kept is None:
+        return {**nothing, "none": f"nothing could be fitted on {'all of ' if before else 'either half of '}{where}"}
     out: dict = {**calibrator.named(kept), "rows": int(len(gold))}
-    if not before:
-        return out
     calibrated_confidence = calibrator.pairs(logits, gold, kept)[0]
 
     def mean(items: list[dict], key: str) -> float:
@@ -192,6 +233,11 @@ def cross_fitted(logits: np.ndarray, gold: np.ndarray, seed: int = 0, calibrator
                 "confidence_after": mean(after, "mean_confidence"),
                 **calibrator.halves(fitted), "measured_on": "cross-fitted halves",
                 "ece_floor": round(ece_floor(calibrated_confidence, len(halves[0])), 6)})
+    if out["ece_after"] > out["ece_before"]:
+        what = f"the fitted calibration ({out['fitted']})" if out.get("fitted") else f"the fitted temperature {kept:.4g}"
+        out.update({**nothing, "none": f"{what} raised the cross-fitted ECE on {where} "
+                                       f"({out['ece_before']:.3f} -> {out['ece_after']:.3f}): not applied"})
+        out.pop("fitted", None)
     return out
 
 
@@ -314,9 +360,10 @@ def summary(confidence: np.ndarray, correct: np.ndarray, target: float | None = 
 
 def calibrate_head(task, outputs: list, examples: list, path=None) -> dict:
     """Fit `task`'s calibration (its `Judging.calibrator`: one temperature unless the kind says
-    otherwise) on labelled outputs and keep it in its spec (None: calibration off, or no rows);
-    ECE and Brier before and after, each measured on the half of the rows it was not fitted on
-    (`cross_fitted`), or why there is no temperature."""
+    otherwise) on labelled outputs and keep it in its spec (None: calibration off, no rows, too
+    little evidence or a fit that raised the ECE: `cross_fitted`); ECE and Brier before and
+    after, each measured on the half of the rows it was not fitted on, and `"none"`: why there
+    is no temperature."""
     calibrator = task.scoring.calibrator()
     if not getattr(task.spec, "calibrate", True):
         calibrator.keep(task.spec, {})
@@ -325,7 +372,7 @@ def calibrate_head(task, outputs: list, examples: list, path=None) -> dict:
     if rows is None:
         calibrator.keep(task.spec, {})
         return {"temperature": None, "none": task.scoring.no_calibration()}
-    result = cross_fitted(*rows, calibrator=calibrator)
+    result = cross_fitted(*rows, calibrator=calibrator, where=Path(path).name if path else "the data")
     calibrator.keep(task.spec, result)
     return result
 

@@ -112,10 +112,15 @@ def evaluate_and_save(model: BertHeads, data: list, settings: TrainSettings, epo
     else:
         keep_now = better(score, loss, kept)
     if keep_now:
+        said_before = uncalibrated(kept.metrics)
         kept = Choice(epoch, score, loss, metrics, rule, step)
     if summary or keep_now:
         note = "kept" if keep_now else f"epoch {kept.epoch} stays kept"
         log.info(f"epoch {epoch}: {summary}{'  ' if summary else ''}({note}: {rule})")
+    if keep_now:  # why the kept heads have no temperature, when that changed
+        for name, why in uncalibrated(metrics).items():
+            if said_before.get(name) != why:
+                log.info(f"{name}: no temperature: {why}")
     if out is not None:
         result = metrics_file(data, kept, history)
         if keep_now:
@@ -123,6 +128,12 @@ def evaluate_and_save(model: BertHeads, data: list, settings: TrainSettings, epo
         else:  # keep the saved model, refresh its history
             atomic_write_text(Path(out) / "metrics.json", json.dumps(result, indent=2) + "\n")
     return kept
+
+
+def uncalibrated(metrics: dict) -> dict[str, str]:
+    """Per head of one evaluation's dev metrics, why it has no temperature (`calibration.none`)."""
+    return {name: m["calibration"]["none"] for name, m in metrics.items()
+            if isinstance(m, dict) and isinstance(m.get("calibration"), dict) and m["calibration"].get("none")}
 
 
 def metrics_file(data: list, kept: Choice, history: list) -> dict:

@@ -125,7 +125,9 @@ class NullScaled:
                 "accuracy": round(float(right.mean()), 6), "mean_confidence": round(float(conf.mean()), 6)}
 
     def named(self, params) -> dict:
-        t, scaling = params or (None, None)
+        if params is None:  # nothing fitted (`fitted` would describe a fit)
+            return {"temperature": None, "null_scaling": None, "brier_of": "the decision's confidence"}
+        t, scaling = params
         spans = "no answered question to fit a temperature on" if t is None else f"temperature {t:.4f} on the answered questions"
         nulls = ("null answers at the temperature" if scaling is None else
                  f"a null answer's probability sigmoid({scaling[0]:.4f} x its margin over the best span {scaling[1]:+.4f})")
