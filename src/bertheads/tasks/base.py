@@ -60,7 +60,9 @@ class HeadSettings:
     dropout: float = 0.1
     head_family: str | None = None  # whose head layout (`tasks/families.py`); None: the encoder's, settled at build
     calibrate: bool = schema.setting(True, "fit a temperature on --dev after each evaluation so that a score of 0.9 "
-                                           "is right about nine times in ten (--no-calibrate: keep the raw softmax); "
+                                           "is right about nine times in ten (on 100 decisions or more, 10 of them "
+                                           "wrong; else none, and the run says why) (--no-calibrate: keep the raw "
+                                           "softmax); "
                                            "at predict, evaluate, analyze and serve: use the head's temperature or "
                                            "not", toggle=True, group="calibration", at=CALIBRATING)
     # fitted on dev at the end of training (`calibration.calibrate_head`): the scores are a softmax of
