@@ -65,6 +65,23 @@ def test_health_heads_docs_and_page(client):
     assert 'id="analyze"' in page.text and "/analyze" in page.text
 
 
+@pytest.mark.parametrize("accept, encoded", [("identity", False), ("gzip;q=0, identity", False), (None, False),
+                                             ("gzip, deflate", True), ("*", True), ("br;q=1.0, gzip;q=0.5", True)])
+def test_static_files_are_gzip_only_for_a_client_that_takes_it(client, accept, encoded):
+    """`Accept-Encoding: identity` gets the file as it is (issue 65 item 10: it got gzip)."""
+    headers = {"Accept-Encoding": accept} if accept else {}
+    with client.stream("GET", "/static/swagger-ui.css", headers=headers) as answer:
+        raw = b"".join(answer.iter_raw())
+        if accept is None:  # httpx adds its own Accept-Encoding; the header left out entirely
+            request = client.build_request("GET", "/static/swagger-ui.css")
+            del request.headers["accept-encoding"]
+            answer = client.send(request, stream=True)
+            raw = b"".join(answer.iter_raw())
+    assert answer.status_code == 200 and answer.headers.get("vary") == "Accept-Encoding"
+    assert (answer.headers.get("content-encoding") == "gzip") is encoded
+    assert raw.startswith(b"\x1f\x8b") is encoded
+
+
 def test_analyze_matches_the_python_api(client, model):
     body = client.post("/analyze", json={"texts": TEXTS}).json()
     assert body["results"] == model.analyze(TEXTS)

@@ -20,12 +20,13 @@ the suggestion in the message.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import contextvars
 import dataclasses
 import difflib
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from bertheads.base.errors import UserError
@@ -116,8 +117,19 @@ def tagged(cls, tag: str) -> tuple[str, ...]:
 
 
 FACE: contextvars.ContextVar[str] = contextvars.ContextVar("bertheads_face", default="python")
-"""Who is calling: "python" (the API, the default) or "cli" (set by `cli/main.py`); messages name
-a setting as that caller wrote it (`said`)."""
+"""Who is calling: "python" (the API, the default), "cli" (set by `cli/main.py`) or "mlflow" (an
+MLflow model's predict, `serve/pyfunc.py`); messages name a setting as that caller writes it (`said`)."""
+
+
+@contextlib.contextmanager
+def speaking(face: str) -> Iterator[None]:
+    """Messages within name settings as `face` ("python", "cli", "mlflow") writes them: how a
+    worker of another process (Ray's) speaks to the face that started the job."""
+    token = FACE.set(face)
+    try:
+        yield
+    finally:
+        FACE.reset(token)
 
 
 def said(name: str, value: Any = MISSING, flag: str | None = None) -> str:
@@ -128,6 +140,8 @@ def said(name: str, value: Any = MISSING, flag: str | None = None) -> str:
     name = name.lstrip("-").replace("-", "_")
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
+    if FACE.get() == "mlflow":  # what an MLflow model's predict keeps: a `params` entry (saved/mlmodel.py)
+        return f"params={{{name!r}: ...}}" if value is MISSING else f"params={{{name!r}: {value!r}}}"
     if FACE.get() == "cli":
         if flag and isinstance(value, bool):
             return flag

@@ -167,11 +167,15 @@ def cmd_predict(args) -> int:
                             "folder (--output DIR)")
         with claimed_output(args.output, [args.input, args.gate_data], [args.model_dir], "predict",
                             marker=SUMMARY):
+            options = given_options(args, "predict")
             summary = ray_predict(args.model_dir, args.input, args.output, [args.head] if args.head else None,
                                   RuntimeSettings(**vars_for(RuntimeSettings, args)), engine,
-                                  skip_bad_lines=args.skip_bad_lines, batch_size=args.batch_size)
+                                  skip_bad_lines=args.skip_bad_lines, batch_size=args.batch_size, options=options)
         log.info(f"{args.output}: {summary['rows']:,} rows in {summary['parts']} parts, {summary['failures']} "
                  f"skipped, {summary['seconds']:.1f} s ({summary['rows_per_second']:,.0f} rows/s)")
+        if options.get("min_confidence") is not None:
+            log.info(f"abstained on {summary['abstained']} of {summary['predictions']} prediction(s) "
+                     f"(top score below --min-confidence {options['min_confidence']})")
         return 0
     with claimed_output(args.output, [args.input, args.gate_data], [args.model_dir], "predict"):
         check_input_file(getattr(args, "input", None))

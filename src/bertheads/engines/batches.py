@@ -19,10 +19,10 @@ from typing import Any
 
 from bertheads.api import Model, load
 from bertheads.base.errors import UserError
-from bertheads.base.schema import from_mapping, said, setting
+from bertheads.base.schema import FACE, from_mapping, names, said, setting, speaking, unknown_name
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.export.modes import RuntimeSettings
-from bertheads.inference.analyze import analyze
+from bertheads.inference.analyze import analyze, bound_tasks
 from bertheads.inference.tables import arrow, arrow_type, head_types, head_values
 from bertheads.store.crash import crash_point
 
@@ -63,25 +63,50 @@ class BatchPredictor:
     """`predictor(batch)` -> the batch with `HEAD_FIELD` columns. `model`: a model directory (or
     a loaded `Model`); `heads`, `columns`, `batch_size`, `skip_bad_rows`: `BatchSettings`;
     `device`, `runtime`, `precision`, ...: `RuntimeSettings` (default: the CPU in fp32, as a
-    worker of a data engine usually has it)."""
+    worker of a data engine usually has it); any other keyword is a head's inference option
+    (`min_confidence`, `calibrate`, `long_input`, `threshold`, ...), as `Model.predict` (one
+    head) and `Model.analyze` (several: each given to the heads whose kind takes it) take them;
+    with `min_confidence` each head adds its `HEAD_abstained` column."""
 
     def __init__(self, model, heads: Sequence[str] | str | None = None, **given) -> None:
         if isinstance(heads, str):
             heads = (heads,)
-        batch_keys = {"columns", "batch_size", "skip_bad_rows"}
+        if heads is not None and (not isinstance(heads, Sequence) or not all(isinstance(h, str) for h in heads)):
+            raise UserError(f"BatchPredictor: heads: expected a head's name or a list of names, got {heads!r}")
+        batch_keys = set(names(BatchSettings)) - {"heads"}
+        runtime_keys = set(names(RuntimeSettings))
         self.settings = from_mapping(BatchSettings, {"heads": tuple(heads) if heads else None,
                                                      **{k: v for k, v in given.items() if k in batch_keys}})
-        runtime_given = {k: v for k, v in given.items() if k not in batch_keys}
+        runtime_given = {k: v for k, v in given.items() if k in runtime_keys}
         self.runtime = from_mapping(RuntimeSettings, runtime_given,
                                     base=RuntimeSettings(device="cpu", runtime="torch", precision="fp32"))
         self.model_ref = model
         self.model = loaded_model(model, self.runtime)
         net = self.model.net
-        names = list(self.settings.heads or net.tasks)
-        for name in names:
+        chosen = list(self.settings.heads or net.tasks)
+        for name in chosen:
             if name not in net.tasks:
                 raise UserError(f"no head {name!r} (the model has: {', '.join(net.tasks)})")
-        self.heads = names
+        self.heads = chosen
+        self.face = FACE.get()  # how its messages name settings, in whichever process it runs
+        options = {k: v for k, v in given.items() if k not in batch_keys | runtime_keys and v is not None}
+        declared = {n for h in self.heads for n in net.tasks[h].options.declared()}
+        for name, value in options.items():
+            if not any(name in t.options.declared() for t in net.tasks.values()):
+                raise UserError(unknown_name(name, [*batch_keys, *runtime_keys, *declared], "setting",
+                                             of=" of BatchPredictor"))
+            if name not in declared:  # another kind's option: "... is for tag heads, not classify"
+                net.tasks[self.heads[0]].options.check({name: value})
+        self.options = options
+        self.tasks()  # the options checked against the heads now, not in a worker
+
+    def tasks(self) -> dict:
+        """head -> its task bound to the options: one head takes every option (or refuses it, as
+        `Model.predict` does); several heads each take those of their kind (`Model.analyze`)."""
+        net = self._model().net
+        if len(self.heads) == 1:
+            return {self.heads[0]: net.tasks[self.heads[0]].options.bind(self.options)}
+        return bound_tasks(net, self.options, self.heads)
 
     # -- pickled to the engine's workers without the model; loaded again there, once ----------
     def __getstate__(self) -> dict:
@@ -91,7 +116,8 @@ class BatchPredictor:
                 raise UserError("BatchPredictor: a model that is not saved cannot go to other processes; "
                                 "pass its directory")
             ref = ref.directory
-        return {"model_ref": str(ref), "settings": self.settings, "runtime": self.runtime, "heads": self.heads}
+        return {"model_ref": str(ref), "settings": self.settings, "runtime": self.runtime, "heads": self.heads,
+                "options": self.options, "face": self.face}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -106,7 +132,7 @@ class BatchPredictor:
 
     def output_types(self) -> dict[str, Any]:
         """column -> its type (`Struct`/`ListOf`/Python type) of the columns added, in order."""
-        out = head_types(self._model().net, self.heads)
+        out = head_types(self.tasks())
         if self.settings.skip_bad_rows:
             out[ERROR] = str
         return out
@@ -118,6 +144,10 @@ class BatchPredictor:
 
     # -- the call -------------------------------------------------------------------------------
     def __call__(self, batch):
+        with speaking(self.face):
+            return self.predict_batch(batch)
+
+    def predict_batch(self, batch):
         crash_point("engine:batch")
         pa = arrow()
         model = self._model()
@@ -146,12 +176,14 @@ class BatchPredictor:
         texts = [values[TEXT][i] for i in good]
         extras = {model.net.tasks[h].reading.form.extra.request: [values[model.net.tasks[h].reading.form.extra.key][i] for i in good]
                   for h in self.heads if model.net.tasks[h].reading.form.extra}
-        results = analyze(model.net, texts, extras, self.settings.batch_size, heads=self.heads) if texts else []
+        results = (analyze(model.net, texts, extras, self.settings.batch_size, heads=self.heads, **self.options)
+                   if texts else [])
+        tasks = self.tasks()
         rows: list[dict] = [{} for _ in range(size)]
         for i, result in zip(good, results):
             row = rows[i]
             for h in self.heads:
-                row.update(head_values(model.net, h, result[h]))
+                row.update(head_values(tasks[h], h, result[h]))
         if self.settings.skip_bad_rows:
             for i, e in enumerate(errors):
                 rows[i][ERROR] = e

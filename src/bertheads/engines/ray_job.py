@@ -16,13 +16,14 @@ from pathlib import Path
 
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
-from bertheads.base.schema import said, setting
+from bertheads.base.schema import FACE, said, setting, speaking
 from bertheads.base.values import positive_int
 from bertheads.engines.batches import ERROR, FILE, ROW, BatchPredictor
 from bertheads.export.modes import RuntimeSettings
 from bertheads.saved.bundle import model_folders
 from bertheads.store.atomic import atomic_directory, atomic_write_text
 from bertheads.store.guard import check_target
+from bertheads.tasks.parts import ABSTAINED
 from bertheads.text.parquet import parquet_files, read_group, row_groups
 
 log = logging.getLogger("bertheads")
@@ -66,9 +67,10 @@ class GroupPredictor:
     one CPU per worker, it held one and a single actor ran the whole job) and would move every
     row group through Ray's object store."""
 
-    def __init__(self, rows_per_batch: int, **predictor_args) -> None:
+    def __init__(self, rows_per_batch: int, face: str = "python", **predictor_args) -> None:
         self.rows_per_batch = rows_per_batch
-        self.predictor = BatchPredictor(**predictor_args)
+        with speaking(face):  # its messages name settings as the job's caller does (--skip-bad-lines)
+            self.predictor = BatchPredictor(**predictor_args)
 
     def __call__(self, items):
         import pyarrow as pa
@@ -98,8 +100,10 @@ def start_ray(settings: EngineSettings):
 
 
 def ray_predict(model_dir: str, source: str, output: str, heads: list[str] | None, runtime: RuntimeSettings,
-                settings: EngineSettings, skip_bad_lines: bool = False, batch_size: int | None = None) -> dict:
-    """Predict Parquet input on Ray Data into the folder `output`; the job's summary."""
+                settings: EngineSettings, skip_bad_lines: bool = False, batch_size: int | None = None,
+                options: dict | None = None) -> dict:
+    """Predict Parquet input on Ray Data into the folder `output`; the job's summary. `options`:
+    the heads' inference options (`min_confidence`, `calibrate`, ...), as `BatchPredictor` takes them."""
     require("ray", said("engine", "ray"))
     out = check_target(output, SUMMARY, inputs=[source], models=model_folders(model_dir), flag="output")
     if out.exists():
@@ -110,8 +114,10 @@ def ray_predict(model_dir: str, source: str, output: str, heads: list[str] | Non
     predictor_args = {"model": str(Path(model_dir).absolute()), "heads": heads, "skip_bad_rows": skip_bad_lines,
                       "device": runtime.device, "runtime": runtime.runtime, "precision": runtime.precision,
                       "encoder": runtime.encoder, "verify": runtime.verify,
-                      **({"batch_size": batch_size} if batch_size else {})}
-    mode = BatchPredictor(**predictor_args).model.mode  # a bad model, head or setting: one line here
+                      **({"batch_size": batch_size} if batch_size else {}), **(options or {})}
+    checked = BatchPredictor(**predictor_args)  # a bad model, head, setting or option: one line here
+    mode = checked.model.mode
+    abstaining = [c for c in checked.output_types() if c.endswith("_" + ABSTAINED)]  # with --min-confidence
     if mode is not None:  # `auto` decided once, here: the workers run the mode it chose
         predictor_args.update(runtime=mode.runtime, precision=mode.precision)
     started = time.monotonic()
@@ -119,7 +125,7 @@ def ray_predict(model_dir: str, source: str, output: str, heads: list[str] | Non
         items = [{"file": str(Path(f).absolute()), "group": g, "first": first} for f, g, first, _ in groups]
         ds = ray.data.from_items(items, override_num_blocks=len(items))
         ds = ds.map_batches(GroupPredictor, fn_constructor_kwargs={"rows_per_batch": settings.rows_per_batch,
-                                                                  **predictor_args},
+                                                                  "face": FACE.get(), **predictor_args},
                             concurrency=settings.workers, batch_size=groups_per_task(groups, settings.rows_per_batch),
                             batch_format="pyarrow")
         try:
@@ -127,7 +133,7 @@ def ray_predict(model_dir: str, source: str, output: str, heads: list[str] | Non
         except Exception as exc:
             raise engine_error(exc) from None
         seconds = time.monotonic() - started
-        summary = job_summary(tmp, groups, seconds, settings, skip_bad_lines, source)
+        summary = job_summary(tmp, groups, seconds, settings, skip_bad_lines, source, abstaining)
         atomic_write_text(tmp / SUMMARY, json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -155,15 +161,19 @@ WORKER_ERROR = f"{UserError.__module__}.UserError: "  # how a worker's traceback
 
 
 def job_summary(folder: Path, groups: list, seconds: float, settings: EngineSettings, skipped_column: bool,
-                source: str) -> dict:
-    """rows, failures (rows skipped as malformed, the first ten named), time, rows/s, parts."""
+                source: str, abstaining: list[str] = ()) -> dict:
+    """rows, failures (rows skipped as malformed, the first ten named), predictions (rows
+    predicted, times the heads with --min-confidence) and those abstained (below it), time,
+    rows/s, parts."""
     import pyarrow.dataset as pads
 
     parts = [p for p in parquet_files(folder)] if any(folder.glob("*.parquet")) else []
-    rows, failures, named = 0, 0, []
+    rows, failures, named, abstained = 0, 0, [], 0
     if parts:
         data = pads.dataset([str(p) for p in parts], format="parquet")
         rows = data.count_rows()
+        for column in abstaining:
+            abstained += sum(1 for v in data.to_table(columns=[column]).column(column).to_pylist() if v is True)
         if skipped_column:
             errors = [e for e in data.to_table(columns=[ERROR]).column(ERROR).to_pylist() if e is not None]
             failures, named = len(errors), errors[:10]
@@ -173,5 +183,6 @@ def job_summary(folder: Path, groups: list, seconds: float, settings: EngineSett
     if rows != expected:
         raise UserError(f"{said('engine', 'ray')}: wrote {rows} rows of {expected} in {source}; the output is not kept")
     return {"input": str(source), "rows": rows, "failures": failures, "failed_rows": named,
+            "predictions": (rows - failures) * max(1, len(abstaining)), "abstained": abstained,
             "seconds": round(seconds, 3), "rows_per_second": round(rows / seconds, 1) if seconds else None,
             "workers": settings.workers, "parts": len(parts)}

@@ -13,7 +13,8 @@ from bertheads.engines.batches import BatchPredictor
 
 def spark_udf(model, input_schema, heads: Sequence[str] | str | None = None, **given):
     """`(fn, schema)` for `df.mapInArrow(fn, schema)`: `input_schema` the DataFrame's
-    (`df.schema`); `heads` and `given` as `BatchPredictor` takes them."""
+    (`df.schema`); `heads` and `given` as `BatchPredictor` takes them (its settings, the
+    runtime's and the heads' inference options: `min_confidence=0.9`, `calibrate=False`, ...)."""
     require("spark", "spark_udf")
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema

@@ -59,6 +59,19 @@ def head_options(net, options: Mapping) -> dict[str, dict]:
             for head, task in net.tasks.items()}
 
 
+def bound_tasks(net, options: Mapping, heads: Sequence[str] | None = None) -> dict[str, object]:
+    """head -> its task bound to the `options` its kind takes (`head_options`; of `heads` alone
+    when given): what analyze runs and its table outputs type their columns by."""
+    given = head_options(net, options)
+    return {name: task.options.bind(given[name]) for name, task in net.tasks.items()
+            if heads is None or name in heads}
+
+
+def count_abstained(results: list[dict]) -> int:
+    """How many of `analyze`'s predictions say `"abstained": true`."""
+    return sum(1 for r in results for p in r.values() if isinstance(p, dict) and p.get("abstained") is True)
+
+
 def analyze(net: BertHeads, texts: list[str], extras: Mapping[str, Sequence] | None = None,
             batch_size: int = INFERENCE_BATCH, heads: Sequence[str] | None = None, **options) -> list[dict]:
     """`{head: prediction}` per text for every head that answers (see `analyze_inputs`; of
@@ -73,10 +86,10 @@ def analyze(net: BertHeads, texts: list[str], extras: Mapping[str, Sequence] | N
         if not isinstance(text, str):
             raise UserError(f"text {i}: expected a string, got {type(text).__name__}")
     tokenizer = net.encoder.tokenizer
-    given = head_options(net, options)
+    tasks = bound_tasks(net, options, heads)
     jobs = []
     for name, inputs in analyze_inputs(net, texts, extras, heads).items():
-        task = net.tasks[name].options.bind(given[name])
+        task = tasks[name]
         examples = task.reading.from_inputs(inputs)
         features, owner = task.modeling.encode_for_inference(examples, tokenizer)
         key = (tuple(owner), tuple(tuple(f["input_ids"]) for f in features),

@@ -24,7 +24,7 @@ from bertheads.base.progress import bars_shown, progress_bar
 from bertheads.base.schema import said, setting
 from bertheads.base.values import field_list, positive_int
 from bertheads.compute.batching import INFERENCE_BATCH
-from bertheads.inference.analyze import analyze, extras_of
+from bertheads.inference.analyze import analyze, bound_tasks, count_abstained, extras_of
 from bertheads.inference.blanks import BlankLines
 from bertheads.inference.path import Evaluation, head_outputs, predict_examples
 from bertheads.inference.tables import head_types, head_values, is_parquet_output, parquet_sink
@@ -162,11 +162,11 @@ def predict_stream(net: BertHeads, name: str, path, output: str | None = None, s
     task = task or net.tasks[name]
     report = StreamReport()
     if is_parquet_output(output):
-        with parquet_sink(output, head_types(net, [name], prefix=False)) as sink:
+        with parquet_sink(output, head_types({name: task}, prefix=False)) as sink:
             for _, chunk in read_chunks(task, path, settings, report, False, fmt):
                 predictions = report.counted(predict_examples(net, name, chunk, settings.batch_size, task))
                 sink.write([{k: p[k] for k in ("id", *settings.keep_fields) if k in p} for p in predictions],
-                           [head_values(net, name, p, prefix=False) for p in predictions])
+                           [head_values(task, name, p, prefix=False) for p in predictions])
         return report
     blanks = BlankLines()
     last = None
@@ -235,14 +235,16 @@ def analyze_stream(net: BertHeads, path, output: str | None = None, settings: St
     extras = extras_of(net)
     path = as_source(path)
     if is_parquet_output(output):
-        with parquet_sink(output, head_types(net, list(net.tasks))) as sink:
+        tasks = bound_tasks(net, options)
+        with parquet_sink(output, head_types(tasks)) as sink:
             for chunk in chunks(analyze_records(path, settings, report, extras), settings.chunk_size):
                 records = [record for _, record in chunk]
                 results = analyze_chunk(net, records, extras, settings, **options)
                 report.chunks += 1
                 report.examples += len(records)
+                report.abstained += count_abstained(results)
                 sink.write([carried_fields(r, settings.keep_fields) for r in records],
-                           [{k: v for h, p in result.items() for k, v in head_values(net, h, p).items()}
+                           [{k: v for h, p in result.items() for k, v in head_values(tasks[h], h, p).items()}
                             for result in results])
         return report
 
@@ -262,8 +264,7 @@ def analyze_stream(net: BertHeads, path, output: str | None = None, settings: St
             results = analyze_chunk(net, records, extras, settings, **options)
             report.chunks += 1
             report.examples += len(records)
-            report.abstained += sum(1 for r in results for p in r.values() if isinstance(p, dict)
-                                    and p.get("abstained") is True)
+            report.abstained += count_abstained(results)
             last[0] = chunk[-1][0]
             yield blanks.lines([(line, json.dumps({**carried_fields(r, settings.keep_fields), **result},
                                                   ensure_ascii=False) + "\n")

@@ -5,7 +5,7 @@ Parquet output holds labels, scores and entities as columns and structs, not JSO
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -32,17 +32,20 @@ def arrow_type(kind):
     return {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}[kind]
 
 
-def head_types(net, heads, prefix: bool = True) -> dict[str, Any]:
-    """column -> type of each head's fields (`HEAD_FIELD`; the field alone without `prefix`)."""
+def head_types(tasks: Mapping[str, Any], prefix: bool = True) -> dict[str, Any]:
+    """column -> type of each head's fields (`HEAD_FIELD`; the field alone without `prefix`):
+    `tasks` are head -> its task as bound to the call's options (`Publishing.columns`: with
+    `abstained` under a `min_confidence`)."""
     return {f"{h}_{name}" if prefix else name: kind
-            for h in heads for name, kind in net.tasks[h].publishing.output_columns().fields}
+            for h, task in tasks.items() for name, kind in task.publishing.columns().fields}
 
 
-def head_values(net, head: str, prediction: dict | None, prefix: bool = True) -> dict:
-    """A prediction's values for its head's columns (nothing for a head that did not answer)."""
+def head_values(task, head: str, prediction: dict | None, prefix: bool = True) -> dict:
+    """A prediction's values for its head's columns (nothing for a head that did not answer);
+    `task`: the head's task as bound to the call's options."""
     if prediction is None:
         return {}
-    return {f"{head}_{k}" if prefix else k: v for k, v in net.tasks[head].publishing.output_row(prediction).items()}
+    return {f"{head}_{k}" if prefix else k: v for k, v in task.publishing.row(prediction).items()}
 
 
 class ParquetSink:

@@ -1,8 +1,8 @@
 """The `MLmodel` file of every saved model directory: MLflow's `python_function` flavour, loaded
 by `bertheads.serve.pyfunc`, so a model directory, or its copy logged to an MLflow run, is
 an MLflow model (`mlflow.pyfunc.load_model`, `mlflow models serve`, the model registry).
-Its signature declares the `params` a prediction takes (`head`, and the options `bertheads
-serve` takes for the model's heads): MLflow drops any parameter a signature does not declare.
+Its signature declares the `params` a prediction takes (`head`, `text_column`, and the options
+`bertheads serve` takes for the model's heads): MLflow drops any parameter a signature does not declare.
 Written as plain YAML: saving a model needs no MLflow."""
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ PARAM_TYPES = {"str": "string", "float": "double", "int": "long", "bool": "boole
 
 
 def params_of(tasks: Mapping[str, Any]) -> list[dict]:
-    """MLflow's parameter specs: `head`, then every option a served head of `tasks` takes, each
-    with no default (so only what a caller gives reaches `Model.predict`)."""
-    params = {"head": "string"}
+    """MLflow's parameter specs: `head`, `text_column` (an input's text column, `serve/pyfunc.py`),
+    then every option a served head of `tasks` takes, each with no default (so only what a
+    caller gives reaches `Model.predict`)."""
+    params = {"head": "string", "text_column": "string"}
     for task in tasks.values():
         for name, f in task.options.declared().items():
             kind = str(f.type).split("|")[0].strip()

@@ -17,6 +17,7 @@ front of the app (`serve/guard.py`). Bad input is answered 4xx with a one-line `
 from __future__ import annotations
 
 import asyncio
+import gzip
 import logging
 import socket
 from contextlib import asynccontextmanager
@@ -264,12 +265,16 @@ def add_docs_routes(app: FastAPI) -> None:
     badge (an image from validator.swagger.io for a schema not on localhost) is turned off."""
 
     @app.get(STATIC + "/{name}", include_in_schema=False)
-    async def asset(name: str) -> Response:
+    async def asset(name: str, request: Request) -> Response:
         if name not in ASSETS:
             raise HTTPException(404, f"no file {name!r} here")
         data = resources.files("bertheads.serve").joinpath("static", name + ".gz").read_bytes()
-        return Response(data, media_type=ASSETS[name], headers={"Content-Encoding": "gzip",
-                                                                 "Cache-Control": "public, max-age=86400"})
+        headers = {"Cache-Control": "public, max-age=86400", "Vary": "Accept-Encoding"}
+        if accepts_gzip(request.headers.get("accept-encoding")):
+            headers["Content-Encoding"] = "gzip"
+        else:  # identity asked for (or no gzip offered): the file as it is
+            data = gzip.decompress(data)
+        return Response(data, media_type=ASSETS[name], headers=headers)
 
     @app.get("/docs", include_in_schema=False)
     async def swagger() -> HTMLResponse:
@@ -283,6 +288,26 @@ def add_docs_routes(app: FastAPI) -> None:
         return get_redoc_html(openapi_url=app.openapi_url, title="bertheads: API",
                               redoc_js_url=f"{STATIC}/redoc.standalone.js", redoc_favicon_url="data:,",
                               with_google_fonts=False)
+
+
+def accepts_gzip(header: str | None) -> bool:
+    """Whether an `Accept-Encoding` header takes gzip: named (or `*`) with a q above 0; without
+    the header, identity."""
+    if not header:
+        return False
+    weights = {}
+    for part in header.split(","):
+        coding, _, params = part.strip().partition(";")
+        q = 1.0
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        weights[coding.strip().lower()] = q
+    return weights.get("gzip", weights.get("x-gzip", weights.get("*", 0.0))) > 0
 
 
 async def queued(request: Request, batcher: Batcher, settings: ServeSettings, metrics: Metrics, key: tuple,

@@ -30,6 +30,8 @@ from bertheads.tasks.forms import TEXT, InputForm
 from bertheads.tasks.options import NoOptions
 from bertheads.tasks.recipes import FIXED, Recipe, recipe_for
 
+ABSTAINED = "abstained"  # the field a prediction below --min-confidence says true in (`Scoring.abstain`)
+
 
 @dataclass
 class TextInput:
@@ -253,7 +255,7 @@ class Scoring(Part):
         when a minimum is given."""
         if min_confidence is None:
             return prediction
-        return {**prediction, "abstained": confidence is not None and confidence < float(min_confidence)}
+        return {**prediction, ABSTAINED: confidence is not None and confidence < float(min_confidence)}
 
     def disputes(self, outputs: list, examples: list, path=None) -> Disputes:
         """What `bertheads audit` ranks of the examples, from one output per example (out of
@@ -365,6 +367,22 @@ class Publishing(Part):
     def output_row(self, prediction: dict) -> dict:
         """One prediction's values for `output_columns` (a missing field is null)."""
         return {"prediction": json.dumps(prediction, ensure_ascii=False)}
+
+    def columns(self) -> Struct:
+        """The typed columns of this task as bound (`options.bind`): `output_columns`, with
+        `abstained` when it has a `min_confidence`, as its JSON lines carry it. What every
+        table output reads (Parquet, `BatchPredictor`, Ray, Spark, Dask)."""
+        columns = self.output_columns()
+        if self.task.options.values.min_confidence is None:
+            return columns
+        return Struct((*columns.fields, (ABSTAINED, bool)))
+
+    def row(self, prediction: dict) -> dict:
+        """One prediction's values for `columns`."""
+        row = self.output_row(prediction)
+        if self.task.options.values.min_confidence is not None:
+            row[ABSTAINED] = prediction.get(ABSTAINED)
+        return row
 
 
 class Exporting(Part):
