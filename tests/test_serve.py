@@ -68,7 +68,7 @@ def test_health_heads_docs_and_page(client):
 @pytest.mark.parametrize("accept, encoded", [("identity", False), ("gzip;q=0, identity", False), (None, False),
                                              ("gzip, deflate", True), ("*", True), ("br;q=1.0, gzip;q=0.5", True)])
 def test_static_files_are_gzip_only_for_a_client_that_takes_it(client, accept, encoded):
-    """`Accept-Encoding: identity` gets the file as it is (issue 65 item 10: it got gzip)."""
+    """`Accept-Encoding: identity` gets the file as it is (it got gzip)."""
     headers = {"Accept-Encoding": accept} if accept else {}
     with client.stream("GET", "/static/swagger-ui.css", headers=headers) as answer:
         raw = b"".join(answer.iter_raw())
