@@ -17,7 +17,6 @@ import pytest
 from helpers_machine import pretend
 
 import bertheads
-from bertheads.base import bounded
 from bertheads.base.errors import UserError
 from bertheads.base.machine import Machine
 from bertheads.cli.main import main
@@ -152,6 +151,8 @@ def test_the_folders_other_json_files_are_checked_when_it_is_opened(model_dir, n
 
 
 def test_a_model_folders_json_larger_than_the_bound_is_refused(model_dir, monkeypatch):
+    from bertheads.base import bounded
+
     monkeypatch.setattr(bounded, "MAX_JSON_BYTES", 100)
     assert "bytes, more than the 100 a model folder's JSON file may hold" in load_error(model_dir)
 
