@@ -309,7 +309,7 @@ class Gate:
         self.say(f"checking {mode.runtime} {mode.precision} against fp32 on {', '.join(sorted(set(data.values())))} ...")
         candidate = open_runner(self.directory, mode, self.verify)
         record = verdict(self.directory, mode, compare(self.reference, candidate, data, runs=self.runs,
-                                                       recorded=self.given is None))
+                                                       recorded=self.given is None and not self.own))
         store(self.directory, mode.key, record, self.say, self.into_model)
         self.records[mode.key] = record
         return record
