@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 
 import pytest
 import torch
@@ -197,6 +198,12 @@ def trained_dir(tiny_bert, tmp_path_factory):
     with pretend(AVX2):
         bertheads.train("classify", str(d / "train.tsv"), str(d / "dev.tsv"), d / "model", model=tiny_bert,
                         epochs=6, batch_size=8, lr=5e-3, progress=False)
+        # the dev file shipped inside the folder: the one place a recorded dev file is read from
+        shutil.move(d / "dev.tsv", d / "model" / "dev.tsv")
+        manifest = d / "model" / "bertheads.json"
+        data = json.loads(manifest.read_text())
+        data["settings"]["dev"] = "dev.tsv"
+        manifest.write_text(json.dumps(data))
         export_checked(d / "model", quantize_to="int8")
     return d / "model"
 

@@ -135,7 +135,7 @@ def test_a_failing_command_leaves_the_model_folder_byte_identical(trained, tmp_p
     data = tmp_path / "other.tsv"
     data.write_text("sentence\tlabel\na great film\tneutral\n")
     with pretend(TORCH_ONLY_AMX):
-        code = main(["evaluate", str(target), "--data", str(data)])
+        code = main(["evaluate", str(target), "--data", str(data), "--gate-data", str(trained / "dev.tsv")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "label 'neutral' was not seen in training" in err.splitlines()[-1]
     assert digest(target) == before  # the verdict made on the way went to the user's cache
@@ -157,7 +157,8 @@ def test_reading_commands_run_on_a_read_only_model_folder(trained, tmp_path):
     mount = f"mount --bind -o ro {target} {target} && touch {target}/probe 2>/dev/null && exit 9; "
     # both commands in one process (each would pay the start-up again), a marker line between them
     script = ("import sys; from bertheads.cli.main import main\n"
-              f"code = main(['predict', {str(target)!r}, '--input', {str(inputs)!r}, '--runtime', 'torch'])\n"
+              f"code = main(['predict', {str(target)!r}, '--input', {str(inputs)!r}, '--runtime', 'torch', "
+              f"'--gate-data', {str(trained / 'dev.tsv')!r}])\n"
               "print('=== evaluate', file=sys.stderr, flush=True)\n"
               f"code = code or main(['evaluate', {str(target)!r}, '--data', {str(trained / 'dev.tsv')!r}, '--json', "
               "'--runtime', 'torch'])\n"
@@ -181,7 +182,7 @@ def test_the_gate_command_writes_the_folders_verdicts(trained, tmp_path, monkeyp
         assert main(["gate", str(target)]) == 0
     assert "runs no lower precision" in capsys.readouterr().err and not (target / "gate.json").exists()
     with pretend(TORCH_ONLY_AMX):
-        assert main(["gate", str(target), "--json"]) == 0
+        assert main(["gate", str(target), "--json", "--gate-data", str(trained / "dev.tsv")]) == 0
     verdicts = json.loads(capsys.readouterr().out)
     assert set(verdicts) == {"torch/bf16"} and verdicts["torch/bf16"]["inputs_per_s"] > 0
     assert (target / "gate.json").is_file() and not (tmp_path / "cache").exists()

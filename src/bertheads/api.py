@@ -256,7 +256,7 @@ def trained(net: BertHeads, out: str | Path | None, result: dict, settings: Trai
     first), or, without `out`, the one in memory."""
     if out is not None:
         if os.environ.get("RANK", "0") == "0":
-            gate_model(out, device=settings.device, exported=False)
+            gate_model(out, device=settings.device, exported=False, own=True)  # on the dev files this run read
         return load(out, runtime="torch", precision="fp32", verbose=settings.verbose)
     model = Model(net)
     model.metrics, model.verbose = result, settings.verbose

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from bertheads.base.bounded import read_json
 from bertheads.base.errors import SystemFault, UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine, resolve_device
@@ -41,12 +42,12 @@ from bertheads.export.onnx import META, ONNX_DIR, export_onnx, manifest_digest
 from bertheads.export.runtimes import missing_export, open_runner
 from bertheads.inference.path import head_outputs
 from bertheads.saved import bundle
+from bertheads.saved.manifest import GATE  # DIR/gate.json, checked when the model folder is opened
 from bertheads.store.atomic import atomic_write_text
-from bertheads.store.encoder_refs import cache_root
+from bertheads.store.encoder_refs import cache_root, inside
 
 log = logging.getLogger("bertheads")
 
-GATE = "gate.json"
 GATE_EXAMPLES = 1000  # dev inputs compared per head (the first ones)
 
 
@@ -71,27 +72,29 @@ def cache_file(manifest: str, export: str | None) -> Path:
 
 
 def _read(path: Path) -> dict:
+    """Verdicts kept in the user's cache (a file that cannot be read holds none)."""
     try:
-        saved = json.loads(path.read_text())
-    except (OSError, ValueError):
+        saved = read_json(path) if path.is_file() else {}
+    except UserError:
         return {}
     return saved if isinstance(saved, dict) else {}
 
 
 def read_records(directory: Path) -> dict[str, dict]:
-    """The verdicts that hold for this model, its export and this machine: the model folder's,
-    then those of the user's cache."""
+    """The verdicts that hold for this model, its export and this machine: the model folder's
+    (its gate.json checked when the folder is opened), then those of the user's cache."""
     directory = Path(directory)
     if not (directory / bundle.MANIFEST).is_file():
         return {}  # not a model: opening it says so
+    bundle.read_manifest(directory)
     manifest, export, machine_line = manifest_digest(directory), export_digest(directory), here()
     out: dict[str, dict] = {}
-    for path in (cache_file(manifest, export), directory / GATE):  # the folder's last: it wins
-        saved = _read(path)
+    folder = read_json(directory / GATE) if (directory / GATE).is_file() else {}  # its shape checked above
+    for saved in (_read(cache_file(manifest, export)), folder):  # the folder's last: it wins
         if saved.get("manifest_sha256") != manifest:
             continue
         for key, record in (saved.get("machines") or {}).get(machine_line, {}).items():
-            if key.startswith("torch/") or record.get("export_sha256") == export:
+            if isinstance(record, dict) and (key.startswith("torch/") or record.get("export_sha256") == export):
                 out[key] = record
     return out
 
@@ -115,26 +118,49 @@ def store(directory: Path, key: str, record: dict, say: Callable[[str], None], i
         say(f"could not write {target} ({exc}); the check runs again next time")
 
 
-def dev_path(manifest: dict, name: str, directory: Path) -> str | None:
-    """The dev file a head was trained with, as its saved settings name it (when it is still there)."""
-    settings = manifest.get("settings") or {}
-    entry = settings.get("tasks", {}).get(name, {}) if "tasks" in settings else settings
-    dev = entry.get("dev")
-    if not dev:
+def recorded_dev(manifest: dict, name: str) -> str | None:
+    """The dev file a head was trained with, as its saved settings name it."""
+    settings = manifest.get("settings")
+    settings = settings if isinstance(settings, dict) else {}
+    tasks = settings.get("tasks")
+    entry = (tasks.get(name) if isinstance(tasks, dict) else settings) if "tasks" in settings else settings
+    dev = entry.get("dev") if isinstance(entry, dict) else None
+    return dev if isinstance(dev, str) and dev else None
+
+
+def dev_path(manifest: dict, name: str, directory: Path, own: bool = False) -> str | None:
+    """The dev file a head was trained with, when it is still there and lies inside the model
+    folder (relative paths from the folder). A model folder is someone else's data: a file it
+    names elsewhere is never opened (`--gate-data` gives one), unless `own` (the run that
+    recorded it, training, gates the folder it just wrote)."""
+    dev = recorded_dev(manifest, name)
+    if dev is None:
         return None
-    for candidate in (Path(dev), directory / dev):
-        if candidate.is_file():
-            return str(candidate)
+    if own:  # as training read it (from where it ran), else from the folder
+        return next((str(c) for c in (Path(dev), directory / dev) if c.is_file()), None)
+    candidate = directory / dev  # from the folder; an absolute path stays itself
+    return str(candidate) if candidate.is_file() and inside(candidate, directory) else None
+
+
+def outside_dev(directory: Path, heads) -> str | None:
+    """Why a head's recorded dev file is not read: it lies outside the model folder (None: it does not)."""
+    manifest = bundle.read_manifest(directory)
+    for name in heads:
+        dev = recorded_dev(manifest, name)
+        if dev is not None and not inside(directory / dev, directory):
+            return (f"the dev file {directory / bundle.MANIFEST} records for head {name}, {dev!r}, lies outside the "
+                    f"model folder and is not opened")
     return None
 
 
-def gate_data(directory: Path, heads, given: str | None) -> dict[str, str] | None:
-    """Each head's data for the gate: `given` (a user sample) or its own dev file; None when
+def gate_data(directory: Path, heads, given: str | None, own: bool = False) -> dict[str, str] | None:
+    """Each head's data for the gate: `given` (a user sample) or its own dev file inside the
+    model folder (`dev_path`; `own`: wherever the run that wrote the folder read it); None when
     a head has neither."""
     manifest = bundle.read_manifest(directory)
     out = {}
     for name in heads:
-        path = given or dev_path(manifest, name, directory)
+        path = given or dev_path(manifest, name, directory, own)
         if path is None:
             return None
         out[name] = path
@@ -150,9 +176,17 @@ def without_scores(value):
     return value
 
 
-def labelled(task, name: str, path: str, limit: int = GATE_EXAMPLES) -> list:
-    """The first `limit` labelled inputs of `path`; NoEvidence when they are too few to judge by."""
-    examples = task.reading.read(path, need_labels=True)[:limit]
+def labelled(task, name: str, path: str, limit: int = GATE_EXAMPLES, recorded: bool = False) -> list:
+    """The first `limit` labelled inputs of `path`; NoEvidence when they are too few to judge by.
+    `recorded`: the file is the one the model folder names, whose content is never shown (a
+    problem reading it is said as its not fitting the head)."""
+    try:
+        examples = task.reading.read(path, need_labels=True)[:limit]
+    except UserError:
+        if not recorded:
+            raise
+        raise NoEvidence(f"{path}: the dev file the model records does not fit head {name} "
+                         f"({said('gate_data')} gives one)") from None
     if len(examples) < MIN_INPUTS:
         raise NoEvidence(f"{path}: {len(examples)} labelled input{'s' * (len(examples) != 1)} for head {name}; the "
                          f"gate needs at least {MIN_INPUTS} to judge a lower precision ({said('gate_data')} gives more)")
@@ -172,16 +206,17 @@ def timed(runner, name: str, examples: list, progress: str | None = None) -> tup
 
 
 def compare(reference, candidate, data: dict[str, str], limit: int = GATE_EXAMPLES,
-            runs: dict | None = None) -> dict[str, dict]:
+            runs: dict | None = None, recorded: bool = False) -> dict[str, dict]:
     """Each head's main metric and predictions from `candidate` against `reference` (both runners
     holding the same tasks) on the first `limit` labelled inputs of its data, with the seconds each
-    took. `runs` keeps fp32's outputs between calls."""
+    took. `runs` keeps fp32's outputs between calls; `recorded`: the data is the model's own dev
+    files (`labelled`)."""
     runs = {} if runs is None else runs
     out = {}
     for name, path in data.items():
         task = reference.tasks[name]
         if name not in runs:
-            examples = labelled(task, name, path, limit)
+            examples = labelled(task, name, path, limit, recorded)
             runs[name] = (examples, *timed(reference, name, examples, f"gate {name}: fp32"))
         examples, ref, ref_seconds = runs[name]
         got, seconds = timed(candidate, name, examples, f"gate {name}: lower precision")
@@ -239,10 +274,12 @@ class Gate:
     checked; each verdict kept (`store`) as it is made."""
 
     def __init__(self, directory: str | Path, device: torch.device, verify: bool = True, given: str | None = None,
-                 say: Callable[[str], None] | None = None, into_model: bool = False, fresh: bool = False):
-        """`fresh`: every mode measured again, the kept verdicts left unread."""
+                 say: Callable[[str], None] | None = None, into_model: bool = False, fresh: bool = False,
+                 own: bool = False):
+        """`fresh`: every mode measured again, the kept verdicts left unread; `own`: the dev files
+        the folder records are the ones the caller just trained with (`gate_data`)."""
         self.directory, self.device, self.verify, self.given = Path(directory), device, verify, given
-        self.say, self.into_model = say or log.info, into_model
+        self.say, self.into_model, self.own = say or log.info, into_model, own
         self.records = {} if fresh else read_records(self.directory)
         self.reference = None
         self.runs: dict = {}
@@ -252,9 +289,10 @@ class Gate:
         """Each head's labelled file; NoEvidence when a head has none."""
         if self._data is None:
             heads = bundle.read_manifest(self.directory)["heads"]
-            found = gate_data(self.directory, heads, self.given)
+            found = gate_data(self.directory, heads, self.given, self.own)
             if found is None:
-                raise NoEvidence(f"no dev data recorded with the model ({said('gate_data')} gives some)")
+                why = outside_dev(self.directory, heads) or "no dev data recorded with the model"
+                raise NoEvidence(f"{why} ({said('gate_data')} gives some)")
             self._data = found
         return self._data
 
@@ -270,7 +308,8 @@ class Gate:
             self.reference = bundle.load(self.directory, self.device, self.verify)
         self.say(f"checking {mode.runtime} {mode.precision} against fp32 on {', '.join(sorted(set(data.values())))} ...")
         candidate = open_runner(self.directory, mode, self.verify)
-        record = verdict(self.directory, mode, compare(self.reference, candidate, data, runs=self.runs))
+        record = verdict(self.directory, mode, compare(self.reference, candidate, data, runs=self.runs,
+                                                       recorded=self.given is None and not self.own))
         store(self.directory, mode.key, record, self.say, self.into_model)
         self.records[mode.key] = record
         return record
@@ -301,17 +340,18 @@ def lower_modes(directory: Path, device: torch.device, exported: bool = True) ->
 
 def gate_model(directory: str | Path, given: str | None = None, say: Callable[[str], None] | None = None,
                device: str | torch.device | None = "cpu", exported: bool = True,
-               verify: bool = True) -> dict | None:
+               verify: bool = True, own: bool = False) -> dict | None:
     """Every lower precision this machine runs the model in, checked against fp32 and written
     into DIR/gate.json (`bertheads gate`, the end of `train`, `export --to onnx`); None when the
-    machine runs none."""
+    machine runs none. `own`: the run that wrote the folder (training) gates it on the dev files
+    it was given, wherever they are."""
     directory, say = Path(directory), say or log.info
     where = resolve_device(device)
     modes = lower_modes(directory, where, exported)
     if not modes:
         log.debug(f"gate: no lower precision of {directory} to check on {where} here ({machine().flag_text()})")
         return None
-    checked = Gate(directory, where, verify, given, say, into_model=True, fresh=True)  # where verdicts are made
+    checked = Gate(directory, where, verify, given, say, into_model=True, fresh=True, own=own)  # verdicts made here
     out = {}
     for mode in modes:
         try:
@@ -336,6 +376,8 @@ def export_checked(directory: str | Path, out: str | Path | None = None, quantiz
     say = say or log.info
     heads = bundle.read_manifest(directory)["heads"]
     data = gate_data(directory, heads, gate_file)
+    if data is None and (why := outside_dev(directory, heads)):
+        say(f"gate: {why}; {said('gate_data')} gives the data to check lower precisions on")
     meta = export_onnx(directory, out, quantize_to, say, calibration=data, openvino=openvino)
     if data is None or (out is not None and Path(out).resolve() != (directory / ONNX_DIR).resolve()):
         return meta

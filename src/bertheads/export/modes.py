@@ -44,7 +44,7 @@ class RuntimeSettings:
                                      "openvino); a lower one is first checked against fp32 on the model's dev data",
                              choices=PRECISIONS, group="runtime")
     gate_data: str | None = setting(None, "labelled file a lower precision is checked on (default: the model's own "
-                                          "dev file)", group="runtime")
+                                          "dev file, when it lies inside the model folder)", group="runtime")
     verify: bool = setting(True, "load encoder weights that differ from the saved hash", negate=True, group="runtime")
     force: bool = setting(False, "run the --precision asked for even when its check against fp32 failed (with a "
                                  "warning: its figures differ from fp32's by more than the tolerance)",

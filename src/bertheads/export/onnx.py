@@ -43,12 +43,12 @@ from bertheads.base.schema import said
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.export.quiet import tools_quiet
 from bertheads.saved import bundle, card
+from bertheads.saved.manifest import EXPORT_META, ONNX_DIR
 from bertheads.store.atomic import atomic_directory
 from bertheads.store.guard import check_target
 from bertheads.text.encoding import encoder_batch
 
-ONNX_DIR = "onnx"
-META = "export.json"
+META = EXPORT_META  # DIR/onnx/export.json, checked when the model folder is opened (`saved/manifest.py`)
 EXPORT_FORMAT = 1
 GRAPHS = {"fp32": "model.onnx", "int8": "model.int8.onnx", "qdq": "model.qdq.onnx", "openvino": "model.xml"}
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")

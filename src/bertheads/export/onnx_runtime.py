@@ -9,7 +9,6 @@ The encoder's torch weights are never loaded.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertheads.base.bounded import read_json
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import Machine, machine
@@ -67,10 +67,7 @@ def read_export(directory: Path, graph: str | tuple[str, ...], verify: bool = Tr
     export_cmd = f"bertheads export {directory} --to onnx" + (" --quantize int8" if wanted[-1] in ("int8", "qdq") else "")
     if not meta_path.is_file():
         raise UserError(f"{onnx_dir}: no ONNX export of this model; run `{export_cmd}`")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{meta_path}:{exc.lineno}: malformed JSON ({exc.msg})") from None
+    meta = read_json(meta_path)  # its shape and graph files checked when the folder was opened
     precision = next((g for g in wanted if g in meta.get("graphs", {})), wanted[-1])
     graph = meta.get("graphs", {}).get(precision)
     if not graph:

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from bertheads.base.bounded import read_json
+from bertheads.base.errors import UserError
 from bertheads.base.runtimes import runtime_named
 from bertheads.export.modes import Mode
 from bertheads.export.onnx import META, ONNX_DIR
@@ -14,9 +15,10 @@ from bertheads.export.onnx import META, ONNX_DIR
 def has_graph(directory: Path, graph: str) -> bool:
     path = directory / ONNX_DIR / META
     try:
-        return graph in json.loads(path.read_text()).get("graphs", {})
-    except (OSError, ValueError):
+        meta = read_json(path) if path.is_file() else {}
+    except UserError:  # opening the model says what is wrong with it
         return False
+    return isinstance(meta, dict) and isinstance(meta.get("graphs"), dict) and graph in meta["graphs"]
 
 
 def missing_export(directory: Path, runtime: str, precision: str) -> str | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bertheads.base.bounded import parse_json, read_json
 from bertheads.base.errors import UserError
 from bertheads.base.schema import said
 from bertheads.compute.batching import INFERENCE_BATCH
@@ -40,10 +41,9 @@ def read_log(directory: Path) -> tuple[list[dict], list[dict]] | None:
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{n}: malformed JSON ({exc.msg})") from None
+        record = parse_json(line, f"{path}:{n}")
+        if not isinstance(record, dict):
+            raise UserError(f"{path}:{n}: expected a JSON object")
         if record.get("type") == "train":
             train.append(record)
         elif record.get("type") == "eval":
@@ -55,7 +55,8 @@ def dev_series(evals: list[dict], head: str, x_key: str) -> dict[str, list[tuple
     """metric -> [(x, value)] of one head's numeric dev metrics."""
     out: dict[str, list] = {}
     for record in evals:
-        metrics = record.get("dev", {}).get(head)
+        dev = record.get("dev")
+        metrics = dev.get(head) if isinstance(dev, dict) else None
         if not isinstance(metrics, dict):
             continue
         for name, value in metrics.items():
@@ -116,10 +117,10 @@ def training_figures(directory: Path, heads: list[str]) -> dict[str, Figure | No
             out[head] = Figure(f"curves-{head}", "training curves (log.jsonl)",
                                curves_figure(train, series, "step", kept)) if train or series else None
         return out
-    metrics_path = directory / "metrics.json"
-    history = json.loads(metrics_path.read_text()).get("history", []) if metrics_path.is_file() else []
+    saved = read_metrics(directory) or {}  # its shape checked when the folder was opened
+    history = saved.get("history") or []
     train = [{"epoch": h["epoch"], "loss": h.get("train_loss")} for h in history if h.get("train_loss") is not None]
-    best = json.loads(metrics_path.read_text()).get("best_epoch") if metrics_path.is_file() else None
+    best = saved.get("best_epoch")
     for head in heads:
         evals = [{"epoch": h["epoch"], "dev": h.get("dev", {})} for h in history]
         series = dev_series(evals, head, "epoch")
@@ -134,7 +135,9 @@ def tune_section(directory: Path) -> Section | None:
     path = directory / "trials.jsonl"
     if not path.is_file():
         return None
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [parse_json(line, f"{path}:{n}") for n, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
+    if not all(isinstance(row, dict) for row in rows):
+        raise UserError(f"{path}: expected a JSON object on each line")
     if not rows:
         return None
     plt = pyplot()
@@ -222,12 +225,11 @@ def audit_section(audit: str | Path) -> Section:
     """The top suspects of a `bertheads audit` folder (its summary.json) as a table: where each
     row is, what it says, the given and the suggested label with their probabilities, the score."""
     path = Path(audit) / "summary.json"
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{said('audit', audit)}: no summary.json (write one with `bertheads audit`)") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: malformed JSON ({exc.msg})") from None
+    if not path.is_file():
+        raise UserError(f"{said('audit', audit)}: no summary.json (write one with `bertheads audit`)")
+    summary = read_json(path)
+    if not isinstance(summary, dict):
+        raise UserError(f"{path}: expected a JSON object")
     section = Section(f"Label audit: {summary.get('train')}")
     unit = summary.get("unit", "row")
     section.notes.append(f"{summary.get('flagged')} of {summary.get('units')} {unit}s flagged as label issues "

@@ -14,7 +14,6 @@ out with a warning, never at the cost of the model (`card_or_none`).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sys
@@ -26,7 +25,10 @@ import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from huggingface_hub.repocard import metadata_load
 
+from bertheads.base.bounded import read_json
+from bertheads.base.errors import UserError
 from bertheads.encoder.pretrained import DEFAULT_MODEL, default_model_path
+from bertheads.saved.manifest import METRICS
 from bertheads.tasks.families import family_of_config
 
 log = logging.getLogger("bertheads")
@@ -53,10 +55,12 @@ class Usage:
 
 # -- what a saved model records ------------------------------------------------------------------
 def read_metrics(directory: str | Path) -> dict | None:
-    """A saved model's metrics.json (None when it has none or it cannot be read)."""
+    """A saved model's metrics.json, read within `base/bounded.py`'s bounds (None when it has none
+    or it cannot be read; opening the folder, `manifest.read_manifest`, says why)."""
+    path = Path(directory) / METRICS
     try:
-        data = json.loads((Path(directory) / "metrics.json").read_text())
-    except (OSError, ValueError):
+        data = read_json(path) if path.is_file() else None
+    except UserError:
         return None
     return data if isinstance(data, dict) else None
 

@@ -1,24 +1,36 @@
-"""The model manifest (`bertheads.json`) read and checked against its schema, and the checks
-that tie a model directory's weight files to it.
+"""The model manifest (`bertheads.json`) read and checked against its schema, the one check of a
+model folder when it is opened (`read_manifest`), and the checks that tie a model directory's
+weight files to it.
 
-Every problem is one `UserError` line naming the file and the field: a manifest that is not
-UTF-8 or not JSON, fields of the wrong type, a head name that is not a plain name (so it can
-never reach outside `DIR/heads/`), head weights whose tensors do not match what the head's
-spec builds (for example 3 labels for 2 output rows), and unreadable safetensors files.
+A model folder is data from someone else. Every problem is one `UserError` line naming the file
+and the field: a manifest that is not UTF-8 or not JSON, larger or deeper than
+`base/bounded.py` reads, fields of the wrong type, a head name that is not a plain name (so it
+can never reach outside `DIR/heads/`), a value a head cannot use (a temperature that is not a
+finite number in range, labels or tags named twice, layers the encoder lacks, a length beyond
+the checkpoint's positions, counts that are not counts: each kind's `check_saved`), the other
+JSON files of the folder (`metrics.json`, `onnx/export.json`, `gate.json`) out of bounds or of
+the wrong shape, an export's graph file that is not a plain name in `onnx/`, head weights whose
+tensors do not match what the head's spec builds (for example 3 labels for 2 output rows), and
+unreadable safetensors files.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import re
 import types
 import typing
 from dataclasses import fields
 from pathlib import Path
+from types import SimpleNamespace
 
+from bertheads.base.bounded import read_json
 from bertheads.base.errors import UserError, first_line
+from bertheads.encoder.pretrained import max_tokens
+from bertheads.store.encoder_refs import reference_location
 from bertheads.store.guard import MODEL_MANIFEST
 from bertheads.tasks import TASKS
+from bertheads.tasks.base import SavedValue, shown
 
 MANIFEST = MODEL_MANIFEST  # bertheads.json (the write guard, `store/guard.py`, knows a model by it)
 FORMAT_VERSION = 1
@@ -26,33 +38,127 @@ FORMAT_VERSION = 1
 # multi-task configs and `combine --names`); it is also the head's file name under DIR/heads/
 HEAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")  # \Z: no newline after it
 ENCODER_HASH = re.compile(r"^[0-9a-f]{64}\Z")
-
-
-def load_json(path: Path):
-    """A JSON file decoded strictly as UTF-8; malformed or too deeply nested JSON is a UserError."""
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg})") from None
-    except RecursionError:
-        raise UserError(f"{path}: JSON nested too deeply") from None
+# the model folder's other JSON files, checked when it is opened (`export/onnx.py` and `export/gate.py`
+# write the last two under these names)
+METRICS = "metrics.json"
+ONNX_DIR, EXPORT_META = "onnx", "export.json"
+GATE = "gate.json"
+GRAPH_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")  # a graph's file: a plain name in DIR/onnx/
 
 
 def read_manifest(directory: str | Path) -> dict:
-    """The checked manifest of a model directory."""
+    """A model folder opened: the one check every command and Python entry point that opens a
+    saved model goes through (`saved/bundle.py` `load`, the ONNX and OpenVINO runners, the gate,
+    export, report, combine, calibrate). Its manifest is read within `base/bounded.py`'s bounds,
+    checked against the schema (`check_manifest`) and each head's values against what the head
+    and its encoder can use (`check_values`); `metrics.json`, `onnx/export.json` and `gate.json`,
+    when there, are read within the same bounds and their shapes checked (`check_folder_files`).
+    Returns the checked manifest."""
     directory = Path(directory)
     path = directory / MANIFEST
     if not directory.is_dir():
         raise UserError(f"{directory}: no such model directory")
     if not path.is_file():
         raise UserError(f"{directory}: not a bertheads model (no {MANIFEST})")
-    return check_manifest(load_json(path), path)
+    data = check_manifest(read_json(path), path)
+    check_values(data, path, *encoder_limits(directory, data))
+    check_folder_files(directory)
+    return data
+
+
+def encoder_limits(directory: Path, manifest: dict) -> tuple[int | None, int | None]:
+    """(layers, most tokens an input may have) of the encoder the folder's heads sit on, read from
+    its `config.json` and `tokenizer_config.json` (`encoder/pretrained.py` `max_tokens`); None
+    where they cannot be read here (loading the encoder then says why)."""
+    reference = manifest.get("encoder")
+    try:
+        location = reference_location(directory, reference) if isinstance(reference, dict) else directory / "encoder"
+        config = read_json(location / "config.json") if (location / "config.json").is_file() else None
+        tokenizer = location / "tokenizer_config.json"
+        tokenizer = read_json(tokenizer) if tokenizer.is_file() else {}
+    except UserError:
+        return None, None
+    if not isinstance(config, dict):
+        return None, None
+    layers = config.get("num_hidden_layers", config.get("n_layers"))
+    stated = tokenizer.get("model_max_length") if isinstance(tokenizer, dict) else None
+    limit = max_tokens(SimpleNamespace(**{str(k): v for k, v in config.items()}),
+                       SimpleNamespace(model_max_length=stated if isinstance(stated, int) else None))
+    return (layers if isinstance(layers, int) and layers > 0 else None), limit
+
+
+def check_values(manifest: dict, path: Path | str, num_layers: int | None = None,
+                 max_tokens: int | None = None) -> None:
+    """Each head's spec values are ones its kind can use with this encoder (`check_saved`)."""
+    for name, entry in manifest["heads"].items():
+        try:
+            TASKS[entry["kind"]].spec_type.check_saved(entry["spec"], num_layers, max_tokens)
+        except SavedValue as exc:
+            raise UserError(f"{path}: heads.{name}.spec.{exc}") from None
+
+
+def check_folder_files(directory: Path) -> None:
+    """The folder's `metrics.json`, `onnx/export.json` and `gate.json`, where there, within the
+    bounds and of the shape their readers take."""
+    metrics = directory / METRICS
+    if metrics.is_file():
+        data = read_json(metrics)
+        expect(data, dict, metrics, "", "an object")
+        for key in ("dev", "learned_nothing", "calibration"):
+            if data.get(key) is not None:
+                expect(data[key], dict, metrics, key, "an object")
+        if data.get("best_epoch") is not None and not number(data["best_epoch"]):
+            raise UserError(f"{metrics}: best_epoch: expected a number, got {shown(data['best_epoch'])}")
+        history = data.get("history")
+        if history is not None:
+            expect(history, list, metrics, "history", "a list of epochs")
+            for i, entry in enumerate(history):
+                expect(entry, dict, metrics, f"history[{i}]", "an object")
+                if not number(entry.get("epoch")):
+                    raise UserError(f"{metrics}: history[{i}].epoch: expected a number, got {shown(entry.get('epoch'))}")
+                if entry.get("dev") is not None:
+                    expect(entry["dev"], dict, metrics, f"history[{i}].dev", "an object")
+    export = directory / ONNX_DIR / EXPORT_META
+    if export.is_file():
+        data = read_json(export)
+        expect(data, dict, export, "", "an object")
+        graphs = data.get("graphs", {})
+        expect(graphs, dict, export, "graphs", "an object of graphs")
+        for name, graph in graphs.items():
+            expect(graph, dict, export, f"graphs.{name}", "an object")
+            for key in ("file", "weights"):
+                value = graph.get(key)
+                if value is not None and not (isinstance(value, str) and GRAPH_FILE.match(value)):
+                    raise UserError(f"{export}: graphs.{name}.{key}: expected a file name in {export.parent} (not a "
+                                    f"path), got {shown(value)}")
+    gate = directory / GATE
+    if gate.is_file():
+        data = read_json(gate)
+        expect(data, dict, gate, "", "an object")
+        expect(data.get("machines", {}), dict, gate, "machines", "an object of machines")
+        for machine, records in data.get("machines", {}).items():
+            expect(records, dict, gate, f"machines[{machine!r}]", "an object of modes")
+            for key, record in records.items():
+                at = f"machines[{machine!r}].{key}"
+                expect(record, dict, gate, at, "an object")
+                if not isinstance(record.get("passed"), bool):
+                    raise UserError(f"{gate}: {at}.passed: expected true or false, got {shown(record.get('passed'))}")
+                for field in ("inputs_per_s", "fp32_inputs_per_s"):
+                    if record.get(field) is not None and not (number(record[field]) and record[field] >= 0):
+                        raise UserError(f"{gate}: {at}.{field}: expected a finite number of 0 or more, got "
+                                        f"{shown(record[field])}")
+                expect(record.get("heads", {}), dict, gate, f"{at}.heads", "an object of heads")
+                for head, measured in record.get("heads", {}).items():
+                    expect(measured, dict, gate, f"{at}.heads.{head}", "an object")
+
+
+def expect(value, kind: type, path: Path, field: str, what: str) -> None:
+    if not isinstance(value, kind):
+        raise UserError(f"{path}: {field + ': ' if field else ''}expected {what}, got {json_type(value)}")
+
+
+def number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_manifest(data, path: Path | str) -> dict:

@@ -18,6 +18,9 @@ helpers), so a new kind imports from one place (see `tests/test_fourth_kind.py`)
 
 from __future__ import annotations
 
+import argparse
+import json
+import math
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -26,6 +29,7 @@ from torch import nn
 
 from bertheads.base import schema
 from bertheads.base.errors import UserError
+from bertheads.encoder.layers import COMBINES
 from bertheads.tasks.options import NoOptions, Options, option
 from bertheads.tasks.parts import (
     CardText,
@@ -43,9 +47,51 @@ from bertheads.tasks.registry import TASKS
 from bertheads.text.encoding import MAX_LENGTH
 
 CALIBRATING = ("predict", "evaluate", "analyze", "serve")  # the commands that may turn calibration off
+# the temperatures a saved head may hold: wider than a fit reaches (`calibration.T_RANGE`, 0.05..20), narrow
+# enough that logits divided by one stay finite numbers (1e-300 gives NaN scores, -1 flips every label)
+SAVED_TEMPERATURES = (1e-3, 1e3)
 
 __all__ = ["TASKS", "CardText", "Exporting", "HeadSettings", "Judging", "Modeling", "NoOptions", "Parts",
-           "Publishing", "Reading", "Scoring", "Task", "TextInput", "copy_linear", "init_linear", "option", "softmax"]
+           "Publishing", "Reading", "SavedValue", "Scoring", "Task", "TextInput", "copy_linear", "finite", "init_linear",
+           "option", "softmax", "unique_values"]
+
+
+class SavedValue(ValueError):
+    """A saved spec's value a head cannot use: its `field` (a dotted path), what was `expected`
+    and the value (`saved/manifest.py` words it with the file and the head)."""
+
+    def __init__(self, field: str, expected: str, value: Any) -> None:
+        super().__init__(f"{field}: expected {expected}, got {shown(value)}")
+        self.field, self.expected, self.value = field, expected, value
+
+
+def shown(value: Any) -> str:
+    """A saved value as the file spells it (JSON), cut short."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def finite(value: Any) -> bool:
+    return is_number(value) and math.isfinite(value)
+
+
+def unique_values(data: dict, name: str, what: str = "values") -> None:
+    """`data[name]`, a list, names each value once (a duplicate would collapse two outputs into one key)."""
+    values = data.get(name)
+    if isinstance(values, list):
+        seen = set()
+        for value in values:
+            key = json.dumps(value)
+            if key in seen:
+                raise SavedValue(name, f"distinct {what}", value)
+            seen.add(key)
 
 
 @dataclass
@@ -70,6 +116,58 @@ class HeadSettings:
     temperature: float | None = schema.settled(None)
     # each class's count in the training examples (`Scoring.class_counts`; empty: none counted)
     trained_counts: dict = schema.settled(factory=dict)
+
+    @classmethod
+    def check_saved(cls, data: dict, num_layers: int | None = None, max_tokens: int | None = None) -> None:
+        """Each value a head reads from a saved spec (`data`, its types already checked against the
+        dataclass's) is one it can use: SavedValue names the first that is not. `num_layers` and
+        `max_tokens`: the encoder's (None: not known here, left to building the head). Every
+        number finite; a setting's choices and value type as its flag takes them; `max_length`
+        within the checkpoint's positions; `layers` among the encoder's; `temperature` null or in
+        `SAVED_TEMPERATURES`; `dropout` in [0, 1); `trained_counts` counts. A kind adds its own."""
+        for f in fields(cls):
+            value = data.get(f.name)
+            if value is None:
+                continue
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SavedValue(f.name, "a finite number", value)
+            choices = f.metadata.get("choices")
+            if choices and value not in choices:
+                raise SavedValue(f.name, f"one of {', '.join(map(str, choices))}", value)
+            kind_of_value = f.metadata.get("type")
+            if kind_of_value is not None and is_number(value):
+                try:
+                    kind_of_value(str(value))
+                except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
+                    expected = str(exc).split(", got ")[0].removeprefix("expected ")
+                    raise SavedValue(f.name, expected, value) from None
+        length = data.get("max_length")
+        if max_tokens is not None and is_number(length) and length > max_tokens:
+            raise SavedValue("max_length", f"at most {max_tokens} (the tokens the encoder's checkpoint reads)", length)
+        layers = data.get("layers")
+        if isinstance(layers, list):
+            if not layers:
+                raise SavedValue("layers", "at least one layer", layers)
+            for layer in layers:
+                if num_layers is not None and not -(num_layers + 1) <= layer <= num_layers:
+                    raise SavedValue("layers", f"layers from {-(num_layers + 1)} to {num_layers} (0: the embeddings; "
+                                               f"the encoder has {num_layers} layers)", layer)
+        if data.get("combine") is not None and data["combine"] not in COMBINES:
+            raise SavedValue("combine", f"one of {', '.join(COMBINES)}", data["combine"])
+        temperature = data.get("temperature")
+        low, high = SAVED_TEMPERATURES
+        if temperature is not None and not (finite(temperature) and low <= temperature <= high):
+            raise SavedValue("temperature", f"null or a finite number from {low:g} to {high:g}", temperature)
+        dropout = data.get("dropout")
+        if dropout is not None and not (finite(dropout) and 0 <= dropout < 1):
+            raise SavedValue("dropout", "a number from 0 to below 1", dropout)
+        counts = data.get("trained_counts")
+        if counts is not None:
+            if not isinstance(counts, dict):
+                raise SavedValue("trained_counts", "an object of labels to counts", counts)
+            for label, count in counts.items():
+                if not (isinstance(count, int) and not isinstance(count, bool) and count >= 0):
+                    raise SavedValue(f"trained_counts.{label}", "an integer of 0 or more", count)
 
     @classmethod
     def from_saved(cls, data: dict) -> Any:

@@ -34,8 +34,7 @@ try:
     import tomllib
 except ImportError:  # Python 3.10
     tomllib = None
-import yaml
-
+from bertheads.base.bounded import MAX_CONFIG_BYTES, MAX_DEPTH, read_yaml, too_deep
 from bertheads.base.errors import UserError, where
 from bertheads.base.schema import check_given, convert, names
 from bertheads.saved.bundle import HEAD_NAME
@@ -75,33 +74,26 @@ class MultiConfig:
     single: bool = False  # one task named after its kind (`kind:` at the top, or `bertheads train KIND`)
 
 
-def key_lines(node, prefix: tuple = ()) -> dict[tuple, int]:
-    """Line number of every mapping key in a composed YAML tree, by its path."""
-    lines: dict[tuple, int] = {}
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            path = (*prefix, str(key.value))
-            lines[path] = key.start_mark.line + 1
-            lines.update(key_lines(value, path))
-    return lines
-
-
 def load_mapping(path: str) -> tuple[object, dict[tuple, int]]:
-    """A YAML (or, by its extension, TOML) file's data and the line of each key."""
+    """A YAML (or, by its extension, TOML) file's data and the line of each key, read within
+    `base/bounded.py`'s bounds (aliases, their expansion, depth, size)."""
     text = read_text(path)
     if Path(path).suffix.lower() == ".toml":
         if tomllib is None:
             raise UserError(f"{path}: reading TOML needs Python 3.11 or later; use YAML")
+        if len(text) > MAX_CONFIG_BYTES:
+            raise UserError(f"{path}: {len(text):,} characters, more than the {MAX_CONFIG_BYTES:,} a config file may "
+                            f"hold")
         try:
-            return tomllib.loads(text), {}
+            data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise UserError(f"{path}: malformed TOML ({exc})") from None
-    try:
-        return yaml.safe_load(text), key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"{where(path, mark.line + 1 if mark else None)}: malformed YAML ({problem})") from None
+        except RecursionError:
+            data = None
+        if data is None or too_deep(data):
+            raise UserError(f"{path}: refused: nested deeper than {MAX_DEPTH} levels")
+        return data, {}
+    return read_yaml(text, path)
 
 
 def read_config(path: str | Path, kind: str | None = None, files: dict | None = None) -> MultiConfig:

@@ -39,8 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from bertheads.base.bounded import read_yaml
 from bertheads.base.errors import UserError, where
 from bertheads.base.schema import (
     check_given,
@@ -60,7 +59,7 @@ from bertheads.saved import bundle
 from bertheads.store.atomic import atomic_write_text, swap_into_place
 from bertheads.store.guard import check_target
 from bertheads.text.readers import read_text
-from bertheads.training.config import key_lines, single_task
+from bertheads.training.config import single_task
 from bertheads.training.flags import convert_options, kind_defaults, kind_options
 from bertheads.training.joint import train_tasks
 from bertheads.training.settings import HeadOptions, TrainSettings
@@ -142,13 +141,7 @@ def read_space(path: str, kind: str) -> Search:
     """A search space file, every flag and value checked like the command line's; errors name
     the file, line and flag."""
     text = read_text(path)
-    try:
-        lines = key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise UserError(f"{where(path, mark.line + 1 if mark else None)}: malformed YAML "
-                        f"({getattr(exc, 'problem', None) or exc})") from None
+    data, lines = read_yaml(text, path)
     if not isinstance(data, dict) or not data:
         raise UserError(f"{where(path)}: expected a mapping of flag names to values or ranges")
     allowed = searchable(kind)

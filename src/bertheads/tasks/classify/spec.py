@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from bertheads.base.schema import setting, settled
 from bertheads.base.values import comma_text, fraction, name_list, non_negative_int
-from bertheads.tasks.base import HeadSettings
+from bertheads.tasks.base import HeadSettings, SavedValue, finite, unique_values
 
 PROBLEMS = ("single_label", "regression", "multi_label")
 LONG_INPUTS = ("truncate", "windows")
@@ -53,6 +53,31 @@ class ClassifySpec(HeadSettings):
     pair: bool = settled(False, tags=("shape",))  # whether training inputs were pairs
     label_weights: list = field(default_factory=list)  # the class weights, in label order (empty: all 1)
     thresholds: list | None = None  # multi-label: per-label thresholds tuned on dev for F1
+
+    @classmethod
+    def check_saved(cls, data: dict, num_layers: int | None = None, max_tokens: int | None = None) -> None:
+        """Besides every head's checks: labels and label names each once, a name per label, and
+        per-label thresholds (in [0, 1]) and weights (0 or more) one per label."""
+        super().check_saved(data, num_layers, max_tokens)
+        unique_values(data, "labels", "labels")
+        unique_values(data, "label_names", "label names")
+        labels = data.get("labels") or []
+        names = data.get("label_names")
+        if names is not None:
+            if not all(isinstance(n, str) and n for n in names):
+                raise SavedValue("label_names", "a list of names", names)
+            if len(names) != len(labels):
+                raise SavedValue("label_names", f"{len(labels)} names, one per label", names)
+        for name, expected, ok in (("thresholds", "a number from 0 to 1", lambda v: finite(v) and 0 <= v <= 1),
+                                   ("label_weights", "a finite number of 0 or more", lambda v: finite(v) and v >= 0)):
+            values = data.get(name)
+            if not values:
+                continue
+            if len(values) != len(labels):
+                raise SavedValue(name, f"{len(labels)} values, one per label", values)
+            for i, value in enumerate(values):
+                if not ok(value):
+                    raise SavedValue(f"{name}[{i}]", expected, value)
 
     @classmethod
     def from_saved(cls, data: dict) -> ClassifySpec:

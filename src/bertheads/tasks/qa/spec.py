@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from bertheads.base.schema import setting
 from bertheads.base.values import non_negative_float, non_negative_int, positive_int
-from bertheads.tasks.base import HeadSettings
+from bertheads.tasks.base import HeadSettings, SavedValue, finite
 from bertheads.tasks.qa.spans import WINDOW_CHOICES
 
 PREDICTING = ("predict", "evaluate", "serve")  # the commands that may override how a saved head reads passages
@@ -58,6 +58,13 @@ class QASpec(HeadSettings):
     # (a, b) of sigmoid(a * margin + b), a null answer's probability of being right
     null_scaling: list[float] | None = None
 
+    @classmethod
+    def check_saved(cls, data: dict, num_layers: int | None = None, max_tokens: int | None = None) -> None:
+        """Besides every head's checks: `null_scaling`, when fitted, two finite numbers."""
+        super().check_saved(data, num_layers, max_tokens)
+        scaling = data.get("null_scaling")
+        if scaling is not None and not (len(scaling) == 2 and all(finite(v) for v in scaling)):
+            raise SavedValue("null_scaling", "two finite numbers (a, b)", scaling)
 
     @classmethod
     def from_saved(cls, data: dict) -> QASpec:

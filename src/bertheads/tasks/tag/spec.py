@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from bertheads.base.schema import setting, settled
 from bertheads.base.values import non_negative_int, positive_int
-from bertheads.tasks.base import HeadSettings
+from bertheads.tasks.base import HeadSettings, unique_values
 
 
 @dataclass
@@ -26,3 +26,8 @@ class TagSpec(HeadSettings):
     tags: list = settled(factory=list, tags=("shape",))  # tag names in output order ("O" first)
     scheme: str = settled("IOB2", tags=("shape",))  # IOB2, IOB1, IOBES or BILOU (found in the training tags)
 
+    @classmethod
+    def check_saved(cls, data: dict, num_layers: int | None = None, max_tokens: int | None = None) -> None:
+        """Besides every head's checks: each tag once (a duplicate would merge two outputs)."""
+        super().check_saved(data, num_layers, max_tokens)
+        unique_values(data, "tags", "tags")
