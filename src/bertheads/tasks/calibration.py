@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertheads.text.readers import source_name
+
 ECE_BINS = 15
 COVERAGES = (1.0, 0.9, 0.8, 0.5)
 T_RANGE = (0.05, 20.0)  # the temperatures a fit may reach
@@ -372,7 +374,8 @@ def calibrate_head(task, outputs: list, examples: list, path=None) -> dict:
     if rows is None:
         calibrator.keep(task.spec, {})
         return {"temperature": None, "none": task.scoring.no_calibration()}
-    result = cross_fitted(*rows, calibrator=calibrator, where=Path(path).name if path else "the data")
+    shown = source_name(path)  # (a file's name, or the name of rows in memory)
+    result = cross_fitted(*rows, calibrator=calibrator, where=Path(shown).name if shown else "the data")
     calibrator.keep(task.spec, result)
     return result
 
