@@ -37,21 +37,29 @@ def frame(n: int = len(PASSAGES)) -> pd.DataFrame:
                          "question": [QUESTIONS[i % 4] for i in range(n)]})
 
 
-def check_against_predict(model, out: pd.DataFrame, heads=("sentiment", "ner", "qa")) -> None:
-    """Every row's columns equal `Model.predict`'s prediction of that head (scores to 1e-5)."""
+def check_against_predict(model, out: pd.DataFrame, heads=("sentiment", "ner", "qa"), **options) -> None:
+    """Every row's columns equal `Model.predict`'s prediction of that head with the same inference
+    `options` (scores to 1e-5; `HEAD_abstained` too, under `min_confidence`)."""
     out = out.sort_values("id")
     texts, questions = list(out["text"]), list(out["question"])
+    if "min_confidence" in options:
+        given = {"sentiment": texts, "ner": texts,
+                 "qa": [{"question": q, "context": t} for q, t in zip(questions, texts)]}
+        for head in heads:
+            expected = model.predict(given[head], head=head, **options)
+            assert list(out[f"{head}_abstained"]) == [p["abstained"] for p in expected], head
     if "sentiment" in heads:
-        expected = model.predict(texts, head="sentiment")
+        expected = model.predict(texts, head="sentiment", **options)
         assert list(out["sentiment_label"]) == [p["label"] for p in expected]
         for got, p in zip(out["sentiment_scores"], expected):
             assert dict(got) == pytest.approx(p["scores"], abs=1e-5)
         assert list(out["sentiment_score"]) == pytest.approx([p["scores"][p["label"]] for p in expected], abs=1e-5)
     if "ner" in heads:
-        expected = model.predict(texts, head="ner")
+        expected = model.predict(texts, head="ner", **options)
         assert [[dict(e) for e in got] for got in out["ner_entities"]] == [p["entities"] for p in expected]
     if "qa" in heads:
-        expected = model.predict([{"question": q, "context": t} for q, t in zip(questions, texts)], head="qa")
+        expected = model.predict([{"question": q, "context": t} for q, t in zip(questions, texts)], head="qa",
+                                 **options)
         assert list(out["qa_answer"]) == [p["answer"] for p in expected]
         assert list(out["qa_start"]) == [p["start"] for p in expected]
         assert list(out["qa_score"]) == pytest.approx([p["score"] for p in expected], abs=1e-5)
@@ -137,10 +145,12 @@ def write_parquet_input(folder, rows_per_file: int = 60, files: int = 2, bad: di
     return folder
 
 
-def test_ray_job_survives_a_killed_worker_and_matches_predict(multi_dir, tmp_path):
+def test_ray_job_survives_a_killed_worker_and_matches_predict(multi_dir, tmp_path, capsys):
     """`predict --engine ray` (Ray Data: `map_batches(GroupPredictor, fn_constructor_kwargs=...,
     concurrency=1)`: one actor keeps the suite's two cores for the other tests) on two Parquet
-    files; the worker is SIGKILLed at its second batch, restarted, and its task retried."""
+    files, with head options (they reach the workers: `abstained` columns, raw scores); the worker
+    is SIGKILLed at its second batch, restarted, and its task retried. Then, in the same Ray, a
+    bad row without `--skip-bad-lines` names that flag to the CLI user."""
     ray = pytest.importorskip("ray")
     import pyarrow.parquet as pq
 
@@ -154,7 +164,8 @@ def test_ray_job_survives_a_killed_worker_and_matches_predict(multi_dir, tmp_pat
         source = write_parquet_input(tmp_path / "in", bad={(1, 7): None})
         out = tmp_path / "out"
         assert main(["predict", multi_dir, "--input", str(source), "--output", str(out), "--engine", "ray",
-                     "--workers", "1", "--rows-per-batch", "8", "--skip-bad-lines"]) == 0
+                     "--workers", "1", "--rows-per-batch", "8", "--skip-bad-lines", "--min-confidence", "0.6",
+                     "--no-calibrate"]) == 0
         assert marker.exists()  # a worker was killed (SIGKILL) at its second batch, and the job went on
         table = pq.read_table([str(p) for p in sorted(out.glob("*.parquet"))]).to_pandas()
         assert sorted(table["id"]) == list(range(120))  # every row exactly once
@@ -166,7 +177,15 @@ def test_ray_job_survives_a_killed_worker_and_matches_predict(multi_dir, tmp_pat
                                           f"expected a text"]
         good = table[table["error"].isna()]
         model = bertheads.load(multi_dir)
-        check_against_predict(model, good)
+        check_against_predict(model, good, min_confidence=0.6, calibrate=False)
+        bad = tmp_path / "bad.parquet"
+        pq.write_table(pa.table({"id": [0, 1], "text": ["fine", None], "question": ["q", "q"]}), bad)
+        capsys.readouterr()
+        assert main(["predict", multi_dir, "--head", "sentiment", "--input", str(bad), "--output",
+                     str(tmp_path / "bad-out"), "--engine", "ray", "--workers", "1"]) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bertheads: error:")]
+        assert len(err) == 1 and err[0].endswith("row 1: column 'text' is null, expected a text (--skip-bad-lines "
+                                                 "skips it)"), err
     finally:
         ray.shutdown()
 
@@ -197,12 +216,13 @@ def test_spark_local_session_matches_predict(multi_dir, monkeypatch):
         df = spark.createDataFrame(frame(24))  # two partitions (default parallelism), one after the other
         assert df.rdd.getNumPartitions() == 2
         model = bertheads.load(multi_dir)
-        fn, schema = bertheads.spark_udf(model, df.schema)  # the workers get its folder and load it once each
+        # the workers get its folder and load it once each, with the heads' options
+        fn, schema = bertheads.spark_udf(model, df.schema, min_confidence=0.6, calibrate=False)
         assert schema["ner_entities"].dataType.simpleString() == (
             "array<struct<text:string,type:string,start:bigint,end:bigint,score:double>>")
         out = df.mapInArrow(fn, schema).toPandas()
         assert len(out) == 24 and sorted(out["id"]) == list(range(24))
-        check_against_predict(model, out)
+        check_against_predict(model, out, min_confidence=0.6, calibrate=False)
     finally:
         spark.stop()
 

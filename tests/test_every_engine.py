@@ -1,15 +1,15 @@
 """Every head option, every engine: the same options (calibration on and off,
 `--min-confidence`, `--long-input`, `--threshold`) through every engine and output format —
 JSON lines `predict` (the reference), Parquet `predict`, `analyze` in JSON lines and Parquet,
-`BatchPredictor` (pandas and Arrow batches), Ray (a local Ray, `predict --engine ray`), Spark
-(local[1]), Dask and the MLflow flavour — give the same predictions and the same fields
-(`abstained` wherever `--min-confidence` is given). Also: the MLflow flavour refuses what the CLI
-refuses, and Ray's workers name settings as the CLI does."""
+`BatchPredictor` (pandas and Arrow batches), Dask and the MLflow flavour — give the same
+predictions and the same fields (`abstained` wherever `--min-confidence` is given). Spark's and
+Ray's workers run `BatchPredictor` with the options they are given; tests/test_engines.py runs
+them for real with head options, in the one local Ray and Spark session of the suite. Also: the
+MLflow flavour refuses what the CLI refuses."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 import pandas as pd
 import pyarrow as pa
@@ -39,11 +39,7 @@ ROWS = [
     ("ner", {"calibrate": False, "min_confidence": 0.22}),
     ("topics", {"threshold": 0.55, "min_confidence": 0.5296}),
 ]
-# the rows a slower engine runs (a job each, about 10 s): options reach a worker as one mapping, whichever
-# they are, so one row each (calibration off and a minimum confidence; a multi-label threshold) shows they
-# arrive; Spark's and Dask's workers run `BatchPredictor`, whose rows here take every option
-SOME_ROWS = {"ray": [2], "spark": [6]}
-ENGINES = ["parquet", "analyze", "analyze-parquet", "batch-pandas", "batch-arrow", "dask", "mlflow", "spark", "ray"]
+ENGINES = ["parquet", "analyze", "analyze-parquet", "batch-pandas", "batch-arrow", "dask", "mlflow"]
 
 
 def flags(options: dict) -> list[str]:
@@ -119,7 +115,7 @@ def table_rows(frame: pd.DataFrame, head: str | None = None) -> dict:
     return {int(r["id"]): fields_of(r, head) for r in frame.to_dict("records")}
 
 
-def run_engine(engine: str, model_dir: str, inputs, head: str, options: dict, tmp_path, sessions, capsys) -> dict:
+def run_engine(engine: str, model_dir: str, inputs, head: str, options: dict, tmp_path, capsys) -> dict:
     if engine == "parquet":
         out = tmp_path / "out.parquet"
         assert main(["predict", model_dir, "--head", head, "--input", str(inputs / "in.jsonl"), "--output", str(out),
@@ -151,23 +147,6 @@ def run_engine(engine: str, model_dir: str, inputs, head: str, options: dict, tm
         loaded = mlflow.pyfunc.load_model(model_dir)  # MLflow keeps only the params the MLmodel declares
         answers = loaded.predict(TEXTS, params={"head": head, **options})
         return dict(enumerate(answers))
-    if engine == "spark":
-        spark = sessions.spark()
-        out = bertheads.spark_predict(spark.createDataFrame(frame), model_dir, heads=[head], **options).toPandas()
-        return table_rows(out, head)
-    if engine == "ray":
-        sessions.ray()
-        out = tmp_path / "ray-out"
-        capsys.readouterr()
-        assert main(["predict", model_dir, "--head", head, "--input", str(inputs / "in.parquet"), "--output",
-                     str(out), "--engine", "ray", "--workers", "1", "--runtime", "torch", "--precision", "fp32",
-                     *flags(options)]) == 0
-        table = pq.read_table([str(p) for p in sorted(out.glob("*.parquet"))])
-        if "min_confidence" in options:  # counted and said, as JSON-lines predict says it
-            abstained = table.column(f"{head}_abstained").to_pylist().count(True)
-            assert json.loads((out / "summary.json").read_text())["abstained"] == abstained
-            assert f"abstained on {abstained} of {len(TEXTS)} prediction(s)" in capsys.readouterr().err
-        return table_rows(table.to_pandas(), head)
     raise AssertionError(engine)
 
 
@@ -187,85 +166,19 @@ def same_prediction(got: dict, expected: dict) -> None:
             assert got[key] == value, key
 
 
-class Sessions:
-    """A local Ray and a local Spark, each started once for the module when a row first needs it."""
-
-    def __init__(self) -> None:
-        self._spark = None
-        self._ray = None
-
-    def ray(self):
-        if self._ray is None:
-            ray = pytest.importorskip("ray")
-            ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}})
-            # the workers import this checkout's bertheads (PYTHONPATH reaches them)
-            assert ray.get(ray.remote(lambda: __import__("bertheads").__file__).remote()) == bertheads.__file__
-            self._ray = ray
-        return self._ray
-
-    def spark(self):
-        if self._spark is None:
-            pytest.importorskip("pyspark")
-            from pyspark.sql import SparkSession
-
-            self._spark = (SparkSession.builder.master("local[1]").appName("bertheads-every-engine")
-                           .config("spark.ui.enabled", "false").config("spark.default.parallelism", "2")
-                           .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-                           .config("spark.executorEnv.TOKENIZERS_PARALLELISM", "false").getOrCreate())
-            where = self._spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("bertheads").__file__)
-            assert where.collect() == [bertheads.__file__]
-        return self._spark
-
-    def close(self) -> None:
-        if self._spark is not None:
-            self._spark.stop()
-        if self._ray is not None:
-            self._ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def sessions(monkeypatch_module):
-    monkeypatch_module.setenv("PYSPARK_PYTHON", sys.executable)  # Spark's workers run this environment's Python
-    s = Sessions()
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    with pytest.MonkeyPatch.context() as mp:
-        yield mp
-
-
 @pytest.mark.parametrize("engine", ENGINES)
-def test_every_option_reaches_every_engine(engine, model_dir, inputs, reference, sessions, tmp_path, capsys):
+def test_every_option_reaches_every_engine(engine, model_dir, inputs, reference, tmp_path, capsys):
     analyzed = inference_options("analyze")
     for k, (head, options) in enumerate(ROWS):
         if engine.startswith("analyze") and not set(options) <= set(analyzed):
             continue  # an option analyze has no flag for (--long-input, --threshold: predict's and serve's)
-        if k not in SOME_ROWS.get(engine, [k]):
-            continue
-        got = run_engine(engine, model_dir, inputs, head, options, tmp_path / str(k), sessions, capsys)
+        got = run_engine(engine, model_dir, inputs, head, options, tmp_path / str(k), capsys)
         assert sorted(got) == sorted(reference[k]), (engine, ROWS[k])
         for i, expected in reference[k].items():
             try:
                 same_prediction(got[i], expected)
             except AssertionError as exc:
                 raise AssertionError(f"{engine}, {ROWS[k]}, input {i}: {exc}") from None
-
-
-def test_a_ray_worker_names_the_flag_of_the_cli(model_dir, sessions, tmp_path, capsys):
-    """A bad row in a Ray worker names `--skip-bad-lines` to a CLI user (not Python's
-    `skip_bad_rows=True`)."""
-    sessions.ray()
-    bad = tmp_path / "bad.parquet"
-    pq.write_table(pa.table({"id": [0, 1], "text": ["fine", None]}), bad)
-    assert main(["predict", model_dir, "--head", "sentiment", "--input", str(bad), "--output", str(tmp_path / "out"),
-                 "--engine", "ray", "--workers", "1", "--min-confidence", "0.5"]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bertheads: error:")]
-    assert len(err) == 1 and err[0].endswith("row 1: column 'text' is null, expected a text (--skip-bad-lines "
-                                             "skips it)"), err
 
 
 def test_batch_predictor_options_are_checked_like_predicts(model_dir):
