@@ -152,3 +152,23 @@ def test_a_failing_card_never_costs_the_model(tiny_bert, tmp_path, monkeypatch, 
     out = save_heads(tiny_bert, tmp_path / "m", {"sst": ("classify", 1, {"labels": ["neg", "pos"]})})
     assert not (out / "README.md").exists() and "no card today" in caplog.text
     assert bundle.load(out).tasks["sst"].spec.labels == ["neg", "pos"]
+
+
+def test_a_checkpoints_card_is_read_within_bounds(tmp_path):
+    """The base checkpoint's card lends its language and license; a card a manifest points at is
+    read like a config file (a YAML alias bomb there is refused at once and the card says nothing)."""
+    import time
+
+    from bertheads.encoder.pretrained import default_model_path
+    from bertheads.saved.card import checkpoint_metadata, front_matter
+
+    own = front_matter(Path(default_model_path()) / "README.md")
+    assert own["language"] == "en" and own["license"] == "apache-2.0"
+    bomb = tmp_path / "checkpoint"
+    bomb.mkdir()
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x, x]"] + [
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]" for i in range(8)]
+    (bomb / "README.md").write_text("---\n" + "\n".join(levels) + "\n---\n# a card\n", encoding="utf-8")
+    started = time.monotonic()
+    assert checkpoint_metadata({"encoder": {"path": str(bomb)}}) == {}
+    assert time.monotonic() - started < 2

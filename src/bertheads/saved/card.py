@@ -23,9 +23,8 @@ from pathlib import Path
 
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from huggingface_hub.repocard import metadata_load
 
-from bertheads.base.bounded import read_json
+from bertheads.base.bounded import MAX_CONFIG_BYTES, read_json, read_yaml
 from bertheads.base.errors import UserError
 from bertheads.encoder.pretrained import DEFAULT_MODEL, default_model_path
 from bertheads.saved.manifest import METRICS
@@ -107,10 +106,23 @@ def checkpoint_metadata(manifest: dict) -> dict:
         path = Path(candidate) / CARD
         try:
             if path.is_file():
-                return metadata_load(path) or {}
-        except (OSError, ValueError):
+                return front_matter(path)
+        except (OSError, ValueError, UserError):  # (a card that cannot say it leaves these out)
             continue
     return {}
+
+
+def front_matter(path: Path) -> dict:
+    """The YAML front matter of a model card, read within the config files' bounds
+    (`base/bounded.py`: a card a manifest points at is someone else's data)."""
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        return {}
+    text = path.read_text(encoding="utf-8", errors="replace")
+    end = text.find("\n---", 3)
+    if not text.startswith("---") or end < 0:
+        return {}
+    data, _ = read_yaml(text[3:end], path)
+    return data if isinstance(data, dict) else {}
 
 
 def declared_license(manifest: dict) -> str:
