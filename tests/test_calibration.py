@@ -66,7 +66,7 @@ def calibrated_rows(n: int, seed: int, scale: float = 2.0) -> tuple[np.ndarray, 
 
 
 def test_one_row_gets_no_temperature():
-    """Issue 65 item 8: a 1-row dev set fitted T = 20 (the bound): every later score ~0.5."""
+    """A 1-row dev set fitted T = 20 (the bound): every later score ~0.5."""
     logits, gold = np.array([[2.0, -1.0]]), np.array([1])  # one decision, wrong
     c = calibration.cross_fitted(logits, gold, where="dev.tsv")
     assert c["temperature"] is None and c["rows"] == 1

@@ -1,7 +1,7 @@
 """A model folder is someone else's data: its values are checked when it is opened (one line
 naming the file and the field, exit 2; Python: UserError), the dev file it records is read only
 inside the folder (or when given again), and its JSON and a config's YAML are read within bounds.
-Each probe of issue #65 items 3, 4 and 9 that failed is a case here."""
+Each failed probe of the third trust review (bench/RESULTS.md) about these is a case here."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def load_error(directory: Path, **kwargs) -> str:
     return message
 
 
-# -- item 3: each value a head reads is checked against the schema ---------------------------------
+# -- each value a head reads is checked against the schema ---------------------------------
 HOSTILE = [
     ({"temperature": -1}, "temperature: expected null or a finite number from 0.001 to 1000, got -1"),
     ({"temperature": math.nan}, "temperature: expected a finite number, got NaN"),
@@ -157,7 +157,7 @@ def test_a_model_folders_json_larger_than_the_bound_is_refused(model_dir, monkey
     assert "bytes, more than the 100 a model folder's JSON file may hold" in load_error(model_dir)
 
 
-# -- item 4: the recorded dev file is read only inside the folder, its content never shown ----------
+# -- the recorded dev file is read only inside the folder, its content never shown ----------
 @pytest.fixture
 def opened(monkeypatch) -> list[str]:
     """Every path opened through open() (pathlib's too) while the test runs."""
@@ -214,7 +214,7 @@ def test_a_dev_file_given_again_on_the_command_line_is_read(model_dir, trained, 
     assert "6 labelled inputs" in err  # read, and too few to judge by
 
 
-# -- item 9: a config's YAML read within bounds -------------------------------------------------------
+# -- a config's YAML read within bounds -------------------------------------------------------
 def bomb(levels: int = 9) -> str:
     lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels + 1)]

@@ -1,4 +1,4 @@
-"""Answer spans (issue 4): windows, decoding, the v2 null threshold, SQuAD metrics, CLI."""
+"""Answer spans: windows, decoding, the v2 null threshold, SQuAD metrics, CLI."""
 
 from __future__ import annotations
 
