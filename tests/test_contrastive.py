@@ -102,3 +102,28 @@ def test_attention_dropout_setting_reaches_both_training_loops(tiny_bert, senten
         bertheads.train("classify", sentences, sentences, tmp_path / mode, model=tiny_bert, settings=settings, mode=mode)
         assert seen == [(0.0, 2)]  # tiny_bert's two layers' attention
         assert "attention_dropout: 0.0" in (tmp_path / mode / "config.yaml").read_text()
+
+
+def test_a_contrastive_run_logged_to_a_file_is_never_silent(tiny_bert, sentences, tmp_path, capsys, monkeypatch):
+    """With stderr a file (no bar drawn), the chosen line comes first, then progress lines of the
+    pairs (done/total, rate, ETA) and of the features cache, all before the first epoch's line."""
+    from bertheads.base import progress
+
+    monkeypatch.setattr(progress, "LOG_LINE_SECONDS", 0.0)  # a line at every step, no waiting
+    monkeypatch.setattr(progress, "LOG_FIRST_SECONDS", 0.0)
+    assert main(["train", "classify", "--train", sentences, "--dev", sentences, "--out", str(tmp_path / "m"),
+                 "--model", tiny_bert, "--mode", "contrastive", "--pairs", "48", "--epochs", "1",
+                 "--batch-size", "4"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+
+    def first(text: str) -> int:
+        return next(i for i, x in enumerate(lines) if text in x)
+
+    chosen, pairs, epoch = first("training examples (--recipe fixed): --mode contrastive"), first("contrastive pairs: "), \
+        first("epoch 1/1: batch")
+    assert chosen < first("contrastive tuning: 48 pairs in 3 steps") < pairs < epoch
+    assert chosen == min(i for i, x in enumerate(lines) if "contrastive" in x)
+    assert [x.removeprefix("bertheads: ").split(", loss=")[0] for x in lines if "contrastive pairs: " in x] == \
+        ["contrastive pairs: 16/48 pairs", "contrastive pairs: 32/48 pairs", "contrastive pairs: 48/48 pairs"]
+    assert " pairs/s, " in lines[pairs] and "ETA " in lines[pairs]
+    assert first("feature cache: ") < epoch  # the tuned encoder's states, cached before the epochs

@@ -44,6 +44,31 @@ def test_a_model_that_learned_says_nothing_of_the_kind():
     assert judging.learned_nothing({"pearson": float("nan")})  # constant predictions
 
 
+def test_a_model_below_chance_or_under_the_majority_class_is_flagged():
+    """|MCC| below 0.05 was the only test: a run at accuracy 0.464 under the majority class's 0.509,
+    MCC -0.08, went without a word."""
+    from bertheads.tasks.classify.judging import ClassifyJudging
+
+    judging = ClassifyJudging(SimpleNamespace(spec=SimpleNamespace(problem="single_label")))
+    # 444 dev inputs, 226 of them 'positive' (0.509); 206 right (0.464)
+    worse = {"examples": 444, "mcc": -0.08,
+             "confusion": {"labels": ["negative", "positive"], "matrix": [[100, 118], [120, 106]]}}
+    assert judging.learned_nothing(worse) == \
+        "it does worse than always answering 'positive' (accuracy 0.464 against 0.509, MCC -0.08)"
+    # balanced classes: below chance by its MCC alone
+    negative = {"examples": 40, "mcc": -0.2, "confusion": {"labels": ["0", "1"], "matrix": [[8, 12], [12, 8]]}}
+    assert judging.learned_nothing(negative) == "it does worse than always answering '0' (accuracy 0.400 against " \
+        "0.500, MCC -0.20)"
+    flipped = {"examples": 40, "mcc": -0.06, "confusion": {"labels": ["0", "1"], "matrix": [[10, 10], [10, 10]]}}
+    assert judging.learned_nothing(flipped) == "its predictions are worse than chance (MCC -0.06)"
+    # imbalanced, and a real MCC: accuracy traded for the rare class is not "nothing"
+    rare = {"examples": 100, "mcc": 0.35, "confusion": {"labels": ["a", "b"], "matrix": [[78, 12], [3, 7]]}}
+    assert judging.learned_nothing(rare) is None
+    # under the majority class with a weak MCC
+    weak = {"examples": 100, "mcc": 0.06, "confusion": {"labels": ["a", "b"], "matrix": [[70, 20], [8, 2]]}}
+    assert "worse than always answering 'a' (accuracy 0.720 against 0.900" in judging.learned_nothing(weak)
+
+
 def test_tag_and_qa_say_what_they_never_find():
     from bertheads.tasks.qa.judging import QAJudging
     from bertheads.tasks.tag.judging import TagJudging

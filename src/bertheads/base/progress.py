@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -45,6 +46,38 @@ def eta(done: int, total: int, seconds: float) -> str:
         return "ETA 0 s"
     left = seconds / done * (total - done)
     return f"ETA {int(left // 60)} min {int(left % 60)} s" if left >= 60 else f"ETA {left:.0f} s"
+
+
+LOG_LINE_SECONDS = 60.0  # where no bar is drawn: a progress line this often
+LOG_FIRST_SECONDS = 10.0  # ... the first one this soon
+
+
+class LogLines:
+    """A stage's progress as log lines where no bar is drawn (`show` and not `bars_shown`): `due`
+    says when the next one is (the first `LOG_FIRST_SECONDS` in, then every `LOG_LINE_SECONDS`),
+    `line` gives `NAME: 40/120 UNIT, 3.1 UNIT/s, 31.0 s, ETA 1 min 2 s` and counts it as shown."""
+
+    def __init__(self, name: str, total: int, unit: str = "batches", show: bool = True, start: int = 0) -> None:
+        self.name, self.total, self.unit, self.start = name, total, unit, start
+        self.on = show and not bars_shown()
+        self.started = time.perf_counter()
+        self.last = self.started - (LOG_LINE_SECONDS - LOG_FIRST_SECONDS)
+        self.lines = 0
+
+    def due(self) -> bool:
+        return self.on and time.perf_counter() - self.last >= LOG_LINE_SECONDS
+
+    def mark(self) -> float:
+        """A line was shown now (the next is due `LOG_LINE_SECONDS` on); the time."""
+        self.last, self.lines = time.perf_counter(), self.lines + 1
+        return self.last
+
+    def line(self, done: int, figures: str = "") -> str:
+        """The line at `done` of `total` (`figures`, such as `loss=0.21`, after the count)."""
+        seconds = self.mark() - self.started
+        rate = f"{(done - self.start) / max(seconds, 1e-9):.1f} {self.unit}/s"
+        left = eta(done - self.start, self.total - self.start, seconds)
+        return f"{self.name}: {done}/{self.total} {self.unit}, {figures + ', ' if figures else ''}{rate}, {seconds:.1f} s, {left}"
 
 
 class OneLine(logging.Formatter):

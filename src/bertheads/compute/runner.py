@@ -6,6 +6,7 @@ per feature in input order (or each batch handed to a `sink` that writes it away
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
@@ -15,9 +16,11 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from bertheads.base.progress import progress_bar
+from bertheads.base.progress import LogLines, progress_bar
 from bertheads.compute.batching import INFERENCE_BATCH, INFERENCE_TOKENS, cpu_workers, sorted_batches
 from bertheads.text.encoding import Feature
+
+log = logging.getLogger(__name__)
 
 Outputs = dict[str, np.ndarray]  # head -> `[batch, ...]` outputs (token rows padded to the batch's longest)
 Sink = Callable[[list[int], Outputs, dict[str, float]], None]
@@ -131,15 +134,20 @@ def run_heads(runner: Runner, features: Sequence[Feature], heads: Sequence[str],
         cpu_workers(runner.device, len(batches))
     calls = ([[features[i] for i in idx] for idx in batches], batches, repeat(heads), repeat(losses is not None))
     bar = progress_bar(len(features), progress, unit, show=progress is not None, leave=False)
+    lines = LogLines(progress or "", len(features), unit, show=progress is not None)  # where no bar is drawn
+    done = 0
     before = torch.get_num_threads()
     setting = {} if threads is None else {"initializer": torch.set_num_threads, "initargs": (threads,)}
     pool = ThreadPoolExecutor(workers, **setting) if workers > 1 else None
     try:
         with runner.evaluating():
-            done = pool.map(runner.run_batch, *calls) if pool else map(runner.run_batch, *calls)
-            for idx, (outputs, batch_losses) in zip(batches, done):
+            ran = pool.map(runner.run_batch, *calls) if pool else map(runner.run_batch, *calls)
+            for idx, (outputs, batch_losses) in zip(batches, ran):
                 (sink or collect)(idx, outputs, batch_losses)
                 bar.update(len(idx))
+                done += len(idx)
+                if lines.due():
+                    log.info(lines.line(done))
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)

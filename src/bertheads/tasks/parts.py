@@ -201,7 +201,7 @@ class Judging(Part):
 
     def learned_nothing(self, metrics: dict) -> str | None:
         """What in `metrics` (of labelled data) says the head learned nothing: one class for every
-        input, chance-level agreement, an entity type never found, no answer ever right; None
+        input, chance-level agreement or worse (below the majority class), an entity type never found, no answer ever right; None
         when nothing does (or there is too little to tell)."""
         return None
 

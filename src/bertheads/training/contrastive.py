@@ -27,7 +27,7 @@ from torch.nn import functional as F
 
 from bertheads.base.errors import UserError
 from bertheads.base.machine import DTYPES, resolve_device, training_precision
-from bertheads.base.progress import bars_shown, progress_bar
+from bertheads.base.progress import LogLines, bars_shown, progress_bar
 from bertheads.base.schema import said
 from bertheads.encoder.layers import head_pooling, pool_tokens
 from bertheads.text.encoding import encoder_batch
@@ -108,6 +108,9 @@ def tune_encoder(net, data: list, settings: TrainSettings) -> dict:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_then_decay(int(PAIR_WARMUP * steps), steps))
     pad_id = encoder.tokenizer.pad_token_id or 0
     bar = progress_bar(steps, "contrastive pairs", "batch", show=settings.progress)
+    lines = LogLines("contrastive pairs", len(pairs), "pairs", show=settings.progress)  # where no bar is drawn
+    if lines.on:
+        log.info(f"contrastive tuning: {len(pairs)} pairs in {steps} steps of {PAIR_BATCH}, before the head's epochs")
     started, running = time.perf_counter(), None
     last_shown = started - SHOW_LOSS_SECONDS
     for step in range(steps):
@@ -125,6 +128,8 @@ def tune_encoder(net, data: list, settings: TrainSettings) -> dict:
             bar.set_postfix(loss=f"{float(running):.4f}", refresh=False)
             last_shown = now
         bar.update(1)
+        if lines.due():
+            log.info(lines.line(min(len(pairs), (step + 1) * PAIR_BATCH), f"loss={float(running):.4f}"))
     bar.close()
     running = None if running is None else float(running)
     encoder.eval()

@@ -9,6 +9,7 @@ of how it was made is `training/provenance.py`'s."""
 from __future__ import annotations
 
 import logging
+import os
 import random
 import tempfile
 from dataclasses import fields
@@ -179,9 +180,11 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
         for d in data:  # (reading draws no random numbers: the heads start as they would with the mode given)
             d.task.spec.mode = mode
             d.task = fresh_head(d.task, encoder)
+        line = chosen_line(run, data)
+        if line and os.environ.get("RANK", "0") == "0":
+            log.info(line)  # what the recipe for the data's size chose, once, before any stage (pairs, caching, epochs)
         if mode != "features":
             encoder.model  # noqa: B018  (a lazy encoder's weights load now: they are trained)
-        line = chosen_line(run, data)
         if saved is not None:
             continue_heads(saved, data, model)
         net = BertHeads(encoder, {d.name: d.task for d in data})

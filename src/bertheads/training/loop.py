@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from bertheads.base.errors import SystemFault, UserError
 from bertheads.base.machine import DTYPES, resolve_device, training_precision
-from bertheads.base.progress import bars_shown, eta, progress_bar
+from bertheads.base.progress import LogLines, bars_shown, eta, progress_bar
 from bertheads.base.schema import said
 from bertheads.compute.batching import length_grouped_batches, shard
 from bertheads.encoder.layers import cached_positions
@@ -224,8 +224,6 @@ def train_step(run: Run, data: list[TaskData], settings: TrainSettings, t: int, 
     return total
 
 
-LOG_LINE_SECONDS = 60.0  # where no bar is drawn: a progress line this often, and one at the end
-LOG_FIRST_SECONDS = 10.0  # ... the first one this soon
 SHOW_LOSS_SECONDS = 0.5  # the bar's loss read from the device at most this often
 
 
@@ -251,7 +249,7 @@ def train_epoch(run: Run, model: BertHeads, data: list[TaskData], settings: Trai
     name = f"epoch {epoch}/{settings.epochs}"
     bar = progress_bar(len(plan), name, "batch", show=terminal, initial=start)
     seen, started, running = 0, time.perf_counter(), None
-    last_line = started - (LOG_LINE_SECONDS - LOG_FIRST_SECONDS)
+    lines = LogLines(name, len(plan), show=shown, start=start)  # where no bar is drawn, and one at the end
     last_shown = started - SHOW_LOSS_SECONDS
     for number in range(start, len(plan)):
         t, idx = plan[number]
@@ -263,9 +261,9 @@ def train_epoch(run: Run, model: BertHeads, data: list[TaskData], settings: Trai
             bar.set_postfix(loss=f"{float(running):.4f}", ex_s=f"{seen / (now - started):.1f}", refresh=False)
             last_shown = now
         bar.update(1)
-        if shown and not terminal and now - last_line >= LOG_LINE_SECONDS:
+        if lines.due():
             log.info(progress_line(name, number + 1, len(plan), float(running), seen, now - started, start))
-            last_line = time.perf_counter()
+            lines.mark()
         if after_step is not None and after_step(number + 1, value, len(idx)):
             break
     bar.close()
@@ -353,8 +351,6 @@ class Loop:
             self.resume()
         elif self.out is not None and self.main:
             checkpoint.start_fresh(self.out)
-        if self.main and (self.extra_manifest or {}).get("chosen"):
-            log.info(self.extra_manifest["chosen"])  # what the recipe for the data's size chose, once
         if self.out is not None and self.main:
             self.log = RunLog(self.out, s, after_step=self.step if s.resume else None)
             self.log.params((self.extra_manifest or {}).get("settings") or asdict(s))

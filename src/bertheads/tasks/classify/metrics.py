@@ -107,7 +107,8 @@ def tune_thresholds(probs: np.ndarray, gold: np.ndarray) -> np.ndarray:
     return np.clip(out, 0.0, 1.0)
 
 
-CHANCE = 0.05  # |MCC|, |Pearson r| or micro F1 below this: chance level
+CHANCE = 0.05  # |MCC|, |Pearson r| or micro F1 below this: chance level; an MCC at -CHANCE or lower: below it
+WEAK = 0.1  # an MCC below this, with an accuracy under the majority class's share: no better than that class
 MIN_EXAMPLES = 10  # fewer labelled inputs tell nothing either way
 
 
@@ -131,6 +132,15 @@ def learned_nothing(problem: str, metrics: dict) -> str | None:
     if (predicted > 0).sum() == 1:
         label = confusion["labels"][int(predicted.argmax())]
         return f"it predicts {label!r} for every input (MCC {metrics['mcc']:.2f})"
-    if abs(metrics["mcc"]) < CHANCE:
-        return f"its predictions are no better than chance (MCC {metrics['mcc']:.2f})"
+    mcc = metrics["mcc"]
+    accuracy, gold = np.trace(matrix) / matrix.sum(), matrix.sum(1)
+    majority = gold.max() / matrix.sum()
+    if accuracy < majority and mcc < WEAK:  # (a model with a real MCC may trade accuracy for the rare classes)
+        label = confusion["labels"][int(gold.argmax())]
+        return (f"it does worse than always answering {label!r} (accuracy {accuracy:.3f} against {majority:.3f}, "
+                f"MCC {mcc:.2f})")
+    if mcc <= -CHANCE:
+        return f"its predictions are worse than chance (MCC {mcc:.2f})"
+    if abs(mcc) < CHANCE:
+        return f"its predictions are no better than chance (MCC {mcc:.2f})"
     return None
