@@ -124,6 +124,6 @@ def test_a_contrastive_run_logged_to_a_file_is_never_silent(tiny_bert, sentences
     assert chosen < first("contrastive tuning: 48 pairs in 3 steps") < pairs < epoch
     assert chosen == min(i for i, x in enumerate(lines) if "contrastive" in x)
     assert [x.removeprefix("bertheads: ").split(", loss=")[0] for x in lines if "contrastive pairs: " in x] == \
-        ["contrastive pairs: 16/48 pairs", "contrastive pairs: 32/48 pairs", "contrastive pairs: 48/48 pairs"]
-    assert " pairs/s, " in lines[pairs] and "ETA " in lines[pairs]
+        ["contrastive pairs: 16/48 text pairs", "contrastive pairs: 32/48 text pairs", "contrastive pairs: 48/48 text pairs"]
+    assert " text pairs/s, " in lines[pairs] and "ETA " in lines[pairs]
     assert first("feature cache: ") < epoch  # the tuned encoder's states, cached before the epochs

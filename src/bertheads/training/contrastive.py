@@ -108,7 +108,7 @@ def tune_encoder(net, data: list, settings: TrainSettings) -> dict:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_then_decay(int(PAIR_WARMUP * steps), steps))
     pad_id = encoder.tokenizer.pad_token_id or 0
     bar = progress_bar(steps, "contrastive pairs", "batch", show=settings.progress)
-    lines = LogLines("contrastive pairs", len(pairs), "pairs", show=settings.progress)  # where no bar is drawn
+    lines = LogLines("contrastive pairs", len(pairs), "text pairs", show=settings.progress)  # where no bar is drawn
     if lines.on:
         log.info(f"contrastive tuning: {len(pairs)} pairs in {steps} steps of {PAIR_BATCH}, before the head's epochs")
     started, running = time.perf_counter(), None
