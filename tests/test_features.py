@@ -253,8 +253,8 @@ def test_cli_features_mode_and_cap_error(tiny_bert, write, tmp_path, capsys):
     common = ["train", "classify", "--train", train, "--model", tiny_bert, "--epochs", "1", "--no-progress",
               "--mode", "features", "--layers", "-1,-2", "--cache-dir", str(tmp_path / "c")]
     assert cli.main([*common, "--out", str(out), "--cache-max-gb", "0.0000001"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("bertheads: error: --cache-max-gb")
+    err = capsys.readouterr().err.strip().splitlines()  # the settled run's line, said first, then one error line
+    assert len(err) == 2 and " training examples " in err[0] and err[1].startswith("bertheads: error: --cache-max-gb")
     assert cli.main([*common, "--out", str(out)]) == 0
     manifest = json.loads((out / "bertheads.json").read_text())
     assert manifest["heads"]["classify"]["spec"]["mode"] == "features"
