@@ -1,7 +1,9 @@
-"""Multi-head models on the tiny BERT built without training (for analyze, combine, serve tests)."""
+"""Multi-head models on the tiny BERT built without training (for analyze, combine, serve tests),
+and a saved model's manifest edited in place (for the model-file tests)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -38,3 +40,11 @@ class EncoderCalls:
 
     def close(self) -> None:
         self.handle.remove()
+
+
+def edit_manifest(directory: Path, change) -> None:
+    """`change(data)` applied to the folder's `bertheads.json`, written back."""
+    path = directory / "bertheads.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))

@@ -3,13 +3,12 @@ one line naming the file and the field (exit 2 from the CLI), never a silent ran
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from helpers_multi import save_heads
+from helpers_multi import edit_manifest, save_heads
 from safetensors.torch import load_file, save_file
 
 import bertheads
@@ -29,13 +28,6 @@ def model_dir(saved, tmp_path) -> Path:
     out = tmp_path / "model"
     shutil.copytree(saved, out)
     return out
-
-
-def edit_manifest(directory: Path, change) -> None:
-    path = directory / "bertheads.json"
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
 
 
 def edit_safetensors(path: Path, change) -> None:

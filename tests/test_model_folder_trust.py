@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers_machine import pretend
+from helpers_multi import edit_manifest
 
 import bertheads
 from bertheads.base.errors import UserError
@@ -50,13 +51,6 @@ def model_dir(trained, tmp_path, monkeypatch) -> Path:
     shutil.copytree(trained / "model", target)
     (target / "gate.json").unlink(missing_ok=True)
     return target
-
-
-def edit_manifest(directory: Path, change) -> None:
-    path = directory / "bertheads.json"
-    data = json.loads(path.read_text())
-    change(data)
-    path.write_text(json.dumps(data))
 
 
 def set_spec(directory: Path, **values) -> None:

@@ -62,14 +62,13 @@ class LogLines:
         self.on = show and not bars_shown()
         self.started = time.perf_counter()
         self.last = self.started - (LOG_LINE_SECONDS - LOG_FIRST_SECONDS)
-        self.lines = 0
 
     def due(self) -> bool:
         return self.on and time.perf_counter() - self.last >= LOG_LINE_SECONDS
 
     def mark(self) -> float:
         """A line was shown now (the next is due `LOG_LINE_SECONDS` on); the time."""
-        self.last, self.lines = time.perf_counter(), self.lines + 1
+        self.last = time.perf_counter()
         return self.last
 
     def line(self, done: int, figures: str = "") -> str:

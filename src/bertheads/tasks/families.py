@@ -167,6 +167,13 @@ def start_weights(family: Family, encoder) -> dict[str, torch.Tensor] | None:
     return found if "weight" in found else None
 
 
+def token_start_weights(spec, encoder) -> dict[str, torch.Tensor] | None:
+    """The checkpoint's weights a token head's block starts from, where the spec's family has one
+    (ModernBERT's masked-LM head); a token kind's `Modeling.start_weights`."""
+    family = settle_family(spec, encoder)
+    return start_weights(family, encoder) if family.token_dense else None
+
+
 def copy_start(dense: nn.Linear, norm: nn.LayerNorm | None, state: dict | None) -> None:
     """Copy start weights into the dense layer and norm where their shapes fit."""
     if not state:

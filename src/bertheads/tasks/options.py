@@ -111,9 +111,9 @@ class Options:
     def split(self, given: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """`given` checked, as (spec overrides, call options)."""
         checked = self.check(given)
-        spec_names = {f.name for f in fields(self.task.spec_type)}
-        return ({n: v for n, v in checked.items() if n in spec_names},
-                {n: v for n, v in checked.items() if n not in spec_names})
+        kind = type(self.task)
+        return ({n: v for n, v in checked.items() if overrides(kind, n)},
+                {n: v for n, v in checked.items() if not overrides(kind, n)})
 
     def set(self, **given: Any) -> None:
         """Options for every later prediction of this head: spec overrides replace the saved

@@ -10,8 +10,13 @@ from torch.nn import functional as F
 
 from bertheads.encoder.layers import LayerCombine
 from bertheads.tasks.base import HeadSettings, init_linear
-from bertheads.tasks.families import Family, activation, init_head_linear, settle_family, token_block
-from bertheads.tasks.families import start_weights as checkpoint_start
+from bertheads.tasks.families import (
+    Family,
+    activation,
+    init_head_linear,
+    token_block,
+    token_start_weights,
+)
 from bertheads.tasks.parts import Modeling
 from bertheads.tasks.qa.formats import QAExample
 from bertheads.tasks.qa.passages import (
@@ -69,11 +74,7 @@ class QAModeling(Modeling):
                Recipe(1000, "finetune", 8, steps=300, epochs=(3, 20)),
                Recipe(None, "finetune", 16))
 
-    @classmethod
-    def start_weights(cls, spec, encoder) -> dict | None:
-        """The checkpoint's weights a family's token block starts from (ModernBERT's masked-LM head)."""
-        family = settle_family(spec, encoder)
-        return checkpoint_start(family, encoder) if family.token_dense else None
+    start_weights = staticmethod(token_start_weights)
 
     def windows(self, examples: list[QAExample], tokenizer,
                 paragraphs: bool | None = None) -> tuple[list[dict], list[int]]:

@@ -12,8 +12,13 @@ from bertheads.base.errors import UserError
 from bertheads.base.schema import said
 from bertheads.encoder.layers import LayerCombine
 from bertheads.tasks.base import init_linear
-from bertheads.tasks.families import Family, activation, init_head_linear, settle_family, token_block
-from bertheads.tasks.families import start_weights as checkpoint_start
+from bertheads.tasks.families import (
+    Family,
+    activation,
+    init_head_linear,
+    token_block,
+    token_start_weights,
+)
 from bertheads.tasks.parts import Modeling
 from bertheads.tasks.recipes import Recipe
 from bertheads.tasks.tag.formats import TagExample
@@ -83,11 +88,7 @@ class TagModeling(Modeling):
                Recipe(6400, "finetune", 32, steps=600, epochs=(3, 20)),
                Recipe(None, "finetune", 32))
 
-    @classmethod
-    def start_weights(cls, spec, encoder) -> dict | None:
-        """The checkpoint's weights a family's token block starts from (ModernBERT's masked-LM head)."""
-        family = settle_family(spec, encoder)
-        return checkpoint_start(family, encoder) if family.token_dense else None
+    start_weights = staticmethod(token_start_weights)
 
     def encode(self, examples: list[TagExample], tokenizer, with_labels: bool = True,
                path: str | None = None) -> list[dict]:
