@@ -24,10 +24,12 @@ CORPUS = ["The Eiffel Tower stands in Paris and Angela Merkel visited it last we
 # family -> (tokenizer kind, transformers model type)
 FAMILIES = {"bert": ("wordpiece", "bert"), "roberta": ("bpe", "roberta"), "xlm-roberta": ("unigram", "xlm-roberta"),
             "deberta-v2": ("unigram", "deberta-v2"), "electra": ("wordpiece", "electra"),
-            "distilbert": ("wordpiece", "distilbert"), "modernbert": ("bpe", "modernbert")}
+            "distilbert": ("wordpiece", "distilbert"), "modernbert": ("bpe", "modernbert"),
+            "mpnet": ("wordpiece", "mpnet")}
 HUB = {"bert": "bert-base-uncased", "roberta": "roberta-base", "xlm-roberta": "xlm-roberta-base",
        "deberta-v2": "microsoft/deberta-v3-small", "electra": "google/electra-small-discriminator",
-       "distilbert": "distilbert-base-uncased", "modernbert": "answerdotai/ModernBERT-base"}
+       "distilbert": "distilbert-base-uncased", "modernbert": "answerdotai/ModernBERT-base",
+       "mpnet": "sentence-transformers/all-mpnet-base-v2"}
 KINDS = ("classify", "tag", "qa")
 FEATURES = ("train", "predict", "evaluate", "features mode", "export hf", "export onnx", "serve",
             "[CLS]-only last layer")
@@ -35,6 +37,7 @@ FEATURES = ("train", "predict", "evaluate", "features mode", "export hf", "expor
 # What each cell is: "yes", or why not. The tests check every "yes" (and every refusal's reason).
 NO_FAST_PATH = {
     "modernbert": "no: local/global attention, rotary positions and a fused QKV projection",
+    "mpnet": "no: a relative position bias shared by every layer's attention",
 }
 TOKEN_KINDS = "no: token-level head (every position is read)"
 
@@ -69,6 +72,8 @@ def render() -> str:
              "| the checkpoint's pooler |",
              "| roberta, xlm-roberta | byte-level BPE, Unigram | dropout, [CLS], dense, tanh, dropout, out_proj "
              "| dropout, linear | nothing (as transformers) |",
+             "| mpnet | WordPiece (`<s>`, `</s>`) | dropout, [CLS], dense, tanh, dropout, out_proj | dropout, linear "
+             "| nothing (as transformers) |",
              "| electra | WordPiece | dropout, [CLS], dense, GELU, dropout, out_proj | dropout, linear | nothing |",
              "| deberta-v2 (v3) | Unigram | dropout, [CLS], dense, `pooler_hidden_act`, dropout, linear "
              "| dropout, linear | the checkpoint's `pooler.dense` if it has one |",
@@ -88,12 +93,18 @@ def render() -> str:
              "  WordPiece these are the tokenizer's own words. A marker alone (`▁`, `Ġ`) is never a word's first",
              "  piece unless it is its only one, and word input keeps one tag per word, even for a word that",
              "  gives no piece.",
-             "- **Packing.** Pairs take the tokenizer's own template (RoBERTa and XLM-R: `<s> A </s></s> B </s>`);",
+             "- **Packing.** Pairs take the tokenizer's own template (RoBERTa, XLM-R and MPNet: `<s> A </s></s> B </s>`);",
              "  special tokens are found by their role (`cls_token_id`, `sep_token_id`, `pad_token_id`, ...),",
              "  never by name. Segment ids reach only models that have them (BERT, ELECTRA); RoBERTa and XLM-R",
-             "  (one segment), DeBERTa-v3, DistilBERT and ModernBERT (none) never see them.",
+             "  (one segment), DeBERTa-v3, DistilBERT, ModernBERT and MPNet (none) never see them.",
+             "- **Pooling.** A checkpoint that declares its pooling (a sentence-transformers `1_Pooling`:",
+             "  all-mpnet-base-v2 declares the mean) has it honoured where the encoder keeps the weights it was",
+             "  trained with: `--mode features` and contrastive tuning (`--pooling auto`). A fine-tuned head",
+             "  reads its family's own token, [CLS] (`<s>`), as `MPNetForSequenceClassification` does, so",
+             "  `export --to hf` gives our scores; `--pooling mean` asks for the mean there too (that head then",
+             "  has no transformers class, and its export says so).",
              "- **Length limit.** `--max-length` is held to what the model can read: its position table less",
-             "  the family's offset (RoBERTa and XLM-R: 514 rows, 512 tokens), ModernBERT's 8,192, none for",
+             "  the family's offset (RoBERTa, XLM-R and MPNet: 514 rows, 512 tokens), ModernBERT's 8,192, none for",
              "  DeBERTa-v3's relative positions, and the tokenizer's `model_max_length` when it gives one. A",
              "  longer `--max-length` stops with one line naming the limit; a kind's default above it (qa's",
              "  384) is lowered to it with a warning.",
@@ -130,9 +141,17 @@ def hub_names() -> dict[str, str]:
 
 def train_tokenizer(kind: str, family: str, corpus: tuple[str, ...] = ()):
     """A fast tokenizer of `kind` trained on CORPUS (and `corpus`), with the family's special
-    tokens and template."""
+    tokens and template (MPNet: its own tokenizer class over the trained WordPiece vocabulary)."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
+    from transformers import MPNetTokenizer, PreTrainedTokenizerFast
+
+    if family == "mpnet":  # WordPiece with RoBERTa's special tokens (pad id 1) and `<s> A </s></s> B </s>`
+        trainer = trainers.WordPieceTrainer(vocab_size=VOCAB, special_tokens=["<s>", "<pad>", "</s>", "[UNK]", "<mask>"])
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.train_from_iterator(CORPUS + list(corpus), trainer)
+        return MPNetTokenizer(vocab=tok.get_vocab(), model_max_length=128)
 
     roberta_style = family in ("roberta", "xlm-roberta")
     if roberta_style:
@@ -196,6 +215,8 @@ def model_config(family: str, tokenizer):
     if family == "distilbert":
         return transformers.DistilBertConfig(vocab_size=vocab, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
                                              max_position_embeddings=128, pad_token_id=pad)
+    if family == "mpnet":  # 130 position rows (pad id 1): 128 tokens; no token types
+        return transformers.MPNetConfig(**small, max_position_embeddings=130, relative_attention_num_buckets=32)
     if family == "modernbert":  # layer 0 global, layer 1 local (a window of 8 tokens); mean pooling
         return transformers.ModernBertConfig(
             **small, max_position_embeddings=128, global_attn_every_n_layers=2, local_attention=8,

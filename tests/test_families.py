@@ -1,5 +1,5 @@
 """Every encoder family with every task kind: tiny random checkpoints (BERT, RoBERTa, XLM-R,
-DeBERTa-v2, ELECTRA, DistilBERT, ModernBERT), each with a tokenizer of its family's kind trained
+DeBERTa-v2, ELECTRA, DistilBERT, ModernBERT, MPNet), each with a tokenizer of its family's kind trained
 here, through training, predict, evaluate, features mode, the transformers export (the pipeline
 gives our outputs), the ONNX export (ONNX Runtime gives torch's) and the [CLS]-only last layer.
 What each cell should be is `families_matrix.MATRIX`, which docs/families.md shows."""

@@ -42,7 +42,7 @@ def test_pairs_take_the_tokenizers_template(tokenizers):
     for family, tok in tokenizers.items():
         (f,) = encode_texts(tok, ["good film"], ["what a bore"])
         a, b = tok.tokenize("good film"), tok.tokenize("what a bore")
-        if family in ("roberta", "xlm-roberta"):
+        if family in ("roberta", "xlm-roberta", "mpnet"):
             want = ["<s>", *a, "</s>", "</s>", *b, "</s>"]
         else:
             want = ["[CLS]", *a, "[SEP]", *b, "[SEP]"]
@@ -57,7 +57,7 @@ def test_pairs_take_the_tokenizers_template(tokenizers):
 
 
 def test_segment_ids_reach_only_models_that_have_them(encoders):
-    """RoBERTa and XLM-R (one segment), DeBERTa-v3, DistilBERT and ModernBERT (none) never see
+    """RoBERTa and XLM-R (one segment), DeBERTa-v3, DistilBERT, ModernBERT and MPNet (none) never see
     segment ids, so a pair's ones neither index out of range nor change anything."""
     with_types = {family for family, e in encoders.items() if e.info.uses_token_types}
     assert with_types == {"bert", "electra"}
@@ -75,6 +75,7 @@ def test_segment_ids_reach_only_models_that_have_them(encoders):
 def test_position_limits_of_each_family():
     assert position_limit(transformers.RobertaConfig(max_position_embeddings=514, pad_token_id=1)) == 512
     assert position_limit(transformers.XLMRobertaConfig(max_position_embeddings=514, pad_token_id=1)) == 512
+    assert position_limit(transformers.MPNetConfig(max_position_embeddings=514, pad_token_id=1)) == 512
     assert position_limit(transformers.BertConfig()) == 512
     assert position_limit(transformers.ElectraConfig()) == 512
     assert position_limit(transformers.DistilBertConfig()) == 512
@@ -93,7 +94,7 @@ def test_position_limits_of_each_family():
 
 
 def test_tiny_checkpoints_limits(encoders):
-    # RoBERTa and XLM-R hold 130 position rows (pad id 1): 128 tokens, as the tokenizer says
+    # RoBERTa, XLM-R and MPNet hold 130 position rows (pad id 1): 128 tokens, as the tokenizer says
     assert {family: e.info.max_tokens for family, e in encoders.items()} == dict.fromkeys(FAMILIES, 128)
 
 

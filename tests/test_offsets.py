@@ -25,7 +25,8 @@ from bertheads.text.offsets import char_flag, clean_spans, text_words
 EXTRA = ("東京に住んでいます。", "Zürich café Zürich", "京都と東京", "New York")
 KINDS = {"wordpiece": ("wordpiece", "bert"), "wordpiece-cased": ("wordpiece", "bert"),
          "bpe": ("bpe", "roberta"), "bpe-modernbert": ("bpe", "modernbert"),
-         "unigram": ("unigram", "xlm-roberta"), "unigram-deberta": ("unigram", "deberta-v2")}
+         "unigram": ("unigram", "xlm-roberta"), "unigram-deberta": ("unigram", "deberta-v2"),
+         "wordpiece-mpnet": ("wordpiece", "mpnet")}
 TAGS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
 NFD = unicodedata.normalize("NFD", "Visit Zürich, café.")
 

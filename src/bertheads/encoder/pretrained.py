@@ -215,13 +215,13 @@ def lazy_parts(name_or_path: str) -> tuple | None:
 # Model types whose position ids start after the padding index (transformers'
 # `create_position_ids_from_input_ids`): `pad_token_id + 1` rows of the table are never read as a token's.
 PADDING_OFFSET_TYPES = frozenset({"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm",
-                                  "data2vec-text", "longformer", "luke", "xmod"})
+                                  "data2vec-text", "longformer", "luke", "xmod", "mpnet"})
 SANE_TOKENIZER_LIMIT = 1_000_000  # a tokenizer's model_max_length above this is transformers' "no limit"
 
 
 def position_limit(config) -> int | None:
     """How many tokens the checkpoint's position embeddings can read: `max_position_embeddings`
-    less the offset of its family (RoBERTa and XLM-R: 514 rows read 512 tokens); None when
+    less the offset of its family (RoBERTa, XLM-R and MPNet: 514 rows read 512 tokens); None when
     it has no absolute positions (DeBERTa-v2/v3 with relative positions only)."""
     size = getattr(config, "max_position_embeddings", None)
     if not isinstance(size, int) or size <= 0:

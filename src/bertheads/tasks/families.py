@@ -6,6 +6,7 @@ which of the checkpoint's weights it starts from, and where its weights go in th
 |---|---|---|---|
 | bert (and unknown types) | [CLS], dense, tanh, dropout, linear | dropout, linear | the checkpoint's pooler |
 | roberta, xlm-roberta | dropout, [CLS], dense, tanh, dropout, out_proj | dropout, linear | nothing |
+| mpnet | dropout, [CLS], dense, tanh, dropout, out_proj | dropout, linear | nothing |
 | electra | dropout, [CLS], dense, GELU, dropout, out_proj | dropout, linear | nothing |
 | deberta, deberta-v2 | dropout, [CLS], dense, pooler_hidden_act, dropout, linear | dropout, linear | `pooler.dense` |
 | distilbert | [CLS], dense, ReLU, dropout, linear | dropout, linear | nothing |
@@ -60,6 +61,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("bert", ("bert",), init="bert", start_from="pooler",
            sequence_keys=({"pooler.": BASE + "pooler.dense.", "out.": "classifier."}, ROBERTA_KEYS)),
     Family("roberta", ("roberta", "xlm-roberta", "camembert"), dropout_first=True, sequence_keys=ROBERTA_KEYS),
+    Family("mpnet", ("mpnet",), dropout_first=True, sequence_keys=ROBERTA_KEYS),
     Family("electra", ("electra",), activation="gelu", dropout_first=True, sequence_keys=ROBERTA_KEYS),
     Family("deberta", ("deberta-v2", "deberta"), activation="config:pooler_hidden_act", dropout_first=True,
            start_from="pooler.dense.", sequence_keys={"pooler.": "pooler.dense.", "out.": "classifier."}),
