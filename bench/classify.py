@@ -74,11 +74,10 @@ class Usage:
 def read_split(path: Path, labels: list | None = None):
     """Texts, pairs and label indices of a GLUE TSV, read with our reader (the same rows
     for both sides); `labels` is the label list (from training when None)."""
-    from bertheads.tasks.classify.formats import infer_labels, normalise_label
+    from bertheads.tasks.classify.formats import infer_labels, normalise_label, read_file
     from bertheads.tasks.classify.spec import ClassifySpec
-    from bertheads.tasks.classify.task import ClassifyTask
 
-    examples = ClassifyTask.parts.reading.read_file(str(path), ClassifySpec())
+    examples = read_file(str(path), ClassifySpec())
     if labels is None:
         _, labels = infer_labels(examples, str(path), None)
     gold = [labels.index(normalise_label(e.label)) for e in examples]
@@ -120,7 +119,7 @@ def flop_summary(padded: list[tuple[int, int]], lengths: list[int], seconds: flo
 
 
 # -- ours ---------------------------------------------------------------------------------
-def run_ours(name: str, folder: Path, hyper: Hyper, limit: int | None, out: Path) -> dict:
+def run_ours(name: str, folder: Path, hyper: Hyper, limit: int | None, out: Path, model: str | None = None) -> dict:
     """Fine-tune with `bertheads.training.loop`; `epoch_windows` are the (start, end) wall times of
     each training epoch loop (evaluation and saving excluded), `epoch_cpu` its CPU seconds."""
     import importlib
@@ -128,7 +127,7 @@ def run_ours(name: str, folder: Path, hyper: Hyper, limit: int | None, out: Path
     import bertheads
     from bertheads.encoder.pretrained import default_model_path
 
-    api, loop = importlib.import_module("bertheads.api"), importlib.import_module("bertheads.training.loop")
+    joint, loop = importlib.import_module("bertheads.training.joint"), importlib.import_module("bertheads.training.loop")
 
     # Epoch boundaries, read off the loop without changing it: `fit` plans each epoch right
     # before its first batch (and once up front to count steps) and evaluates right after
@@ -142,14 +141,14 @@ def run_ours(name: str, folder: Path, hyper: Hyper, limit: int | None, out: Path
         return call
 
     loop.plan_epoch = marked("plan", loop.plan_epoch)
-    api.evaluate_task = marked("evaluate", api.evaluate_task)
+    joint.evaluate_task = marked("evaluate", joint.evaluate_task)  # what `train_tasks` hands `fit`
     settings = bertheads.TrainSettings(epochs=hyper.epochs, batch_size=hyper.batch_size, lr=hyper.lr,
                                        warmup_ratio=hyper.warmup_ratio, weight_decay=hyper.weight_decay,
                                        seed=hyper.seed, eval_batch_size=hyper.eval_batch_size)
     log(f"{name}: ours, {hyper.epochs} epoch(s)")
     usage = Usage()
     bertheads.train("classify", str(folder / "train.tsv"), str(folder / "dev.tsv"), out=out,
-                    model=default_model_path(), settings=settings, limit=limit, max_length=hyper.max_length)
+                    model=model or default_model_path(), settings=settings, limit=limit, max_length=hyper.max_length)
     metrics = json.loads((out / "metrics.json").read_text())
     history = metrics["history"]
     result = {"epoch_windows": [(a[0], b[0]) for a, b in zip(marks["plan"][1:], marks["evaluate"])],
@@ -172,7 +171,8 @@ def our_padded_batches(lengths: list[int], hyper: Hyper) -> list[tuple[int, int]
 
 
 # -- the Hugging Face Trainer -------------------------------------------------------------
-def run_trainer(name: str, folder: Path, hyper: Hyper, limit: int | None, out: Path) -> dict:
+def run_trainer(name: str, folder: Path, hyper: Hyper, limit: int | None, out: Path,
+                model: str | None = None) -> dict:
     import torch
     import transformers
     from transformers import (
@@ -188,7 +188,7 @@ def run_trainer(name: str, folder: Path, hyper: Hyper, limit: int | None, out: P
     from bertheads.tasks.classify.metrics import label_metrics
 
     transformers.logging.set_verbosity_error()
-    source = default_model_path()
+    source = model or default_model_path()
     texts, pairs, gold, labels = read_split(folder / "train.tsv")
     if limit:
         texts, gold = texts[:limit], gold[:limit]

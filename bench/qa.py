@@ -58,13 +58,13 @@ def scores(answers: list[str], examples) -> dict:
 
 
 # -- ours --------------------------------------------------------------------------------------
-def train_ours(train_path: Path, limit: int | None, out: Path) -> dict:
+def train_ours(train_path: Path, limit: int | None, out: Path, model: str = "default") -> dict:
     import bertheads
 
     started = time.perf_counter()
     settings = bertheads.TrainSettings(epochs=EPOCHS, batch_size=BATCH, lr=LR, seed=SEED, warmup_ratio=WARMUP,
                                        weight_decay=DECAY, progress=False)
-    bertheads.train("qa", str(train_path), None, out, model="default", settings=settings, limit=limit,
+    bertheads.train("qa", str(train_path), None, out, model=model, settings=settings, limit=limit,
                     max_length=MAX_LENGTH, stride=STRIDE, max_question_length=MAX_QUESTION)
     history = json.loads((out / "metrics.json").read_text())["history"][0]
     return {"windows_per_second": history["train_examples_per_second"], "call_seconds": time.perf_counter() - started}
@@ -137,7 +137,8 @@ def run_trainer(model_dir: str, train_examples, eval_examples, out: Path) -> dic
     transformers.logging.set_verbosity_error()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     enc, _, _ = hf_windows(tokenizer, train_examples, train=True)
-    keys = ["input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions"]
+    keys = [k for k in ("input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions")
+            if k in enc]  # token_type_ids only where the tokenizer gives them
     train_set = Windows(enc, keys)
     torch.manual_seed(SEED)
     model = AutoModelForQuestionAnswering.from_pretrained(model_dir)
@@ -153,7 +154,7 @@ def run_trainer(model_dir: str, train_examples, eval_examples, out: Path) -> dic
     tokenizer.save_pretrained(str(out / "trainer-model"))
 
     enc, owner, seqs = hf_windows(tokenizer, eval_examples, train=False)
-    eval_set = Windows(enc, ["input_ids", "token_type_ids", "attention_mask"])
+    eval_set = Windows(enc, [k for k in ("input_ids", "token_type_ids", "attention_mask") if k in enc])
     started = time.perf_counter()
     logits = trainer.predict(eval_set).predictions
     predict_seconds = time.perf_counter() - started

@@ -64,7 +64,7 @@ def write_conll(path: Path, sentences) -> None:
 
 
 # -- ours -----------------------------------------------------------------------------------
-def run_ours(train_file: Path, dev_file: Path, out: Path, epochs: int) -> dict:
+def run_ours(train_file: Path, dev_file: Path, out: Path, epochs: int, model: str = "default") -> dict:
     import json
 
     import bertheads
@@ -73,7 +73,7 @@ def run_ours(train_file: Path, dev_file: Path, out: Path, epochs: int) -> dict:
                                        seed=HYPER["seed"], warmup_ratio=HYPER["warmup_ratio"],
                                        weight_decay=HYPER["weight_decay"], progress=False)
     start = time.perf_counter()
-    bertheads.train("tag", str(train_file), str(dev_file), out, model="default", settings=settings,
+    bertheads.train("tag", str(train_file), str(dev_file), out, model=model, settings=settings,
                     max_length=HYPER["max_length"])
     wall = time.perf_counter() - start
     metrics = json.loads((out / "metrics.json").read_text())
@@ -115,8 +115,8 @@ def encode_for_trainer(tokenizer, sentences, label2id: dict):
                     max_length=HYPER["max_length"])
     rows = []
     for i, (_, tags) in enumerate(sentences):
-        rows.append({"input_ids": enc["input_ids"][i], "token_type_ids": enc["token_type_ids"][i],
-                     "attention_mask": enc["attention_mask"][i], "labels": first_piece_labels(enc, i, tags, label2id)})
+        rows.append({**{k: enc[k][i] for k in ("input_ids", "token_type_ids", "attention_mask") if k in enc},
+                     "labels": first_piece_labels(enc, i, tags, label2id)})
     return rows, enc
 
 
