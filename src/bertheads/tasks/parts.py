@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from bertheads.base.errors import UserError
-from bertheads.base.schema import said
+from bertheads.base.schema import said, to_dict
 from bertheads.tasks.calibration import Temperature
 from bertheads.tasks.forms import TEXT, InputForm
 from bertheads.tasks.options import NoOptions
@@ -155,6 +155,33 @@ class Modeling(Part):
     def output_hint(self) -> str:
         """What in the spec decides the head's output size, for weight-shape messages."""
         return ""
+
+    # -- distillation (`training/distill.py`): what a student of this head learns from a teacher
+    def student_spec(self) -> Any:
+        """A copy of this head's spec for a student on another encoder: what the data settled
+        (labels, tags, ...) kept; what the encoder or a fit settled (layers, head layout,
+        temperature) left to settle again."""
+        spec = type(self.spec).from_saved(to_dict(self.spec))
+        spec.mode, spec.layers, spec.combine, spec.head_family = "finetune", [-1], "concat", None
+        spec.temperature, spec.trained_counts = None, {}
+        return spec
+
+    def teacher_scores(self, outputs: list, owner: list[int], examples: list, features: list) -> list:
+        """A teacher's raw scores of each example from its features' outputs, in a form that
+        does not depend on its tokenizer (what distillation caches and a student's tokens read)."""
+        raise UserError(f"{self.task.kind} heads cannot be distilled")
+
+    def soft_targets(self, examples: list, scores: list, tokenizer, with_labels: bool) -> list[dict]:
+        """A student's training features for `examples`, each carrying the teacher's `scores`
+        mapped onto its own tokens (and the gold labels `with_labels`)."""
+        raise UserError(f"{self.task.kind} heads cannot be distilled")
+
+    def distill_loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor], temperature: float,
+                     soft_weight: float) -> torch.Tensor:
+        """The student's loss on a batch of `soft_targets` features: the teacher's scores at
+        `temperature`, with the gold labels where a feature has them (`soft_weight`: the
+        teacher's share there)."""
+        raise UserError(f"{self.task.kind} heads cannot be distilled")
 
     def pair_labels(self, features: list[dict]) -> list[frozenset]:
         """`--mode contrastive`: each training feature's labels; two features sharing one are a

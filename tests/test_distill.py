@@ -1,0 +1,95 @@
+"""`distill`: a student of a tiny teacher learns its scores (classify, tag, multi-head), the
+teacher's scores are kept in the cache, the student is a normal model folder."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bertheads
+from bertheads.cli.main import main
+from bertheads.training import distill as distill_module
+
+FAST = dict(epochs=8, batch_size=8, lr=3e-3, progress=False)
+GOOD = ["great", "wonderful", "superb", "lovely"]
+BAD = ["awful", "boring", "terrible", "dreadful"]
+
+
+def sentences(n: int, offset: int = 0) -> list[tuple[str, int]]:
+    rows = []
+    for i in range(offset, offset + n):
+        rows.append((f"a {GOOD[i % 4]} movie", 1))
+        rows.append((f"a {BAD[i % 4]} movie", 0))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def teacher(tiny_bert, tmp_path_factory):
+    """A tiny classify teacher trained for a few steps, and unlabelled and labelled files."""
+    d = tmp_path_factory.mktemp("distill")
+    (d / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in sentences(24)))
+    (d / "pool.txt").write_text("".join(f"{t}\n" for t, _ in sentences(20, offset=100)))
+    bertheads.train("classify", str(d / "train.tsv"), str(d / "train.tsv"), d / "teacher", model=tiny_bert,
+                    settings=bertheads.TrainSettings(**FAST))
+    return d
+
+
+def counting(monkeypatch) -> list:
+    """The teacher's passes, counted."""
+    calls = []
+    real = distill_module.run_heads
+
+    def run_heads(*args, **kwargs):
+        calls.append(args[2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(distill_module, "run_heads", run_heads)
+    return calls
+
+
+def agreement(a, b, texts) -> float:
+    return float(np.mean([p["label"] == q["label"] for p, q in zip(a.predict(texts), b.predict(texts))]))
+
+
+def test_classify_student_agrees_with_its_teacher_and_a_second_costs_no_teacher_pass(teacher, tiny_bert,
+                                                                                     monkeypatch, tmp_path):
+    d = teacher
+    passes = counting(monkeypatch)
+    before = {p.name: p.stat().st_mtime_ns for p in (d / "teacher").rglob("*")}
+    student = bertheads.distill(d / "teacher", tmp_path / "student", data=str(d / "pool.txt"),
+                                train=str(d / "train.tsv"), dev=str(d / "train.tsv"), into=tiny_bert, **FAST)
+    assert len(passes) == 2  # the unlabelled file and the labelled one, once each
+    tutor = bertheads.load(d / "teacher")
+    held = [f"this {w} story" for w in GOOD + BAD] + [t for t, _ in sentences(6)]
+    assert agreement(student, tutor, held) >= 0.85
+    metrics = json.loads((tmp_path / "student" / "metrics.json").read_text())
+    assert metrics["dev"]["accuracy"] >= 0.9
+    manifest = json.loads((tmp_path / "student" / "bertheads.json").read_text())
+    assert manifest["distilled_from"]["heads"] == {"classify": "classify"}
+    assert (tmp_path / "student" / "README.md").is_file() and (tmp_path / "student" / "config.yaml").is_file()
+    assert student.net.tasks["classify"].spec.temperature is not None or "calibration" in metrics["dev"]
+    # the teacher folder is read, never written
+    assert {p.name: p.stat().st_mtime_ns for p in (d / "teacher").rglob("*")} == before
+    # a second student (other settings) reads the teacher's scores from the cache
+    bertheads.distill(d / "teacher", tmp_path / "second", data=str(d / "pool.txt"), train=str(d / "train.tsv"),
+                      into=tiny_bert, soft_temperature=1.0, **{**FAST, "epochs": 1})
+    assert len(passes) == 2
+
+
+def test_classify_from_the_command_line_and_a_config_file(teacher, tiny_bert, tmp_path, capsys):
+    d = teacher
+    config = tmp_path / "distill.yaml"
+    config.write_text(f"teacher: {d / 'teacher'}\ndata: {d / 'pool.txt'}\ninto: {tiny_bert}\nepochs: 1\n"
+                      f"batch_size: 8\nlr: 0.003\nsoft_weight: 1.0\n")
+    assert main(["distill", "--config", str(config), "--out", str(tmp_path / "s"), "--epochs", "2",
+                 "--no-progress"]) == 0
+    record = json.loads((tmp_path / "s" / "bertheads.json").read_text())
+    assert record["settings"]["epochs"] == 2 and record["settings"]["soft_weight"] == 1.0
+    json.loads((tmp_path / "s" / "metrics.json").read_text())
+    config.write_text(f"teacher: {d / 'teacher'}\ndata: {d / 'pool.txt'}\nsoft_wieght: 1\n")
+    assert main(["distill", "--config", str(config), "--out", str(tmp_path / "t")]) != 0
+    assert "soft_weight" in capsys.readouterr().err
+    assert main(["distill", str(tmp_path / "nothing"), "--data", str(d / "pool.txt"), "--out",
+                 str(tmp_path / "u")]) != 0
+    assert not Path(tmp_path / "u").exists()
