@@ -9,6 +9,7 @@ import pytest
 
 import bertheads
 from bertheads.cli.main import main
+from bertheads.text.encoding import collate
 from bertheads.training import distill as distill_module
 
 FAST = dict(epochs=8, batch_size=8, lr=3e-3, progress=False)
@@ -131,3 +132,45 @@ def test_every_head_of_a_multi_head_teacher_from_one_pass_and_a_second_student_f
     bertheads.distill(tmp_path / "two", tmp_path / "second", data=str(tmp_path / "pool.txt"), into=tiny_bert,
                       soft_temperature=1.0, **{**FAST, "epochs": 1})
     assert len(passes) == 1
+
+
+def test_qa_targets_follow_the_teachers_characters_into_the_students_own_windows(tiny_bert):
+    """A teacher reading a passage in one window and a student reading it in short overlapping
+    ones: the student's window holding the answer points where the teacher does (the same
+    characters), the others at [CLS]; the loss is least at the teacher's scores."""
+    import torch
+
+    from bertheads.encoder.pretrained import Encoder
+    from bertheads.tasks.qa.spec import QASpec
+    from bertheads.tasks.qa.task import QATask
+
+    encoder = Encoder.load(tiny_bert)
+    tutor = QATask.build(QASpec(max_length=160, stride=32), encoder)
+    context = " ".join(f"word{i}" for i in range(30)) + " the answer is Berlin in Germany . " + \
+        " ".join(f"tail{i}" for i in range(20))
+    examples = tutor.reading.from_inputs([{"question": "where is it?", "context": context}])
+    features, owner = tutor.modeling.encode_for_inference(examples, encoder.tokenizer)
+    assert len(features) == 1
+    start = context.index("Berlin")
+    offsets = features[0]["_offsets"]
+    c0, c1 = features[0]["_context"]
+    at = next(i for i in range(c0, c1 + 1) if offsets[i][0] == start)
+    outputs = [np.zeros((len(features[0]["input_ids"]), 2), dtype=np.float32)]
+    outputs[0][at] = 9.0  # the teacher is sure: "Berlin" starts and ends the answer
+    scores = tutor.modeling.teacher_scores(outputs, owner, examples, features)
+
+    student = QATask(QASpec(max_length=32, stride=8, paragraph_windows=False), None)
+    taught = student.modeling.soft_targets(examples, scores, encoder.tokenizer, with_labels=False)
+    assert len(taught) > 2
+    pointed = []
+    for f in taught:
+        best = f["soft_tok_spans"].argmax(0)
+        pointed.append(tuple(int(f["_offsets"][b][side]) if b else None for b, side in zip(best, (0, 1))))
+    assert (start, start + len("Berlin")) in pointed
+    assert sum(p == (None, None) for p in pointed) >= len(taught) - 2  # the windows without it: [CLS]
+    student = QATask.build(student.spec, encoder)
+    batch = collate(taught, 0)
+    close = torch.as_tensor(batch["soft_tok_spans"])
+    near = student.modeling.distill_loss(close, batch, 1.0, 1.0)
+    far = student.modeling.distill_loss(torch.zeros_like(close), batch, 1.0, 1.0)
+    assert float(near) < 0.05 < float(far)
