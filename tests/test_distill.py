@@ -141,6 +141,7 @@ def test_qa_targets_follow_the_teachers_characters_into_the_students_own_windows
     import torch
 
     from bertheads.encoder.pretrained import Encoder
+    from bertheads.tasks.parts import Distilling
     from bertheads.tasks.qa.spec import QASpec
     from bertheads.tasks.qa.task import QATask
 
@@ -157,10 +158,10 @@ def test_qa_targets_follow_the_teachers_characters_into_the_students_own_windows
     at = next(i for i in range(c0, c1 + 1) if offsets[i][0] == start)
     outputs = [np.zeros((len(features[0]["input_ids"]), 2), dtype=np.float32)]
     outputs[0][at] = 9.0  # the teacher is sure: "Berlin" starts and ends the answer
-    scores = tutor.modeling.teacher_scores(outputs, owner, examples, features)
+    scores = Distilling.of(tutor).teacher_scores(outputs, owner, examples, features)
 
     student = QATask(QASpec(max_length=32, stride=8, paragraph_windows=False), None)
-    taught = student.modeling.soft_targets(examples, scores, encoder.tokenizer, with_labels=False)
+    taught = Distilling.of(student).soft_targets(examples, scores, encoder.tokenizer, with_labels=False)
     assert len(taught) > 2
     pointed = []
     for f in taught:
@@ -171,6 +172,6 @@ def test_qa_targets_follow_the_teachers_characters_into_the_students_own_windows
     student = QATask.build(student.spec, encoder)
     batch = collate(taught, 0)
     close = torch.as_tensor(batch["soft_tok_spans"])
-    near = student.modeling.distill_loss(close, batch, 1.0, 1.0)
-    far = student.modeling.distill_loss(torch.zeros_like(close), batch, 1.0, 1.0)
+    near = Distilling.of(student).loss(close, batch, 1.0, 1.0)
+    far = Distilling.of(student).loss(torch.zeros_like(close), batch, 1.0, 1.0)
     assert float(near) < 0.05 < float(far)

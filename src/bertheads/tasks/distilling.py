@@ -1,7 +1,7 @@
 """The kind-independent math of distillation (Hinton et al., 2015): a student's logits against a
 teacher's, both softened by one temperature, the gradient's scale kept by T^2; and the mix of
-that with a gold loss where a row has a label. Each kind's `Modeling` decides what its targets
-are (`soft_targets`) and calls these (`distill_loss`)."""
+that with a gold loss where a row has a label. Each kind's `Distilling` part decides what its
+targets are (`soft_targets`) and calls these (`loss`)."""
 
 from __future__ import annotations
 

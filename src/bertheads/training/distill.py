@@ -3,12 +3,12 @@ teacher's scores of unlabelled inputs (and the gold labels where a file gives th
 
 ```
 teacher (a bertheads model, read only) --one pass per text, every head--> raw scores per input
-        (`Modeling.teacher_scores`, kept in the cache: TEACHER HASH + the file's bytes)
-student spec (`Modeling.student_spec`) + fresh head on --into
-        --`Modeling.soft_targets`--> features carrying the scores on the student's own tokens
-        --fit, the loss `Modeling.distill_loss`--> a normal model folder (dev, calibration, card, gate)
+        (`Distilling.teacher_scores`, kept in the cache: TEACHER HASH + the file's bytes)
+student spec (`Distilling.student_spec`) + fresh head on --into
+        --`Distilling.soft_targets`--> features carrying the scores on the student's own tokens
+        --fit, the loss `Distilling.loss`--> a normal model folder (dev, calibration, card, gate)
 ```
-Each kind decides what its scores and targets are (`tasks/KIND/head.py`); this module names
+Each kind decides what its scores and targets are (`tasks/KIND/distilling.py`); this module names
 none.
 """
 
@@ -34,6 +34,7 @@ from bertheads.saved import bundle
 from bertheads.store import lock
 from bertheads.store.atomic import atomic_writer
 from bertheads.store.encoder_refs import cache_root
+from bertheads.tasks.parts import Distilling
 from bertheads.tasks.recipes import holdout_size
 from bertheads.text.readers import check_input_file
 from bertheads.training import checkpoint
@@ -126,7 +127,7 @@ def teacher_key(teacher: BertHeads, path: str) -> str:
 
 def teacher_pass(teacher: BertHeads, examples: dict[str, list], batch_size: int = INFERENCE_BATCH,
                  progress: bool = True) -> dict[str, list]:
-    """Every head's raw scores of its examples (`Modeling.teacher_scores`); heads whose encoded
+    """Every head's raw scores of its examples (`Distilling.teacher_scores`); heads whose encoded
     inputs are identical share one encoder pass."""
     tokenizer = teacher.encoder.tokenizer
     jobs = []
@@ -143,7 +144,7 @@ def teacher_pass(teacher: BertHeads, examples: dict[str, list], batch_size: int 
         heads = [job[0] for job in group]
         outputs.update(run_heads(teacher, group[0][2], heads, batch_size,
                                  progress="teacher" if progress else None) if group[0][2] else {h: [] for h in heads})
-    return {name: task.modeling.teacher_scores(outputs[name], owner, examples[name], features)
+    return {name: Distilling.of(task).teacher_scores(outputs[name], owner, examples[name], features)
             for name, task, features, owner, _ in jobs}
 
 
@@ -208,7 +209,7 @@ def distill_model(files: DistillData, out: str | Path | None, settings: TrainSet
         how = recipe_of(settings)
         students = {}
         for name, t in teacher.tasks.items():
-            spec = t.modeling.student_spec()
+            spec = Distilling.of(t).student_spec()
             fit_max_length(spec, encoder, given=False)
             students[name] = type(t)(spec, None)
         unlabelled = {name: s.reading.read(files.data, need_labels=False) for name, s in students.items()}
@@ -220,14 +221,14 @@ def distill_model(files: DistillData, out: str | Path | None, settings: TrainSet
         data = []
         for name, student in students.items():
             tokenizer = encoder.tokenizer
-            features = student.modeling.soft_targets(unlabelled[name], scores[name], tokenizer, with_labels=False)
+            features = Distilling.of(student).soft_targets(unlabelled[name], scores[name], tokenizer, with_labels=False)
             labelled, dev, held = list(range(len(gold.get(name, ())))), None, 0
             if files.train and files.dev is None and (count := holdout_size(len(labelled), holdout_share(settings, how))):
                 random.Random(settings.seed).shuffle(labelled)
                 held_out, labelled = sorted(labelled[:count]), sorted(labelled[count:])
                 dev, held = [gold[name][i] for i in held_out], count
             if labelled:
-                features += student.modeling.soft_targets([gold[name][i] for i in labelled],
+                features += Distilling.of(student).soft_targets([gold[name][i] for i in labelled],
                                                           [gold_scores[name][i] for i in labelled], tokenizer,
                                                           with_labels=True)
                 student.spec.trained_counts = student.scoring.class_counts([gold[name][i] for i in labelled])
@@ -235,7 +236,7 @@ def distill_model(files: DistillData, out: str | Path | None, settings: TrainSet
                 dev = student.reading.read(files.dev, need_labels=True)
             if not features:
                 raise UserError(f"{files.data}: no usable inputs for head {name!r}")
-            loss = partial(student.modeling.distill_loss, temperature=chosen.soft_temperature,
+            loss = partial(Distilling.of(student).loss, temperature=chosen.soft_temperature,
                            soft_weight=chosen.soft_weight)
             data.append(TaskData(name, student, features, dev, files.dev,
                                  examples=len(unlabelled[name]) + len(gold.get(name, ())), held_out=held, loss=loss))
