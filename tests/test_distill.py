@@ -30,7 +30,7 @@ def teacher(tiny_bert, tmp_path_factory):
     """A tiny classify teacher trained for a few steps, and unlabelled and labelled files."""
     d = tmp_path_factory.mktemp("distill")
     (d / "train.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in sentences(24)))
-    (d / "pool.txt").write_text("".join(f"{t}\n" for t, _ in sentences(20, offset=100)))
+    (d / "pool.txt").write_text("".join(f"{t}\n" for t, _ in sentences(12, offset=100)))
     bertheads.train("classify", str(d / "train.tsv"), str(d / "train.tsv"), d / "teacher", model=tiny_bert,
                     settings=bertheads.TrainSettings(**FAST))
     return d
@@ -59,7 +59,8 @@ def test_classify_student_agrees_with_its_teacher_and_is_a_normal_model_folder(t
     passes = counting(monkeypatch)
     before = {p.name: p.stat().st_mtime_ns for p in (d / "teacher").rglob("*")}
     student = bertheads.distill(d / "teacher", tmp_path / "student", data=str(d / "pool.txt"),
-                                train=str(d / "train.tsv"), dev=str(d / "train.tsv"), into=tiny_bert, **FAST)
+                                train=str(d / "train.tsv"), dev=str(d / "train.tsv"), into=tiny_bert,
+                                **{**FAST, "epochs": 5})
     assert len(passes) == 2  # the unlabelled file and the labelled one, once each
     tutor = bertheads.load(d / "teacher")
     held = [f"this {w} story" for w in GOOD + BAD] + [t for t, _ in sentences(6)]

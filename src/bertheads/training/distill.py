@@ -254,7 +254,7 @@ def distill_model(files: DistillData, out: str | Path | None, settings: TrainSet
                                     "soft_temperature": chosen.soft_temperature, "soft_weight": chosen.soft_weight},
                  "settings": run_record(files, chosen, settings, teacher)}
         log.info(f"distilling {len(data)} head{'s' * (len(data) > 1)} of {files.teacher} into {chosen.into}: "
-                 f"{sum(len(d.train_features) for d in data):,} features, {settings.epochs} epochs")
+                 f"{sum(len(d.train_features) for d in data):,} features, {settings.epochs} epoch{'s' * (settings.epochs > 1)}")
         result = fit(net, data, settings, out, evaluate_task, extra)
         return net, result
     finally:
