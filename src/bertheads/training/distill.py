@@ -17,11 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import pickle
 import random
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
+
+import numpy as np
 
 from bertheads.base.errors import UserError
 from bertheads.base.schema import check_given, convert, known_fields, names, said, setting, tagged
@@ -148,27 +149,55 @@ def teacher_pass(teacher: BertHeads, examples: dict[str, list], batch_size: int 
             for name, task, features, owner, _ in jobs}
 
 
+def pack(scores: dict[str, list]) -> dict[str, np.ndarray]:
+    """Scores as plain arrays for an `.npz` file (no pickle): each input's score is an array or
+    a tuple of arrays (or None), `HEAD/I/J` its J-th, with a JSON index of the shapes."""
+    arrays, index = {}, {}
+    for head, items in scores.items():
+        tuples = bool(items) and isinstance(items[0], tuple)
+        index[head] = {"count": len(items), "tuple": tuples, "width": len(items[0]) if tuples else 1}
+        for i, item in enumerate(items):
+            for j, part in enumerate(item if tuples else (item,)):
+                if part is not None:
+                    arrays[f"{head}/{i}/{j}"] = np.asarray(part)
+    arrays["index"] = np.asarray(json.dumps(index))
+    return arrays
+
+
+def unpack(data) -> dict[str, list]:
+    """`pack`'s arrays as scores again."""
+    index = json.loads(str(data["index"]))
+    scores = {}
+    for head, shape in index.items():
+        items = []
+        for i in range(shape["count"]):
+            parts = tuple(data[key] if (key := f"{head}/{i}/{j}") in data else None for j in range(shape["width"]))
+            items.append(parts if shape["tuple"] else parts[0])
+        scores[head] = items
+    return scores
+
+
 def cached_scores(teacher: BertHeads, path: str, examples: dict[str, list], chosen: DistillSettings,
                   progress: bool = True) -> dict[str, list]:
     """`teacher_pass` of a file's examples, read from the cache when this teacher scored this
-    file before (and written there when not)."""
+    file before (and written there when not; plain arrays, never a pickle)."""
     if not chosen.teacher_cache:
         return teacher_pass(teacher, examples, progress=progress)
-    where = cache_root(chosen.cache_dir) / "distill" / f"{teacher_key(teacher, path)}.pkl"
+    where = cache_root(chosen.cache_dir) / "distill" / f"{teacher_key(teacher, path)}.npz"
     if where.is_file():
         try:
-            with open(where, "rb") as f:
-                scores = pickle.load(f)
+            with np.load(where, allow_pickle=False) as data:
+                scores = unpack({key: data[key] for key in data.files})
             if set(scores) == set(examples) and all(len(scores[n]) == len(examples[n]) for n in examples):
                 log.info(f"the teacher's scores of {path}: from the cache ({where})")
                 return scores
-        except (OSError, EOFError, pickle.UnpicklingError, ValueError):
+        except (OSError, KeyError, ValueError):
             pass
         log.info(f"{where}: an unreadable cache entry, scored again")
     scores = teacher_pass(teacher, examples, progress=progress)
     try:
         with atomic_writer(where, "wb") as f:
-            pickle.dump(scores, f, protocol=pickle.HIGHEST_PROTOCOL)
+            np.savez(f, **pack(scores))
     except OSError as exc:
         log.warning(f"could not keep the teacher's scores in {where} ({exc})")
     return scores
