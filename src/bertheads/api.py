@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from bertheads.text.readers import carried_fields
 from bertheads.text.rows import as_rows, split_dataset
 from bertheads.training.audit import AuditResult, AuditSettings, audit_task
 from bertheads.training.config import MultiConfig, multi_task_manifest, read_config, run_settings, single_task
+from bertheads.training.distill import DistillData, DistillSettings, distill_model
 from bertheads.training.flags import convert_options, kind_options, task_class
 from bertheads.training.joint import train_tasks
 from bertheads.training.settings import TrainSettings
@@ -330,6 +332,24 @@ def train_multi(config: MultiConfig | str | Path, out: str | Path | None, model:
     with api_logging(settings.verbose):
         net, result = train_tasks(config, out, run.get("model") or "default", settings, run.get("limit"),
                                   cli_options, manifest, on_step=on_step, on_evaluate=on_evaluate)
+        return trained(net, out, result, settings)
+
+
+def distill(teacher: str | Path, out: str | Path | None, data: str | None = None, train: str | None = None,
+            dev: str | None = None, into: str = "default", settings: TrainSettings | None = None,
+            **options) -> Model:
+    """A student of the `teacher` model (every head) on the checkpoint `into`, trained on the
+    teacher's scores of the unlabelled `data` (and of `train`, whose gold labels it learns too),
+    saved to `out` as `train` saves a model (`bertheads distill`). `options`: the distillation's
+    settings (`DistillSettings`: soft_temperature, soft_weight, ...) and any training setting
+    (epochs, lr, ...: over `settings`); an unknown name is refused with the closest known one."""
+    given = check_given(options, DistillSettings, TrainSettings)
+    chosen = from_mapping(DistillSettings, {"into": into, **{k: v for k, v in given.items()
+                                                              if k in names(DistillSettings)}})
+    settings = replace(settings or TrainSettings(), **{k: v for k, v in given.items() if k in names(TrainSettings)})
+    files = DistillData(str(teacher), data, train, dev)
+    with api_logging(settings.verbose):
+        net, result = distill_model(files, out, settings, chosen)
         return trained(net, out, result, settings)
 
 

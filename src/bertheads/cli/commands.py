@@ -7,11 +7,11 @@ import logging
 import os
 from pathlib import Path
 
-from bertheads.api import audit, combine, load, train_multi
+from bertheads.api import audit, combine, distill, load, train_multi
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine, resolve_device, runtimes, training_precision
-from bertheads.base.schema import vars_for
+from bertheads.base.schema import names, said, vars_for
 from bertheads.engines.ray_job import SUMMARY, EngineSettings, ray_predict
 from bertheads.export.gate import export_checked, gate_model
 from bertheads.export.hf import export_hf
@@ -26,6 +26,7 @@ from bertheads.tasks import inference_options
 from bertheads.text.readers import check_input_file
 from bertheads.training.audit import AuditSettings
 from bertheads.training.config import read_config, single_task
+from bertheads.training.distill import CONFIG_GROUPS, read_distill_config
 from bertheads.training.flags import (
     given_settings,
     settings_from,
@@ -34,6 +35,7 @@ from bertheads.training.flags import (
 from bertheads.training.settings import TrainSettings, recipe_of
 
 log = logging.getLogger("bertheads")
+DISTILL_NAMES = {n for group in CONFIG_GROUPS for n in names(group)}
 
 
 
@@ -83,6 +85,21 @@ def cmd_train_multi(args) -> int:
         config.temperature = args.temperature
     model = train_multi(config, args.out, **given_settings(args))
     report_saved(model, args.out, heads=True)
+    return 0
+
+
+def cmd_distill(args) -> int:
+    """`distill TEACHER --data F --out DIR` (or a config file, flags given over it)."""
+    given = {**(read_distill_config(args.config) if getattr(args, "config", None) else {}),
+             **{k: v for k, v in vars(args).items() if k in DISTILL_NAMES and v is not None}}
+    out = getattr(args, "out", None)
+    if out is None:
+        raise UserError(f"distill: {said('out')} DIR is required (the student's model directory to write)")
+    if not given.get("teacher"):
+        raise UserError("distill: give the TEACHER model directory (or 'teacher' in --config)")
+    teacher = given.pop("teacher")
+    model = distill(teacher, out, **given)
+    report_saved(model, out, heads=len(model.heads) > 1)
     return 0
 
 

@@ -8,6 +8,7 @@ import argparse
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from bertheads import __version__
 from bertheads.base.runtimes import choices as runtime_choices
@@ -18,6 +19,7 @@ from bertheads.cli.commands import (
     cmd_audit,
     cmd_calibrate,
     cmd_combine,
+    cmd_distill,
     cmd_env,
     cmd_evaluate,
     cmd_export,
@@ -40,6 +42,7 @@ from bertheads.inference.stream import StreamSettings
 from bertheads.serve.settings import Address, ServeSettings
 from bertheads.tasks import TASKS, inference_flags, input_formats
 from bertheads.training.audit import AuditSettings
+from bertheads.training.distill import DistillData, DistillSettings
 from bertheads.training.flags import HEAD_FLAGS, accept_layer_lists, add_kind_flags, add_training_flags
 from bertheads.training.settings import TrainSettings
 from bertheads.training.tune import TuneSettings
@@ -112,6 +115,7 @@ class Command:
 
 READ = (Group(cli.SavedModel),)
 RUNTIME = Group(RuntimeSettings, now=lambda: {"choices": {"runtime": runtime_choices()}})
+SUPPRESS = partial(dict, suppress=True)  # flags not given leave no value: a config file's stand
 STREAM = ("chunk_size", "batch_size", "skip_bad_lines")
 
 COMMANDS = (
@@ -150,6 +154,14 @@ COMMANDS = (
                         "trains them on the features cache in seconds), predict the fold each left out, and rank "
                         "the rows whose given label those predictions dispute (cleanlab's confident learning). "
                         "Writes OUT/issues.jsonl and OUT/summary.json."),
+    Command("distill", "a smaller student with a model's heads, trained on its scores of unlabelled inputs",
+            cmd_distill,
+            (Group(DistillData, now=SUPPRESS), Group(cli.DistillFiles), Group(DistillSettings, now=SUPPRESS)),
+            more=lambda p: add_flags(p, TrainSettings, suppress=True),  # (not given: the config's)
+            description="Score --data (and --train) with the TEACHER model, every head from one pass per input "
+                        "(the scores kept in the cache), and train a student with the same heads on --into: the "
+                        "teacher's scores at --soft-temperature, and the gold labels of --train where given "
+                        "(docs/distill.md). The student is a model folder as `train` writes one."),
     Command("select", "the unlabelled inputs most worth labelling next (margin, entropy or diverse)", cmd_select,
             (*READ, Group(cli.SelectFiles), Group(cli.Head), Group(SelectSettings), Group(StreamSettings, ("batch_size",)), RUNTIME)),
     Command("env", "this machine: CPU flags, GPUs, runtimes, and what --device/--precision auto pick", cmd_env,

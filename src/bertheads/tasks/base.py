@@ -33,6 +33,7 @@ from bertheads.encoder.layers import COMBINES
 from bertheads.tasks.options import NoOptions, Options, option
 from bertheads.tasks.parts import (
     CardText,
+    Distilling,
     Exporting,
     Judging,
     Modeling,
@@ -51,7 +52,7 @@ CALIBRATING = ("predict", "evaluate", "analyze", "serve")  # the commands that m
 # enough that logits divided by one stay finite numbers (1e-300 gives NaN scores, -1 flips every label)
 SAVED_TEMPERATURES = (1e-3, 1e3)
 
-__all__ = ["TASKS", "CardText", "Exporting", "HeadSettings", "Judging", "Modeling", "NoOptions", "Parts",
+__all__ = ["TASKS", "CardText", "Distilling", "Exporting", "HeadSettings", "Judging", "Modeling", "NoOptions", "Parts",
            "Publishing", "Reading", "SavedValue", "Scoring", "Task", "TextInput", "copy_linear", "finite", "init_linear",
            "option", "softmax", "unique_values"]
 

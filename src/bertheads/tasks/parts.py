@@ -10,6 +10,7 @@ Judging     its decoding and metric: head outputs -> predictions and metrics    
 Scoring     what its scores mean: calibration, abstention, audit and select     KIND/judging.py
 Publishing  what it shows: GET /heads, the report, the model card, typed columns  KIND/publishing.py
 Exporting   how `export --to hf` (and the ONNX graph) hold it                     KIND/publishing.py
+Distilling  what a student of it learns from it as a teacher (optional)        KIND/distilling.py
 ```
 """
 
@@ -24,7 +25,7 @@ import torch
 from torch import nn
 
 from bertheads.base.errors import UserError
-from bertheads.base.schema import said
+from bertheads.base.schema import said, to_dict
 from bertheads.tasks.calibration import Temperature
 from bertheads.tasks.forms import TEXT, InputForm
 from bertheads.tasks.options import NoOptions
@@ -430,6 +431,44 @@ class Exporting(Part):
         return None if t in (None, 1.0) else f"temperature {t:g} not folded: the pipeline's scores are not bertheads'"
 
 
+class Distilling(Part):
+    """How a student of this head learns from a teacher (`training/distill.py`): the student's
+    spec, the teacher's scores in a form no tokenizer shapes, the targets they give the
+    student's own features, and the loss. A kind that writes none cannot be distilled. A task
+    does not hold one: distillation makes it, `Distilling.of(task)`."""
+
+    @classmethod
+    def of(cls, task) -> Distilling:
+        """The distilling part of `task`'s kind, holding the task."""
+        return type(task).parts.distilling(task)
+
+    def student_spec(self) -> Any:
+        """A copy of this head's spec for a student on another encoder: what the data settled
+        (labels, tags, ...) kept; what the encoder or a fit settled (layers, head layout,
+        temperature) left to settle again."""
+        spec = type(self.spec).from_saved(to_dict(self.spec))
+        spec.mode, spec.layers, spec.combine, spec.head_family = "finetune", [-1], "concat", None
+        spec.temperature, spec.trained_counts = None, {}
+        return spec
+
+    def teacher_scores(self, outputs: list, owner: list[int], examples: list, features: list) -> list:
+        """A teacher's raw scores of each example from its features' outputs, in a form that
+        does not depend on its tokenizer (what distillation caches and a student's tokens read)."""
+        raise UserError(f"{self.task.kind} heads cannot be distilled")
+
+    def soft_targets(self, examples: list, scores: list, tokenizer, with_labels: bool) -> list[dict]:
+        """A student's training features for `examples`, each carrying the teacher's `scores`
+        mapped onto its own tokens (and the gold labels `with_labels`)."""
+        raise UserError(f"{self.task.kind} heads cannot be distilled")
+
+    def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor], temperature: float,
+             soft_weight: float) -> torch.Tensor:
+        """The student's loss on a batch of `soft_targets` features: the teacher's scores at
+        `temperature`, with the gold labels where a feature has them (`soft_weight`: the
+        teacher's share there)."""
+        raise UserError(f"{self.task.kind} heads cannot be distilled")
+
+
 @dataclass(frozen=True)
 class Parts:
     """What a kind is made of: the class of each part its tasks hold, and its call options
@@ -442,6 +481,7 @@ class Parts:
     publishing: type[Publishing] = Publishing
     exporting: type[Exporting] = Exporting
     options: type = NoOptions
+    distilling: type[Distilling] = Distilling  # (a kind that writes none cannot be distilled)
 
 
 def set_labels(config, labels: list[str]) -> None:

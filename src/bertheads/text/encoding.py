@@ -124,7 +124,8 @@ def encode_windows(
 
 
 def collate(features: Sequence[Feature], pad_id: int, label_pad: int = -100) -> dict[str, torch.Tensor]:
-    """Pad a batch to its longest member. Token-aligned list fields are padded with `label_pad`.
+    """Pad a batch to its longest member. Token-aligned list fields (`tok_*`) are padded with
+    `label_pad`, token-aligned rows of numbers (`soft_tok_*`) with zeros.
 
     Rows are filled in NumPy and handed to torch once per field (a tensor per row costs more
     than the model's small operations on short inputs)."""
@@ -145,7 +146,13 @@ def collate(features: Sequence[Feature], pad_id: int, label_pad: int = -100) -> 
         if key in batch or key == "offset_mapping" or key.startswith("_"):
             continue
         values = [f[key] for f in features]
-        if key.startswith("tok_"):  # one value per token: pad to the batch length
+        if key.startswith("soft_tok_"):  # a row of numbers per token (a teacher's scores): zeros pad
+            rows = [np.asarray(v, dtype=np.float32) for v in values]
+            t = np.zeros((n, longest, rows[0].shape[-1]), dtype=np.float32)
+            for i, v in enumerate(rows):
+                t[i, : len(v)] = v
+            batch[key] = torch.from_numpy(t)
+        elif key.startswith("tok_"):  # one value per token: pad to the batch length
             t = np.full((n, longest), label_pad, dtype=np.int64)
             for i, v in enumerate(values):
                 t[i, : len(v)] = v

@@ -75,6 +75,7 @@ class TaskData:
     extra: dict = field(default_factory=dict)
     examples: int = 0  # training examples given (before a held-out slice)
     held_out: int = 0  # ... of which held out as the dev set (no dev file)
+    loss: object = None  # the training loss `(logits, batch)` when not the kind's (distillation's)
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -212,7 +213,7 @@ def train_step(run: Run, data: list[TaskData], settings: TrainSettings, t: int, 
                     batch = collate([d.train_features[i] for i in part], run.pad_id)
                     batch = to_device(batch, device)
                     logits = float_outputs(run.wrapped(batch, [d.name])[d.name])
-            loss = d.task.modeling.loss(logits, batch)
+            loss = (d.loss or d.task.modeling.loss)(logits, batch)
             share = len(part) / len(idx)
             run.accelerator.backward(loss if len(parts) == 1 else loss * share)
         total += loss.detach().float() * share

@@ -17,6 +17,7 @@ from bertheads.base.schema import said
 from bertheads.base.values import fraction
 from bertheads.encoder.layers import POOLINGS
 from bertheads.tasks.base import Parts, Task, option
+from bertheads.tasks.classify.distilling import ClassifyDistilling
 from bertheads.tasks.classify.formats import check_label_names, infer_labels, normalise_label, read_file
 from bertheads.tasks.classify.head import ClassifyHead, ClassifyModeling
 from bertheads.tasks.classify.judging import ClassifyJudging, ClassifyScoring
@@ -41,7 +42,7 @@ class ClassifyTask(Task):
     spec_type = ClassifySpec
     help = "labels or scores for a text or a text pair, read from [CLS] (or the tokens' mean or max)"
     parts = Parts(ClassifyReading, ClassifyModeling, ClassifyJudging, ClassifyScoring, ClassifyPublishing,
-                  ClassifyExporting, options=ClassifyOptions)
+                  ClassifyExporting, options=ClassifyOptions, distilling=ClassifyDistilling)
 
     @classmethod
     def build(cls, spec: ClassifySpec, encoder, pooler_state=None) -> ClassifyTask:

@@ -25,6 +25,7 @@ from bertheads.base.errors import UserError
 from bertheads.base.schema import said
 from bertheads.tasks.base import Parts, Task, option
 from bertheads.tasks.families import copy_start, settle_family
+from bertheads.tasks.qa.distilling import QADistilling
 from bertheads.tasks.qa.formats import read_examples
 from bertheads.tasks.qa.head import QAHead, QAModeling
 from bertheads.tasks.qa.judging import QAJudging, QAScoring
@@ -48,7 +49,8 @@ class QATask(Task):
     kind = "qa"
     spec_type = QASpec
     help = "answer spans in a passage for a question (SQuAD v1.1 / v2.0)"
-    parts = Parts(QAReading, QAModeling, QAJudging, QAScoring, QAPublishing, QAExporting, options=QAOptions)
+    parts = Parts(QAReading, QAModeling, QAJudging, QAScoring, QAPublishing, QAExporting, options=QAOptions,
+                  distilling=QADistilling)
 
     @classmethod
     def build(cls, spec: QASpec, encoder, pooler_state=None) -> QATask:

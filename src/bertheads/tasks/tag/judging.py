@@ -50,6 +50,16 @@ class TagJudging(Judging):
     def collect(self, feature_outputs: list[np.ndarray], owner: list[int], examples, features) -> list[WordScores]:
         """One row of tag scores per word: from the example's only window, or from the window
         where the word's first piece has the most context."""
+        rows, spans = self.word_rows(feature_outputs, owner, examples, features)
+        t = self.task.scoring.temperature()  # the calibrated scores (the argmax, so every tag, is the same)
+        probs = softmax(np.concatenate(rows).astype(np.float32) / np.float32(t)) if rows else np.zeros((0, len(self.spec.tags)))
+        parts = np.split(probs, np.cumsum([len(r) for r in rows])[:-1])
+        return [WordScores(p, s) for p, s in zip(parts, spans)]
+
+    def word_rows(self, feature_outputs: list[np.ndarray], owner: list[int], examples, features
+                  ) -> tuple[list[np.ndarray], list]:
+        """Each example's raw tag logits per word (its first piece's, from the window where it
+        has the most context) and, for raw text, its words' character spans."""
         groups: list[list[int]] = [[] for _ in examples]
         for i, k in enumerate(owner):
             groups[k].append(i)
@@ -75,10 +85,7 @@ class TagJudging(Judging):
                 raise ValueError(f"example {k}: {len(chosen)} predictions for {n_words} words")
             rows.append(chosen)
             spans.append(head.get("_spans"))
-        t = self.task.scoring.temperature()  # the calibrated scores (the argmax, so every tag, is the same)
-        probs = softmax(np.concatenate(rows).astype(np.float32) / np.float32(t)) if rows else np.zeros((0, len(self.spec.tags)))
-        parts = np.split(probs, np.cumsum([len(r) for r in rows])[:-1])
-        return [WordScores(p, s) for p, s in zip(parts, spans)]
+        return rows, spans
 
     def predicted_tags(self, outputs: list[WordScores]) -> list[list[str]]:
         return [[self.spec.tags[i] for i in o.probs.argmax(-1).tolist()] for o in outputs]

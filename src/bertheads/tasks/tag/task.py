@@ -20,6 +20,7 @@ from bertheads.base.errors import UserError, where
 from bertheads.base.schema import said
 from bertheads.tasks.base import Parts, Task
 from bertheads.tasks.families import copy_start, settle_family
+from bertheads.tasks.tag.distilling import TagDistilling
 from bertheads.tasks.tag.formats import read_tagged
 from bertheads.tasks.tag.head import TagHead, TagModeling, special_layout
 from bertheads.tasks.tag.judging import TagJudging, TagScoring
@@ -33,7 +34,7 @@ class TagTask(Task):
     kind = "tag"
     spec_type = TagSpec
     help = "one tag per word (NER, chunking) from the token states; entities with offsets"
-    parts = Parts(TagReading, TagModeling, TagJudging, TagScoring, TagPublishing, TagExporting)
+    parts = Parts(TagReading, TagModeling, TagJudging, TagScoring, TagPublishing, TagExporting, distilling=TagDistilling)
 
     @classmethod
     def build(cls, spec: TagSpec, encoder, pooler_state=None) -> TagTask:
