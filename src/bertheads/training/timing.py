@@ -19,6 +19,9 @@ from bertheads.base.errors import UserError
 from bertheads.base.machine import DTYPES, resolve_device, training_precision
 from bertheads.base.schema import said
 from bertheads.base.values import said_seconds
+from bertheads.compute.runner import run_heads
+from bertheads.compute.states import EncoderStates
+from bertheads.encoder.layers import normalise_layers
 from bertheads.text.encoding import encoder_batch
 from bertheads.training.contrastive import make_pairs
 from bertheads.training.resolve import SettledRun, settle_run
@@ -57,9 +60,10 @@ class Option:
 
 def measure(encoder, data: list, settings: TrainSettings) -> Rates:
     """Time a batch of the first training texts of the largest task through `encoder` in the
-    precision each takes (caching and evaluation in fp32, training in the run's): once to warm
-    up, then `TIMED_PASSES` times, forwards alone and forwards and backwards (no step taken, no
-    random numbers drawn, every gradient cleared after)."""
+    precision and way each takes: forwards as caching and evaluation run (`inference_seconds`),
+    forwards and backwards in the run's precision as a step does, once to warm up, then
+    `TIMED_PASSES` times (the median; no step taken, no random numbers drawn, every gradient
+    cleared after)."""
     largest = max(data, key=lambda d: len(d.train_features))
     features = largest.train_features[:WARM_TEXTS]
     device = resolve_device(settings.device)
@@ -72,33 +76,41 @@ def measure(encoder, data: list, settings: TrainSettings) -> Rates:
     was_training = encoder.training
     encoder.eval()  # (no dropout: the same work, no random numbers drawn)
 
-    def passes(backward: bool) -> float:
+    def passes() -> float:
         """The median seconds of `TIMED_PASSES` passes, after one untimed (its set-up paid)."""
         seconds = []
         for _ in range(TIMED_PASSES + 1):
             start = time.perf_counter()
-            with torch.autocast(device.type, dtype=autocast) if autocast and backward else nullcontext():
+            with torch.autocast(device.type, dtype=autocast) if autocast else nullcontext():
                 states = encoder(*inputs)
-            if backward:
-                states.float().square().mean().backward()
+            states.float().square().mean().backward()
             seconds.append(time.perf_counter() - start)
         return statistics.median(seconds[1:])
 
     try:
-        with torch.no_grad():
-            forward = passes(False)
+        forward = inference_seconds(encoder, largest.train_features[:2 * WARM_TEXTS], device)
         params = list(encoder.parameters())
         wanted = [p.requires_grad for p in params]
         try:
             encoder.requires_grad_(True)
-            train = passes(True)
+            train = passes()
         finally:
             for p, w in zip(params, wanted):
                 p.grad = None
                 p.requires_grad_(w)
     finally:
         encoder.train(was_training)
-    return Rates(forward / len(features), train / len(features))
+    return Rates(forward, train / len(features))
+
+
+def inference_seconds(encoder, features: list, device) -> float:
+    """Seconds per text through the encoder as caching and evaluation run (`run_heads`: fp32,
+    batches side by side on a CPU's threads), after one untimed pass."""
+    runner = EncoderStates(encoder, normalise_layers((-1,), encoder.info.num_layers), ["mean"], device)
+    run_heads(runner, features[: len(features) // 4 or 1], ["mean"], len(features) // 4 or 1)
+    start = time.perf_counter()
+    run_heads(runner, features, ["mean"], len(features) // 4 or 1)
+    return (time.perf_counter() - start) / len(features)
 
 
 def pair_count(data: list, settings: TrainSettings) -> int:
