@@ -208,6 +208,6 @@ def plan(run: SettledRun, data: list, encoder, continuing: bool = False,
     if budget is None:
         return run, None, time_line(chosen, choices)
     if not run.mode_left:
-        note = f"{said('time_budget')}: the {said('mode')} given is kept ({stage_text(chosen)} here)"
+        note = f"{said('time_budget')} {said_seconds(budget)}: the {said('mode')} given is kept ({stage_text(chosen)} here)"
         return run, note, None
     return chosen.run, budget_text(chosen, choices, budget), time_line(chosen, choices)
