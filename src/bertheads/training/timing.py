@@ -32,6 +32,10 @@ log = logging.getLogger("bertheads")
 WARM_TEXTS = 16  # training texts in the timed batch
 TIMED_PASSES = 3  # ... timed this often (the median: a shared machine's load moves)
 SAY_OVER = 60.0  # the estimate is said when the stages take longer than this many seconds
+# a text forwards and backwards costs at most this many times its inference pass (a first guess from
+# the inference pass alone: under it a run is clearly short, and the training passes are not timed;
+# measured 12 to 18 on a loaded 2-core CPU in bf16, 3 to 4 where a step is as efficient as inference)
+TRAIN_OVER_FORWARD = 25
 
 
 @dataclass(frozen=True)
@@ -58,18 +62,17 @@ class Option:
         return sum(self.stages.values())
 
 
-def measure(encoder, data: list, settings: TrainSettings) -> Rates:
+def measure(encoder, data: list, settings: TrainSettings, forward: float | None = None) -> Rates:
     """Time a batch of the first training texts of the largest task through `encoder` in the
     precision and way each takes: forwards as caching and evaluation run (`inference_seconds`),
     forwards and backwards in the run's precision as a step does, once to warm up, then
     `TIMED_PASSES` times (the median; no step taken, no random numbers drawn, every gradient
-    cleared after)."""
+    cleared after). `forward`: the inference rate, already timed."""
     largest = max(data, key=lambda d: len(d.train_features))
     features = largest.train_features[:WARM_TEXTS]
     device = resolve_device(settings.device)
     precision = training_precision(settings.precision, device)[0]
     autocast = DTYPES.get(precision) if precision in ("bf16", "fp16") else None
-    encoder.model  # noqa: B018  (a lazy encoder's weights load now)
     encoder.to(device)
     batch = encoder_batch(features, encoder.tokenizer.pad_token_id or 0, device)
     inputs = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
@@ -88,7 +91,7 @@ def measure(encoder, data: list, settings: TrainSettings) -> Rates:
         return statistics.median(seconds[1:])
 
     try:
-        forward = inference_seconds(encoder, largest.train_features[:2 * WARM_TEXTS], device)
+        forward = forward or inference_seconds(encoder, data, device)
         params = list(encoder.parameters())
         wanted = [p.requires_grad for p in params]
         try:
@@ -103,9 +106,13 @@ def measure(encoder, data: list, settings: TrainSettings) -> Rates:
     return Rates(forward, train / len(features))
 
 
-def inference_seconds(encoder, features: list, device) -> float:
+def inference_seconds(encoder, data: list, device) -> float:
     """Seconds per text through the encoder as caching and evaluation run (`run_heads`: fp32,
-    batches side by side on a CPU's threads), after one untimed pass."""
+    batches side by side on a CPU's threads), after one untimed pass, on the first training
+    texts of the largest task."""
+    encoder.model  # noqa: B018  (a lazy encoder's weights load now)
+    encoder.to(device)
+    features = max(data, key=lambda d: len(d.train_features)).train_features[:2 * WARM_TEXTS]
     runner = EncoderStates(encoder, normalise_layers((-1,), encoder.info.num_layers), ["mean"], device)
     run_heads(runner, features[: len(features) // 4 or 1], ["mean"], len(features) // 4 or 1)
     start = time.perf_counter()
@@ -196,12 +203,17 @@ def plan(run: SettledRun, data: list, encoder, continuing: bool = False,
          rates: Rates | None = None) -> tuple[SettledRun, str | None, str | None]:
     """The run to make under its settings' time budget, what the chosen line adds (with a
     budget) and the time line after it. The warm-up is skipped for a features-mode run without
-    a budget (its one long stage, caching, may not run at all: the cache may hold it)."""
+    a budget (its one long stage, caching, may not run at all: the cache may hold it), and after
+    the inference pass alone for a run that is clearly short (`TRAIN_OVER_FORWARD`)."""
     budget = run.given.time_budget
     if budget is None and run.mode == "features":
         return run, None, None
     if rates is None:
-        rates = measure(encoder, data, run.settings)
+        forward = inference_seconds(encoder, data, resolve_device(run.settings.device))
+        guess = Rates(forward, TRAIN_OVER_FORWARD * forward)
+        if budget is None and sum(stages(run, data, guess).values()) < SAY_OVER:
+            return run, None, None  # clearly short: nothing to say, the training passes not timed
+        rates = measure(encoder, data, run.settings, forward)
     choices = options(run, data, rates, continuing) if budget is not None or run.mode_left else \
         [Option(run, stages(run, data, rates))]
     chosen = pick(choices, budget)
