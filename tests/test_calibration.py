@@ -467,3 +467,26 @@ def test_null_answers_calibrated_apart_keep_every_decision():
     params = (apart["temperature"], tuple(apart["null_scaling"]))
     conf, right = NullScaled().pairs(logits, gold, params)
     assert (right == (logits.argmax(-1) == gold)).all() and abs(conf[decided].mean() - 0.5) < 0.05
+
+
+def test_calibrate_select_and_analyze_logged_to_a_file_report_progress(classifier, tmp_path, capsys, monkeypatch):
+    """Where no bar is drawn (stderr a file), the stages after training report as the epochs do:
+    done of all, rate and time left; on the command line and from Python."""
+    from bertheads.base import progress
+
+    monkeypatch.setattr(progress, "LOG_LINE_SECONDS", 0.0)  # a line at every step, no waiting
+    monkeypatch.setattr(progress, "LOG_FIRST_SECONDS", 0.0)
+    d, model = classifier
+    (tmp_path / "pool.txt").write_text("".join(f"a film {i}\n" for i in range(20)))
+    assert main(["calibrate", str(d / "model"), "--data", str(d / "dev.tsv"), "--out", str(tmp_path / "c")]) == 0
+    assert main(["select", str(d / "model"), "--pool", str(tmp_path / "pool.txt"), "-k", "2", "--out",
+                 str(tmp_path / "s.jsonl")]) == 0
+    assert main(["analyze", str(d / "model"), "--input", str(tmp_path / "pool.txt"), "--output",
+                 str(tmp_path / "a.jsonl")]) == 0
+    err = capsys.readouterr().err
+    for said in ("calibrate classify: 128/128 ex, ", "select classify: 20/20 inputs, ", "analyze: 20/20 lines, "):
+        line = next((x for x in err.splitlines() if said in x), None)
+        assert line is not None, (said, err)
+        assert "/s, " in line and "ETA " in line
+    model.calibrate(str(d / "dev.tsv"), tmp_path / "c2")  # from Python: bertheads' lines on stderr
+    assert "calibrate classify: 128/128 ex, " in capsys.readouterr().err

@@ -184,3 +184,43 @@ def test_several_kinds_fine_tune_unless_every_table_agrees(tiny_bert, tmp_path, 
     assert "fine-tuning" in line and "features" not in line and "contrastive" not in line
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert {task.get("mode", config.get("mode")) for task in config["tasks"].values()} == {"finetune"}
+
+
+def test_the_time_estimate_and_a_budget_that_takes_the_best_mode_that_fits(tiny_bert, sentences, tmp_path, capsys,
+                                                                          monkeypatch):
+    """The warm-up's rates are given here (1 s a text forwards and backwards, 0.01 s forwards): the
+    recipe's contrastive mode (32 pairs: 64 s, caching 0.8 s) is said to take over a minute, with
+    features mode and its measured cost; a budget under it takes features mode, one over it keeps
+    contrastive, and the chosen line says why."""
+    from bertheads.base.values import duration
+    from bertheads.training import timing
+
+    monkeypatch.setenv("BERTHEADS_RECIPE", "auto")
+    monkeypatch.setattr(timing, "measure", lambda *_: timing.Rates(forward=0.01, train=1.0))
+    assert [duration(x) for x in ("90", "90s", "5m", "1.5h")] == [90, 90, 300, 5400]
+    args = ["train", "classify", "--train", sentences, "--dev", sentences, "--model", tiny_bert, "--epochs", "1",
+            "--pairs", "32", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "m"), "--time-budget", "1m"]) == 0
+    lines = [x.removeprefix("bertheads: ") for x in capsys.readouterr().err.splitlines()]
+    chosen = next(x for x in lines if "training examples:" in x)
+    assert chosen.startswith("40 training examples: --mode features") and chosen.endswith(
+        "; --time-budget 1 min: the best that fits (about 1 s here, 3.3 points lower than --mode contrastive on "
+        "SST-2 at 200 rows, 5 seeds; --mode contrastive about 1 min 5 s (contrastive tuning 1 min 4 s) would not)")
+    assert yaml.safe_load((tmp_path / "m" / "config.yaml").read_text())["mode"] == "features"
+    # no budget: the recipe's mode, its estimate and the faster mode with its cost in the line after
+    from bertheads.encoder.pretrained import Encoder
+    from bertheads.training.flags import kind_defaults
+    from bertheads.training.joint import read_data
+    from bertheads.training.resolve import settle_run
+    from bertheads.training.settings import TrainSettings
+
+    data = [read_data("classify", sentences, sentences, Encoder.load(tiny_bert, lazy=True), kind_defaults("classify"))]
+    run = settle_run(TrainSettings(pairs=32, epochs=1), data, how="auto")
+    choices = timing.options(run, data, timing.Rates(forward=0.01, train=1.0))
+    assert [(o.run.mode, round(o.seconds, 1)) for o in choices] == [("contrastive", 64.8), ("features", 0.8)]
+    assert timing.pick(choices, None) is choices[0] and timing.pick(choices, 120) is choices[0]
+    assert timing.pick(choices, 60) is choices[1] and timing.pick(choices, 0.1) is choices[1]  # none fits: the fastest
+    line = timing.time_line(choices[0], choices)  # (from Python: settings said as keywords)
+    assert line.startswith("time on this machine, from a timed warm-up: about 1 min 5 s (contrastive tuning 1 min 4 s); "
+                           "faster: mode='features': about 1 s, 3.3 points lower on SST-2 at 200 rows, 5 seeds")
+    assert timing.time_line(choices[1], choices) is None  # under a minute: nothing said

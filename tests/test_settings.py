@@ -145,7 +145,7 @@ def test_what_is_derived_stays_what_it_was():
     # a resume compares the same settings as before (checkpoints of earlier versions still resume)
     assert set(checkpoint.NOT_COMPARED) == {"progress", "resume", "overwrite", "save_every", "log_every",
                                             "tensorboard", "eval_batch_size", "track", "track_uri",
-                                            "track_experiment", "device", "verbose", "license"}
+                                            "track_experiment", "device", "verbose", "license", "time_budget"}
     assert set(tune.TRAINING_FLAGS) == {"lr", "batch_size", "epochs", "warmup_ratio", "weight_decay"}
     assert set(tune.WHERE_NOT_WHAT) == {"cache_dir", "cache_max_gb"}
     assert set(tune.searchable("classify")) >= {"lr", "mode", "max_length", "layers", "layer_combine", "text_column"}

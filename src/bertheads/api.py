@@ -108,7 +108,7 @@ class Model:
         with the label empty, are also written to `out` as JSON lines."""
         settings = from_mapping(SelectSettings, {"k": k, **options})
         rows = as_rows(pool, "pool") if records_given(pool) else None
-        with claimed_output(out, [pool], self.folders(), "select", flag="out"):
+        with claimed_output(out, [pool], self.folders(), "select", flag="out"), api_logging(self.verbose):
             return select(self.net, self.head_name(head), rows or pool, settings, out, batch_size)
 
     def predict_file(self, path: str | None, head: str | None = None, fmt: str | None = None,
@@ -134,7 +134,7 @@ class Model:
         (atomically) or, without one, to `write` (default: stdout) a chunk at a time; under
         torchrun the processes share the chunks (see `bertheads.inference.stream`)."""
         name, task = self.bound(head, options)
-        with claimed_output(output, [path], self.folders()):
+        with claimed_output(output, [path], self.folders()), api_logging(self.verbose):
             return predict_stream(self.net, name, path, None if output is None else str(output), settings, fmt,
                                   write, task)
 
@@ -178,7 +178,8 @@ class Model:
         model's own folder is left as it is); the new model, loaded."""
         if self.directory is None:
             raise UserError("calibrate: the model is not saved; train it with an output directory")
-        recalibrate(self.directory, data, out, head, batch_size)
+        with api_logging(self.verbose):
+            recalibrate(self.directory, data, out, head, batch_size)
         return load(out, runtime="torch", precision="fp32")
 
     def report(self, data: str | None = None, out: str | Path | None = None, head: str | None = None,
@@ -203,7 +204,7 @@ class Model:
         """What `bertheads analyze` does: every head on each record of a file (or stream) of any
         size, a chunk at a time in input order, one JSON line each (see `inference.stream.analyze_stream`);
         `options`: inference options (`min_confidence`, ...), each given to the heads that take it."""
-        with claimed_output(output, [path], self.folders(), "analyze"):
+        with claimed_output(output, [path], self.folders(), "analyze"), api_logging(self.verbose):
             return analyze_stream(self.net, path, None if output is None else str(output), settings, write,
                                   **options)
 

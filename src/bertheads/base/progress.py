@@ -55,9 +55,11 @@ LOG_FIRST_SECONDS = 10.0  # ... the first one this soon
 class LogLines:
     """A stage's progress as log lines where no bar is drawn (`show` and not `bars_shown`): `due`
     says when the next one is (the first `LOG_FIRST_SECONDS` in, then every `LOG_LINE_SECONDS`),
-    `line` gives `NAME: 40/120 UNIT, 3.1 UNIT/s, 31.0 s, ETA 1 min 2 s` and counts it as shown."""
+    `line` gives `NAME: 40/120 UNIT, 3.1 UNIT/s, 31.0 s, ETA 1 min 2 s` and counts it as shown
+    (`total` None, a stream of unknown length: `NAME: 40 UNIT, 3.1 UNIT/s, 31.0 s`). `tick(done)`
+    logs that line when it is due."""
 
-    def __init__(self, name: str, total: int, unit: str = "batches", show: bool = True, start: int = 0) -> None:
+    def __init__(self, name: str, total: int | None, unit: str = "batches", show: bool = True, start: int = 0) -> None:
         self.name, self.total, self.unit, self.start = name, total, unit, start
         self.on = show and not bars_shown()
         self.started = time.perf_counter()
@@ -75,8 +77,15 @@ class LogLines:
         """The line at `done` of `total` (`figures`, such as `loss=0.21`, after the count)."""
         seconds = self.mark() - self.started
         rate = f"{(done - self.start) / max(seconds, 1e-9):.1f} {self.unit}/s"
+        if self.total is None:
+            return f"{self.name}: {done} {self.unit}, {figures + ', ' if figures else ''}{rate}, {seconds:.1f} s"
         left = eta(done - self.start, self.total - self.start, seconds)
         return f"{self.name}: {done}/{self.total} {self.unit}, {figures + ', ' if figures else ''}{rate}, {seconds:.1f} s, {left}"
+
+    def tick(self, done: int, figures: str = "") -> None:
+        """Log the line at `done` when one is due."""
+        if self.due():
+            log.info(self.line(done, figures))
 
 
 class OneLine(logging.Formatter):

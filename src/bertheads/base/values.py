@@ -52,3 +52,29 @@ def field_list(text: str) -> tuple[str, ...]:
     if not names:
         raise argparse.ArgumentTypeError(f"expected field names separated by commas, got {text!r}")
     return names
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600}
+
+
+def duration(text) -> float:
+    """Seconds from `300`, `90s`, `5m`, `5min` or `1.5h` (a positive amount)."""
+    raw = str(text).strip().lower()
+    unit = next((u for u in sorted(DURATION_UNITS, key=len, reverse=True) if raw.endswith(u)), "")
+    try:
+        value = float(raw[: len(raw) - len(unit)].strip()) * DURATION_UNITS.get(unit, 1)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a time such as 300, 90s, 5m or 1h, got {text!r}")
+    return value
+
+
+def said_seconds(seconds: float) -> str:
+    """A duration as a line says it: `40 s`, `4 min 10 s`, `1 h 5 min`."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min" + (f" {seconds % 60} s" if seconds % 60 and seconds < 600 else "")
+    return f"{seconds // 3600} h" + (f" {seconds % 3600 // 60} min" if seconds % 3600 // 60 else "")

@@ -219,7 +219,7 @@ def cmd_analyze(args) -> int:
     with claimed_output(args.output, [args.input, args.gate_data], [args.model_dir], "analyze"):
         check_input_file(getattr(args, "input", None))
         model = load(args.model_dir, **vars_for(RuntimeSettings, args))
-        settings = StreamSettings(**vars_for(StreamSettings, args), progress=False)
+        settings = StreamSettings(**vars_for(StreamSettings, args))  # (progress: log lines where no bar is drawn)
         options = given_options(args, "analyze")
         report = model.analyze_stream(args.input, args.output, settings=settings, **options)
     if report.skipped:

@@ -201,7 +201,7 @@ def timed(runner, name: str, examples: list, progress: str | None = None) -> tup
     runs at after its first batches. `progress` names a bar (where bars are drawn)."""
     outputs = head_outputs(runner, name, examples, progress=progress)
     start = time.perf_counter()
-    head_outputs(runner, name, examples)
+    head_outputs(runner, name, examples, progress=progress and f"{progress}, timed")
     return outputs, time.perf_counter() - start
 
 

@@ -39,6 +39,7 @@ from torch import nn
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
 from bertheads.base.machine import machine
+from bertheads.base.progress import LogLines
 from bertheads.base.schema import said
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.export.quiet import tools_quiet
@@ -355,9 +356,15 @@ def quantize_qdq(src: Path, dst: Path, batches: list[dict], settings: QdqSetting
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
             self.left = iter(batches)
+            self.done = 0
+            self.lines = LogLines("int8 QDQ calibration", len(batches), "batches")  # where no bar is drawn
 
         def get_next(self):
-            return next(self.left, None)
+            batch = next(self.left, None)
+            if batch is not None:
+                self.done += 1
+                self.lines.tick(self.done)
+            return batch
 
     heads, kept, excluded = kept_fp32(src, settings.keep_after_activation)
     quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=settings.per_channel,
@@ -415,14 +422,24 @@ def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_t
     say = log or (lambda _msg: None)
     net = bundle.load(directory)
     check_exportable(net)
+    with_openvino = openvino and importlib.util.find_spec("openvino") is not None
+    steps = ["the ONNX graph", "fusing and checking it", *(["the OpenVINO IR"] * with_openvino),
+             *(["int8"] * (quantize_to == "int8")), *(["int8 QDQ"] * bool(quantize_to == "int8" and calibration))]
+    lines = LogLines("export", len(steps), "steps")  # where no bar is drawn: at each step's start, when due
+
+    def step(done: int) -> None:
+        lines.tick(done, f"next: {steps[done]}" if done < len(steps) else "")
+
     with atomic_directory(out) as tmp, tools_quiet():
         started = time.perf_counter()
         fp32 = tmp / GRAPHS["fp32"]
         names = export_graph(net, fp32)
         say(f"exported {', '.join(names)} in {time.perf_counter() - started:.1f}s")
+        step(1)
         fusions = fuse(fp32)
         say("fused: " + ", ".join(f"{k} {v}" for k, v in fusions["ops"].items()))
         diff = max_difference(net, fp32)
+        step(2)
         if not diff <= CHECK_TOLERANCE:
             raise RuntimeError(f"the ONNX graph's outputs differ from torch's by {diff:.2e}")
         meta = {
@@ -439,7 +456,7 @@ def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_t
             "graphs": {"fp32": {"file": GRAPHS["fp32"], "fusions": fusions, "max_abs_diff_vs_torch": diff,
                                 "bytes": fp32.stat().st_size}},
         }
-        if openvino and importlib.util.find_spec("openvino") is not None:
+        if with_openvino:
             ir = tmp / GRAPHS["openvino"]
             try:
                 diff = export_openvino(net, ir)
@@ -457,12 +474,14 @@ def export_onnx(directory: str | Path, out: str | Path | None = None, quantize_t
                 ir.with_suffix(".bin").unlink(missing_ok=True)
                 logging.getLogger("bertheads").warning(
                     f"OpenVINO IR not written ({why}); {said('runtime', 'openvino')} reads the ONNX graph")
+            step(3)
         if quantize_to == "int8":
             int8 = tmp / GRAPHS["int8"]
             info = quantize(fp32, int8, Int8Settings())
             meta["graphs"]["int8"] = {"file": GRAPHS["int8"], "quantization": info, "bytes": int8.stat().st_size}
             say("int8: " + ", ".join(f"{k} {v}" for k, v in info["quantized_ops"].items())
                 + f"; {info['heads_kept_fp32']} head nodes kept in fp32")
+            step(3 + with_openvino)
             if calibration:
                 qdq = tmp / GRAPHS["qdq"]
                 declared = {i.name for i in session(fp32).get_inputs()}

@@ -37,7 +37,7 @@ def recalibrate(directory: str | Path, data: str, out: str | Path, head: str | N
         if not examples:
             raise UserError(f"{data}: no examples")
         task.spec.calibrate = True  # (a head trained with --no-calibrate gets one now)
-        outputs = head_outputs(net, name, examples, batch_size)
+        outputs = head_outputs(net, name, examples, batch_size, progress=f"calibrate {name}")
         results[name] = {**calibrate_head(task, outputs, examples, data), "fitted_on": str(data)}
     metrics = read_metrics(directory) or {}
     metrics["calibration"] = {**metrics.get("calibration", {}), **results}

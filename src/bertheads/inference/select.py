@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from bertheads.base.errors import UserError
+from bertheads.base.progress import LogLines
 from bertheads.base.schema import said, setting
 from bertheads.base.values import non_negative_int, positive_int
 from bertheads.compute.batching import INFERENCE_BATCH
@@ -27,7 +28,7 @@ from bertheads.encoder.layers import normalise_layers
 from bertheads.inference.path import head_outputs
 from bertheads.store.atomic import atomic_write_text
 from bertheads.store.guard import check_target
-from bertheads.text.readers import source_name
+from bertheads.text.readers import count_lines, source_name
 
 log = logging.getLogger("bertheads")
 
@@ -108,7 +109,7 @@ def pooled_vectors(net, task, examples: list, batch_size: int) -> np.ndarray:
                         f"gives the vectors")
     features, owner = task.modeling.encode_for_inference(examples, encoder.tokenizer)
     runner = EncoderStates(encoder, normalise_layers((-1,), encoder.info.num_layers), ["mean"])
-    rows = run_heads(runner, features, ["mean"], batch_size)["mean"]
+    rows = run_heads(runner, features, ["mean"], batch_size, progress="select: vectors of the candidates")["mean"]
     out = np.zeros((len(examples), rows[0].shape[-1]), dtype=np.float64)
     counts = np.zeros(len(examples))
     for r, k in zip(rows, owner):
@@ -164,14 +165,15 @@ def settled_strategy(task, settings: SelectSettings) -> tuple[str, dict[str, int
 
 
 def kept_candidates(net, name: str, examples, settings: SelectSettings, keep: int,
-                    batch_size: int) -> tuple[list[tuple[float, int, object]], int]:
+                    batch_size: int, total: int | None = None) -> tuple[list[tuple[float, int, object]], int]:
     """Score the pool a chunk at a time and keep only the `keep` best (score, position, example),
     best first, ties to the earlier input: memory holds a chunk and the kept ones, whatever the
     pool's size. `random` keeps those of the highest seeded uniform draws instead (a uniform
-    sample), each with its margin score."""
+    sample), each with its margin score. `total`: the pool's size where known (for the progress lines)."""
     task, rng = net.tasks[name], np.random.default_rng(settings.seed)
     kept: list[tuple] = []  # a min-heap on (key, -position)
     seen = 0
+    lines = LogLines(f"select {name}", total, "inputs")  # where no bar is drawn
     for chunk in chunked(examples, SCORE_CHUNK):
         units = task.scoring.uncertainty(head_outputs(net, name, chunk, batch_size))
         scores = entropy_scores(units) if settings.strategy == "entropy" else margin_scores(units)
@@ -183,6 +185,7 @@ def kept_candidates(net, name: str, examples, settings: SelectSettings, keep: in
             elif item[0] > kept[0][0]:
                 heapq.heapreplace(kept, item)
         seen += len(chunk)
+        lines.tick(seen)
     return [(score, position, example) for _, position, example, score in sorted(kept, reverse=True)], seen
 
 
@@ -211,8 +214,9 @@ def select(net, name: str, pool, settings: SelectSettings | None = None, out: st
     strategy, scarce = settled_strategy(task, settings)
     settings = replace(settings, strategy=strategy)
     keep = settings.k * (CANDIDATES_PER_PICK if settings.strategy == "diverse" else 1)
+    size = count_lines(pool) if task.reading.counts_lines else None  # (a header line counts: about right)
     kept, total = kept_candidates(net, name, task.reading.iter_read(pool, need_labels=False, fmt=fmt), settings, keep,
-                                  batch_size)
+                                  batch_size, size)
     if not kept:
         raise UserError(f"{source_name(pool) or '<stdin>'}: no inputs in the pool")
     scores = np.array([score for score, _, _ in kept])

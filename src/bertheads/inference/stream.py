@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertheads.base.errors import UserError, where
-from bertheads.base.progress import bars_shown, progress_bar
+from bertheads.base.progress import LogLines, progress_bar
 from bertheads.base.schema import said, setting
 from bertheads.base.values import field_list, positive_int
 from bertheads.compute.batching import INFERENCE_BATCH
@@ -112,15 +112,20 @@ def read_chunks(task, path, settings: StreamSettings, report: StreamReport, need
     examples = task.reading.iter_read(path, need_labels=need_labels, fmt=fmt, keep=tuple(settings.keep_fields), bad=bad)
     show = settings.progress and loud
     by_line = task.reading.counts_lines  # else records (e.g. questions, many to a line) are counted
-    bar = progress_bar(count_lines(path) if show and bars_shown() and by_line else None, desc, "line", show=show,
-                       leave=False)
+    total = count_lines(path) if show and by_line else None
+    bar = progress_bar(total, desc, "line", show=show, leave=False)
+    lines = LogLines(desc, total, "lines" if by_line else "inputs", show=show)  # where no bar is drawn
+    done = 0
     try:
         for k, chunk in enumerate(chunks(examples, settings.chunk_size)):
             report.chunks += 1
             if k % world == rank:
                 yield k, chunk
             line = getattr(chunk[-1], "line", None) if by_line else None
-            bar.update(max(0, line - bar.n) if isinstance(line, int) else len(chunk))
+            step = max(0, line - done) if isinstance(line, int) else len(chunk)
+            bar.update(step)
+            done += step
+            lines.tick(done)
     finally:
         bar.close()
 
@@ -191,6 +196,16 @@ def writer(output: str | None, write: Callable[[str], None] | None = None) -> It
         yield fh.write
 
 
+def analyzed_chunks(path, settings: StreamSettings, report: StreamReport,
+                    extras: dict[str, Extra]) -> Iterator[list[tuple[int, dict]]]:
+    """`analyze_records` a chunk at a time, its progress in log lines where no bar is drawn
+    (input lines done of the file's)."""
+    lines = LogLines("analyze", count_lines(path) if settings.progress else None, "lines", show=settings.progress)
+    for chunk in chunks(analyze_records(path, settings, report, extras), settings.chunk_size):
+        yield chunk
+        lines.tick(chunk[-1][0] if isinstance(chunk[-1][0], int) else report.examples)
+
+
 def analyze_records(path, settings: StreamSettings, report: StreamReport,
                     extras: dict[str, Extra]) -> Iterator[tuple[int, dict]]:
     """`(line, record)` of an `analyze` input: JSON Lines records (or Parquet rows) with `text`
@@ -237,7 +252,7 @@ def analyze_stream(net: BertHeads, path, output: str | None = None, settings: St
     if is_parquet_output(output):
         tasks = bound_tasks(net, options)
         with parquet_sink(output, head_types(tasks)) as sink:
-            for chunk in chunks(analyze_records(path, settings, report, extras), settings.chunk_size):
+            for chunk in analyzed_chunks(path, settings, report, extras):
                 records = [record for _, record in chunk]
                 results = analyze_chunk(net, records, extras, settings, **options)
                 report.chunks += 1
@@ -259,7 +274,7 @@ def analyze_stream(net: BertHeads, path, output: str | None = None, settings: St
     last: list[int | None] = [None]
 
     def analyzed_lines() -> Iterator[str]:
-        for chunk in chunks(analyze_records(path, settings, report, extras), settings.chunk_size):
+        for chunk in analyzed_chunks(path, settings, report, extras):
             records = [record for _, record in chunk]
             results = analyze_chunk(net, records, extras, settings, **options)
             report.chunks += 1

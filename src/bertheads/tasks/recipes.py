@@ -21,12 +21,23 @@ RECIPE_CHOICES = ("auto", "fixed")
 
 
 @dataclass(frozen=True)
+class Fallback:
+    """A faster mode for a recipe's row and its measured cost in quality: `points` lower than the
+    row's own mode on `measured` (the data, its size and the seeds, as a line says it)."""
+
+    mode: str
+    points: float
+    measured: str
+
+
+@dataclass(frozen=True)
 class Recipe:
     """What a run of up to `up_to` training examples (None: any number) trains with: `mode`
     ("finetune", "features" or "contrastive"), `batch_size`, and its epochs (in features and
     contrastive mode the head's): enough for about `steps` optimizer steps, within `epochs`
     (fewest, most); without `steps`, the fewest. In contrastive mode, `pairs_each` pairs per
-    training example (0: the default count of pairs)."""
+    training example (0: the default count of pairs). `fallbacks`: the faster modes measured
+    against the row's, in order of quality (a `--time-budget` run takes the best that fits)."""
 
     up_to: int | None
     mode: str
@@ -34,6 +45,7 @@ class Recipe:
     steps: int = 0
     epochs: tuple[int, int] = (3, 3)
     pairs_each: int = 0
+    fallbacks: tuple[Fallback, ...] = ()
 
     def epochs_for(self, features: int, batch_size: int) -> int:
         """Epochs for `features` training inputs in batches of `batch_size`."""

@@ -22,6 +22,7 @@ from torch import nn
 
 from bertheads.base.errors import UserError
 from bertheads.base.extras import require
+from bertheads.base.progress import LogLines
 from bertheads.base.schema import said, setting
 from bertheads.base.values import positive_int
 from bertheads.compute.batching import INFERENCE_BATCH
@@ -186,6 +187,7 @@ def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit:
         fold_runs = one_fold_at_a_time(t.name, task, encoder, whole, held, fold_settings)
     outputs: list = [None] * len(examples)
     fold_metrics, fold_steps = [], []
+    lines = LogLines("audit", audit.folds, "folds", show=settings.progress)  # where no bar is drawn
     for fold, (fold_task, runner, metrics, steps) in enumerate(fold_runs):
         fold_metrics.append(metrics)
         fold_steps.append(steps)
@@ -196,10 +198,12 @@ def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit:
         if frozen:
             dev_view = CachedDev(held_features, held_owner, FoldCache(whole.cached, held[fold], features))
             runner = CachedHead(t.name, fold_task, runner, dev_view, next(runner.parameters()).device)
-        raw = run_heads(runner, held_features, [t.name], INFERENCE_BATCH)[t.name]
+        raw = run_heads(runner, held_features, [t.name], INFERENCE_BATCH,
+                        progress=f"audit fold {fold + 1}/{audit.folds}: held-out rows" if settings.progress else None)[t.name]
         merged = fold_task.judging.collect(raw, held_owner, [examples[k] for k in held_examples], held_features)
         for k, out in zip(held_examples, merged):
             outputs[k] = out
+        lines.tick(fold + 1)
     return OutOfFold(task, examples, outputs, numbers, fold_metrics, time.perf_counter() - started, fold_steps)
 
 

@@ -35,6 +35,7 @@ from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit
 from bertheads.training.provenance import chosen_line, made_from, made_with
 from bertheads.training.resolve import holdout_share, settle_run
 from bertheads.training.settings import AUTO, FROZEN_HEAD_MODES, MODES, HeadOptions, recipe_of, spec_name
+from bertheads.training.timing import plan
 from bertheads.training.trackers import check_trackers
 
 log = logging.getLogger("bertheads")
@@ -174,15 +175,23 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
                           holdout_share(settings, how), settings.seed) for t in config.tasks]
         run = settle_run(settings, data, next(iter(given_modes), None), mode_left=bool(auto),
                          continuing=saved is not None, how=how)
+        main_process, one_process = os.environ.get("RANK", "0") == "0", os.environ.get("WORLD_SIZE", "1") == "1"
+        line, timed = chosen_line(run, data), None
+        if settings.time_budget is not None and one_process:  # the mode that fits, from a timed warm-up
+            run, note, timed = plan(run, data, encoder, continuing=saved is not None)
+            line = f"{chosen_line(run, data)}; {note}"
+        if line and main_process:
+            log.info(line)  # what the recipe for the data's size chose, once, before any stage (pairs, caching, epochs)
+        if settings.time_budget is None and one_process:  # (after the chosen line: the warm-up takes a few seconds)
+            timed = plan(run, data, encoder, continuing=saved is not None)[2]
+        if timed and main_process:
+            log.info(timed)  # the stages' estimate here, and the faster modes with their measured cost
         settings, mode = run.settings, run.mode
         for name in auto:
             options[name]["mode"] = mode
         for d in data:  # (reading draws no random numbers: the heads start as they would with the mode given)
             d.task.spec.mode = mode
             d.task = fresh_head(d.task, encoder)
-        line = chosen_line(run, data)
-        if line and os.environ.get("RANK", "0") == "0":
-            log.info(line)  # what the recipe for the data's size chose, once, before any stage (pairs, caching, epochs)
         if mode != "features":
             encoder.model  # noqa: B018  (a lazy encoder's weights load now: they are trained)
         if saved is not None:

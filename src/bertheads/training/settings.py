@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from bertheads.base.errors import UserError
 from bertheads.base.machine import TRAIN_PRECISIONS
 from bertheads.base.schema import setting
-from bertheads.base.values import fraction, non_negative_float, positive_float, positive_int
+from bertheads.base.values import duration, fraction, non_negative_float, positive_float, positive_int
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.encoder.layers import COMBINES, POOLINGS
 from bertheads.tasks.base import HeadSettings
@@ -103,6 +103,12 @@ class TrainSettings:
                                       f"pair of the commoner sort and as many of the other, at most {MOST_PAIRS:,}; "
                                       "where the recipe gives a count per example, that many)",
                                 type=positive_int, group="training", metavar="N")
+    time_budget: float | None = setting(None, "the time the long stages (pairs, caching, epochs) may take on this "
+                                              "machine, in seconds or as 90s, 5m, 1h: the best mode of the recipe "
+                                              "(by its measured quality) whose estimate, from a short timed warm-up, "
+                                              "fits; the fastest when none does (default: the recipe's own mode; "
+                                              "a --mode given is kept)", type=duration, group="training",
+                                        metavar="TIME", tags=("not-compared", "not-recorded"))
     select_metric: str | None = setting(None, "dev metric that chooses the best evaluation (default: the task's main "
                                               "one: accuracy, f1, pearson, ...)", group="training")
     grad_accum: int = setting(1, "add the gradients of N batches before each step (a step sees N * --batch-size "

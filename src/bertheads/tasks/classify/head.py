@@ -27,7 +27,7 @@ from bertheads.tasks.families import (
 )
 from bertheads.tasks.families import start_weights as checkpoint_start
 from bertheads.tasks.parts import Modeling
-from bertheads.tasks.recipes import Recipe
+from bertheads.tasks.recipes import Fallback, Recipe
 from bertheads.text.encoding import encode_texts, encode_windows
 
 
@@ -87,10 +87,15 @@ class ClassifyModeling(Modeling):
     # up to 200 examples SetFit's recipe (contrastive) beat the head alone on the frozen encoder;
     # at 800 and 1,000, contrastive on 40 pairs an example beat fine-tuning (by less at 1,000); at 2,000 batch 8
     # still beat batch 32 (5 seeds)
-    recipes = (Recipe(200, "contrastive", 8, steps=300, epochs=(3, 20)),
-               Recipe(1000, "contrastive", 8, steps=300, epochs=(3, 20), pairs_each=40),
-               Recipe(2000, "finetune", 8, steps=300, epochs=(3, 20)),
-               Recipe(None, "finetune", 32))
+    # still; each row's faster modes with what they cost there (the same docs and tables)
+    recipes = (Recipe(200, "contrastive", 8, steps=300, epochs=(3, 20),
+                      fallbacks=(Fallback("features", 3.3, "SST-2 at 200 rows, 5 seeds"),)),
+               Recipe(1000, "contrastive", 8, steps=300, epochs=(3, 20), pairs_each=40,
+                      fallbacks=(Fallback("finetune", 1.6, "SST-2 at 800 rows, 5 seeds"),
+                                 Fallback("features", 6.9, "SST-2 at 800 rows, 1 seed"))),
+               Recipe(2000, "finetune", 8, steps=300, epochs=(3, 20),
+                      fallbacks=(Fallback("features", 4.0, "SST-2 at 2,000 rows, 1 seed"),)),
+               Recipe(None, "finetune", 32, fallbacks=(Fallback("features", 4.4, "SST-2 at 8,000 rows, 1 epoch, 1 run"),)))
 
     @classmethod
     def start_weights(cls, spec: ClassifySpec, encoder) -> dict | None:
