@@ -7,6 +7,7 @@ each model's prediction speed on the dev inputs (torch fp32, the same inputs, on
 ```
 python bench/distill.py                                   # MiniLM-L6 (default) as teacher and student
 python bench/distill.py --teacher-model PATH/all-mpnet-base-v2   # the base-size teacher (bench/setup_mpnet.py)
+python bench/distill.py --teacher-folder bench/out/base_size_sst2_2000/sst2-ours   # a teacher trained already
 python bench/distill.py --labelled 2000 --unlabelled 8000 --epochs 2 --distill-epochs 1 --max-length 64
 python bench/distill.py --task conll --labelled 2000 --unlabelled 12000 --max-length 128
 ```
@@ -77,6 +78,9 @@ def main() -> None:
     parser.add_argument("--limit-dev", type=int, default=None, help="score on the first N dev rows only")
     parser.add_argument("--teacher-model", default="default", help="the teacher's checkpoint")
     parser.add_argument("--student-model", default="default", help="the student's checkpoint")
+    parser.add_argument("--teacher-folder", default=None,
+                        help="a bertheads model already trained on the same labelled rows (e.g. bench/base_size.py's "
+                             "sst2-ours): scored and distilled from, not trained again")
     parser.add_argument("--labelled", type=int, default=2000)
     parser.add_argument("--unlabelled", type=int, default=8000)
     parser.add_argument("--epochs", type=int, default=2, help="the teacher's and the student-alone's epochs")
@@ -108,16 +112,21 @@ def main() -> None:
         print(json.dumps({k: row[k] for k in ("arm", metric, "inputs_per_s", "train_seconds")}), flush=True)
 
     start = time.perf_counter()
-    teacher = bertheads.train(kind, train, None, folder / "teacher", model=args.teacher_model,
-                              max_length=args.max_length, overwrite=True, **settings)
-    record("teacher", teacher, time.perf_counter() - start, args.teacher_model)
-    if args.student_model != args.teacher_model:
+    if args.teacher_folder:
+        teacher_folder = Path(args.teacher_folder)
+        record("teacher", bertheads.load(teacher_folder), 0.0, str(teacher_folder))
+    else:
+        teacher_folder = folder / "teacher"
+        teacher = bertheads.train(kind, train, None, teacher_folder, model=args.teacher_model,
+                                  max_length=args.max_length, overwrite=True, **settings)
+        record("teacher", teacher, time.perf_counter() - start, args.teacher_model)
+    if args.student_model != args.teacher_model or args.teacher_folder:
         start = time.perf_counter()
         alone = bertheads.train(kind, train, None, None, model=args.student_model,
                                 max_length=args.max_length, **settings)
         record("student alone", alone, time.perf_counter() - start, args.student_model)
     start = time.perf_counter()
-    student = bertheads.distill(folder / "teacher", folder / "student", data=pool, train=train,
+    student = bertheads.distill(teacher_folder, folder / "student", data=pool, train=train,
                                 into=args.student_model, soft_temperature=args.soft_temperature,
                                 soft_weight=args.soft_weight, overwrite=True,
                                 **{**settings, "epochs": args.distill_epochs, "batch_size": 32})
