@@ -61,11 +61,8 @@ class Branch(nn.Module):
     def __init__(self, config, split: int) -> None:
         from transformers import AutoModel
 
-        from bertheads.encoder.pretrained import quiet_transformers
-
         super().__init__()
-        with quiet_transformers():
-            model = AutoModel.from_config(copy.deepcopy(config))
+        model = AutoModel.from_config(copy.deepcopy(config))
         count = int(getattr(config, "num_hidden_layers", getattr(config, "n_layers", 0)))
         if not 0 <= split < count:
             raise UserError(f"a branch starts at a layer 0..{count - 1}, not {split}")
@@ -109,6 +106,13 @@ class Branch(nn.Module):
 def lower_part(model: nn.Module, count: int) -> nn.Module:
     """The model running its embeddings and first `count` layers only (the same modules, not
     copies), nothing after them: its hidden states 0..count are the full model's."""
+    try:  # transformers records hidden states by hooks it installs on first use, once per model: on the
+        # whole model here, so that the part (which shares its modules and that mark) does not install its own
+        from transformers.utils.output_capturing import maybe_install_capturing_hooks
+
+        maybe_install_capturing_hooks(model)
+    except ImportError:  # (versions that collect them in the layers' loop)
+        pass
     path = layer_list(model)
     lower = copy.copy(model)
     lower._modules = dict(model._modules)
