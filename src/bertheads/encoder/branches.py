@@ -78,19 +78,25 @@ class Branch(nn.Module):
                 replace(model, name, None)
         self.model = model
         self.split = split
+        self.layers_at = path
+
+    def encoder_key(self, key: str) -> str:
+        """Where the branch's weight `key` is in the whole encoder (its layers counted from the split)."""
+        path = self.layers_at
+        if key.startswith(path + "."):
+            index, _, rest = key[len(path) + 1:].partition(".")
+            return f"{path}.{int(index) + self.split}.{rest}"
+        return key
+
+    def encoder_state(self) -> dict[str, torch.Tensor]:
+        """The branch's weights named as the whole encoder's (what replaces the top layers there)."""
+        return {self.encoder_key(k): v for k, v in self.model.state_dict().items()}
 
     def start_from(self, trunk: nn.Module) -> Branch:
         """Copy the trunk's own weights of the layers (and the modules after them) into the branch."""
         theirs = trunk.state_dict()
-        path = layer_list(trunk)
-        mapped = {}
-        for key in self.model.state_dict():
-            source = key
-            if key.startswith(path + "."):
-                index, _, rest = key[len(path) + 1:].partition(".")
-                source = f"{path}.{int(index) + self.split}.{rest}"
-            if source in theirs:
-                mapped[key] = theirs[source]
+        mapped = {key: theirs[self.encoder_key(key)] for key in self.model.state_dict()
+                  if self.encoder_key(key) in theirs}
         missing = sorted(set(self.model.state_dict()) - set(mapped))
         if missing:
             raise UserError(f"a branch's weights not in the checkpoint: {', '.join(missing[:3])}")
