@@ -11,6 +11,7 @@ import bertheads
 from bertheads.cli.main import main
 from bertheads.encoder.branches import Branch, lower_part
 from bertheads.encoder.pretrained import Encoder, encoder_hash
+from bertheads.export.hf import export_hf
 from bertheads.model import BertHeads, attach_branch
 from bertheads.saved import bundle
 from bertheads.training.joint import settle_branch
@@ -114,6 +115,8 @@ def test_branch_heads_train_alone_and_are_added_without_changing_the_others(tiny
     rows = ab.analyze(TEXTS)
     assert calls.count == 1 and [r["classify"] for r in rows] == before
     topic = ab.predict(TEXTS, head="topic")
+    exported = export_hf(tmp_path / "ab", tmp_path / "hf", head="topic")  # the checkpoint with its own layers on top
+    assert exported["class"] == "BertForSequenceClassification" and exported["max_abs_diff"] <= 1e-4
     bertheads.train_multi(config, tmp_path / "abb", into=tmp_path / "ab", settings=quick, seed=7, tune_layers=1)
     abb = bertheads.load(tmp_path / "abb")  # the topic head retrained, with another split
     assert abb.predict(TEXTS, head="classify") == before and abb.predict(TEXTS, head="topic") != topic
