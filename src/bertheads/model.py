@@ -93,7 +93,7 @@ def attach_branch(head: nn.Module, spec, encoder: Encoder, fresh: bool = False) 
     if count:
         head.branch = Branch(encoder.config, encoder.info.num_layers - count)
         if fresh:
-            head.branch.start_from(encoder.model)
+            head.branch.start_from(encoder.model).check(encoder.model)
     return head
 
 

@@ -103,6 +103,31 @@ class Branch(nn.Module):
         self.model.load_state_dict(mapped)
         return self
 
+    def check(self, trunk: nn.Module, tolerance: float = 1e-4) -> None:
+        """Refuse (one line) a checkpoint whose top layers the branch does not compute as its own
+        model does: the trunk up to the split, then the branch, against the whole model, on a
+        check batch (one input padded), before anything is trained."""
+        vocab = int(getattr(trunk.config, "vocab_size", 100))
+        ids = torch.randint(min(5, vocab - 1), vocab, (2, 8), generator=torch.Generator().manual_seed(0))
+        mask = torch.ones_like(ids)
+        mask[1, 5:] = 0
+        modes = [(m, m.training) for m in (trunk, self)]
+        try:
+            trunk.eval(), self.eval()
+            with torch.no_grad():
+                whole = trunk(input_ids=ids, attention_mask=mask).last_hidden_state
+                lower = lower_part(trunk, max(self.split, 1))(input_ids=ids, attention_mask=mask,
+                                                              output_hidden_states=True)
+                got = self(lower.hidden_states[self.split], {"attention_mask": mask})
+        finally:
+            for module, training in modes:
+                module.train(training)
+        keep = mask.bool()
+        difference = float((got[keep] - whole[keep]).abs().max())
+        if not difference <= tolerance:
+            raise UserError(f"{trunk.config.model_type}: its top layers run apart from the ones below differ from "
+                            f"the whole model by {difference:.1e}, so its heads cannot have their own (tune_layers)")
+
     def forward(self, states: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         mask = batch["attention_mask"]
         return self.model(inputs_embeds=states.to(next(self.parameters()).dtype), attention_mask=mask,
