@@ -105,9 +105,9 @@ def test_branch_heads_train_alone_and_are_added_without_changing_the_others(tiny
     assert not all(torch.equal(v, start[k]) for k, v in trained.items())
     assert encoder_hash(a.net.encoder) == checkpoint and not (tmp_path / "a" / "encoder").exists()
     before = a.predict(TEXTS)
-    config = write("add.yaml", f"tasks:\n  topic: {{kind: classify, train: {write('t.tsv', TOPIC)}, tune_layers: 2}}\n")
-    assert main(["train", "--config", config, "--into", str(tmp_path / "a"), "--out", str(tmp_path / "ab"),
-                 "--epochs", "1", "--no-progress"]) == 0
+    topic_rows = write("t.tsv", TOPIC)
+    assert main(["train", "classify", "--train", topic_rows, "--head-name", "topic", "--tune-layers", "2", "--into",
+                 str(tmp_path / "a"), "--out", str(tmp_path / "ab"), "--epochs", "1", "--no-progress"]) == 0
     ab = bertheads.load(tmp_path / "ab")
     assert sorted(ab.heads) == ["classify", "topic"] and ab.predict(TEXTS, head="classify") == before
     assert bundle.read_manifest(tmp_path / "ab")["encoder_hash"] == checkpoint
@@ -117,6 +117,7 @@ def test_branch_heads_train_alone_and_are_added_without_changing_the_others(tiny
     topic = ab.predict(TEXTS, head="topic")
     exported = export_hf(tmp_path / "ab", tmp_path / "hf", head="topic")  # the checkpoint with its own layers on top
     assert exported["class"] == "BertForSequenceClassification" and exported["max_abs_diff"] <= 1e-4
+    config = write("add.yaml", f"tasks:\n  topic: {{kind: classify, train: {topic_rows}, tune_layers: 2}}\n")
     bertheads.train_multi(config, tmp_path / "abb", into=tmp_path / "ab", settings=quick, seed=7, tune_layers=1)
     abb = bertheads.load(tmp_path / "abb")  # the topic head retrained, with another split
     assert abb.predict(TEXTS, head="classify") == before and abb.predict(TEXTS, head="topic") != topic

@@ -3,6 +3,7 @@ a saved model, then `predict`, `evaluate` and, with several heads, `analyze`."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from collections.abc import Iterator
@@ -268,7 +269,7 @@ def trained(net: BertHeads, out: str | Path | None, result: dict, settings: Trai
 
 def train(kind: str, train: str, dev: str | None = None, out: str | Path | None = None, model: str = "default",
           settings: TrainSettings | None = None, limit: int | None = None, on_step=None, on_evaluate=None,
-          into: str | Path | None = None, **options) -> Model:
+          into: str | Path | None = None, head_name: str | None = None, **options) -> Model:
     """Fine-tune (or, with mode="features", train a head on a frozen encoder) and save to `out`.
 
     `train` and `dev`: files, or data in memory (a pandas DataFrame, a `datasets.Dataset`, a
@@ -277,7 +278,9 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
     `options` are the task's settings (max_length, text_column, problem, layers, ...) and any
     training setting (epochs, lr, ...: over `settings`); an unknown name is refused with the
     closest known one suggested. This is joint training with a single task, the head named
-    after its kind.
+    after its kind (`head_name` names it otherwise). `into`: a saved model of branch
+    (`tune_layers`) or features heads that `out` gets with the trained head added (one of the
+    same name replaced); the run trains on its checkpoint.
 
     Progress: a bar per epoch, for the dev evaluation after it and for `evaluate`, in a notebook
     or on a terminal; elsewhere lines on stderr with an ETA (`verbose=False`: warnings only).
@@ -292,10 +295,21 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
                                                                   if k not in names(TrainSettings)}), limit)
     # no settings given: the kind's own defaults (qa: batches of 16), as on the command line
     settings, _, _ = run_settings(config, settings, {k: v for k, v in given.items() if k in names(TrainSettings)})
+    if head_name:
+        config = named_head(config, head_name)
     with api_logging(settings.verbose):
         net, result, out = train_into(into, model, out, lambda source, to: train_tasks(
             config, to, source, settings, on_step=on_step, on_evaluate=on_evaluate))
         return trained(net, out, result, settings)
+
+
+def named_head(config: MultiConfig, name: str) -> MultiConfig:
+    """A one-task config whose head is called `name` (`head_name`) rather than after its kind."""
+    if not config.single:
+        raise UserError(f"{said('head_name')}: a config of several tasks names them itself")
+    if not bundle.HEAD_NAME.match(name):
+        raise UserError(f"{said('head_name', name)}: not a valid head name (letters, digits, '_', '.', '-')")
+    return dataclasses.replace(config, tasks=[dataclasses.replace(config.tasks[0], name=name)])
 
 
 def train_into(into: str | Path | None, model: str | None, out: str | Path | None, run) -> tuple:
@@ -348,6 +362,8 @@ def train_multi(config: MultiConfig | str | Path, out: str | Path | None, model:
     given = {k: v for k, v in {"model": model, "limit": limit, **options}.items()
              if v is not None or k not in ("model", "limit")}
     settings, run, cli_options = run_settings(config, settings, given)
+    if run.get("head_name"):
+        config = named_head(config, run["head_name"])
     manifest = multi_task_manifest(config) if not config.single else None
     with api_logging(settings.verbose):
         net, result, out = train_into(run.get("into"), run.get("model"), out, lambda source, to: train_tasks(

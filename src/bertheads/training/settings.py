@@ -54,6 +54,8 @@ class RunSettings:
                                     "other heads are new)", group="training")
     limit: int | None = setting(None, "use only the first N training examples", type=positive_int,
                                 group="training", after="seed")
+    head_name: str | None = setting(None, "the head's name in the saved model (default: its kind; a config file "
+                                          "names its tasks)", group="training", metavar="NAME")
     into: str | None = setting(None, "add the trained heads to this saved model of branch (--tune-layers) or "
                                      "features heads: --out gets its heads and the new ones (one of the same name "
                                      "replaced, every other head's predictions unchanged); trains on its checkpoint",
