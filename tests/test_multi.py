@@ -282,7 +282,7 @@ def test_combine_refuses_different_encoders(tiny_bert, tmp_path, write):
     assert bundle.read_manifest(a)["encoder_hash"] != bundle.read_manifest(tuned)["encoder_hash"]
     with pytest.raises(UserError, match="encoder differs") as info:
         combine([a, tuned], tmp_path / "ab", ["x", "y"])
-    assert "mode='features'" in str(info.value)
+    assert "mode='features'" in str(info.value) and "tune_layers" in str(info.value)
     assert not (tmp_path / "ab").exists()
 
 

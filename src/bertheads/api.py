@@ -3,7 +3,9 @@ a saved model, then `predict`, `evaluate` and, with several heads, `analyze`."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any
 
 from bertheads.base.errors import UserError
 from bertheads.base.progress import api_logging
-from bertheads.base.schema import check_given, from_mapping, names
+from bertheads.base.schema import check_given, from_mapping, names, said
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.export.gate import gate_model
 from bertheads.export.modes import RuntimeSettings
@@ -31,7 +33,9 @@ from bertheads.inference.stream import (
     predict_stream,
 )
 from bertheads.model import BertHeads, pick_head
+from bertheads.saved import bundle
 from bertheads.saved.combine import combine as combine_models
+from bertheads.saved.combine import into_source
 from bertheads.store.encoder_refs import named_encoder
 from bertheads.text.readers import carried_fields
 from bertheads.text.rows import as_rows, split_dataset
@@ -268,7 +272,7 @@ def trained(net: BertHeads, out: str | Path | None, result: dict, settings: Trai
 
 def train(kind: str, train: str, dev: str | None = None, out: str | Path | None = None, model: str = "default",
           settings: TrainSettings | None = None, limit: int | None = None, on_step=None, on_evaluate=None,
-          **options) -> Model:
+          into: str | Path | None = None, head_name: str | None = None, **options) -> Model:
     """Fine-tune (or, with mode="features", train a head on a frozen encoder) and save to `out`.
 
     `train` and `dev`: files, or data in memory (a pandas DataFrame, a `datasets.Dataset`, a
@@ -277,7 +281,9 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
     `options` are the task's settings (max_length, text_column, problem, layers, ...) and any
     training setting (epochs, lr, ...: over `settings`); an unknown name is refused with the
     closest known one suggested. This is joint training with a single task, the head named
-    after its kind.
+    after its kind (`head_name` names it otherwise). `into`: a saved model of branch
+    (`tune_layers`) or features heads that `out` gets with the trained head added (one of the
+    same name replaced); the run trains on its checkpoint.
 
     Progress: a bar per epoch, for the dev evaluation after it and for `evaluate`, in a notebook
     or on a terminal; elsewhere lines on stderr with an ETA (`verbose=False`: warnings only).
@@ -292,9 +298,39 @@ def train(kind: str, train: str, dev: str | None = None, out: str | Path | None 
                                                                   if k not in names(TrainSettings)}), limit)
     # no settings given: the kind's own defaults (qa: batches of 16), as on the command line
     settings, _, _ = run_settings(config, settings, {k: v for k, v in given.items() if k in names(TrainSettings)})
+    if head_name:
+        config = named_head(config, head_name)
     with api_logging(settings.verbose):
-        net, result = train_tasks(config, out, model, settings, on_step=on_step, on_evaluate=on_evaluate)
+        net, result, out = train_into(into, model, out, lambda source, to: train_tasks(
+            config, to, source, settings, on_step=on_step, on_evaluate=on_evaluate))
         return trained(net, out, result, settings)
+
+
+def named_head(config: MultiConfig, name: str) -> MultiConfig:
+    """A one-task config whose head is called `name` (`head_name`) rather than after its kind."""
+    if not config.single:
+        raise UserError(f"{said('head_name')}: a config of several tasks names them itself")
+    if not bundle.HEAD_NAME.match(name):
+        raise UserError(f"{said('head_name', name)}: not a valid head name (letters, digits, '_', '.', '-')")
+    return dataclasses.replace(config, tasks=[dataclasses.replace(config.tasks[0], name=name)])
+
+
+def train_into(into: str | Path | None, model: str | None, out: str | Path | None, run) -> tuple:
+    """`run(checkpoint, out)` (a training run), and with `into` (a saved model of branch or
+    features heads) the trained heads added to its heads at `out` (a head of the same name
+    replaced); the run trains on `into`'s checkpoint. Returns the run's (net, result) and `out`."""
+    if into is None:
+        return (*run(model or "default", out), out)
+    if out is None:
+        raise UserError(f"{said('into')}: needs {said('out')}, the model to write")
+    bundle.check_writable_out(out, models=bundle.model_folders(into))
+    source = into_source(into)
+    Path(out).resolve().parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".bertheads-into-", dir=Path(out).resolve().parent) as scratch:
+        trained_to = Path(scratch) / "heads"
+        net, result = run(source if model in (None, "default") else model, trained_to)
+        combine_models([into, trained_to], out, replace=True)
+    return net, result, out
 
 
 def audit(kind: str, train, dev=None, out: str | Path | None = None, model: str = "default",
@@ -329,10 +365,13 @@ def train_multi(config: MultiConfig | str | Path, out: str | Path | None, model:
     given = {k: v for k, v in {"model": model, "limit": limit, **options}.items()
              if v is not None or k not in ("model", "limit")}
     settings, run, cli_options = run_settings(config, settings, given)
+    if run.get("head_name"):
+        config = named_head(config, run["head_name"])
     manifest = multi_task_manifest(config) if not config.single else None
     with api_logging(settings.verbose):
-        net, result = train_tasks(config, out, run.get("model") or "default", settings, run.get("limit"),
-                                  cli_options, manifest, on_step=on_step, on_evaluate=on_evaluate)
+        net, result, out = train_into(run.get("into"), run.get("model"), out, lambda source, to: train_tasks(
+            config, to, source, settings, run.get("limit"), cli_options, manifest, on_step=on_step,
+            on_evaluate=on_evaluate))
         return trained(net, out, result, settings)
 
 

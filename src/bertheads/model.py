@@ -13,6 +13,7 @@ from torch import nn
 from bertheads.base.errors import UserError
 from bertheads.base.schema import said
 from bertheads.compute.runner import EncoderInputs, eval_mode
+from bertheads.encoder.branches import Branch
 from bertheads.encoder.layers import reads_first_position_only
 from bertheads.encoder.pretrained import Encoder
 from bertheads.text.encoding import Feature, collate, to_device
@@ -32,7 +33,8 @@ class BertHeads(EncoderInputs, nn.Module):
         return next(self.parameters()).device
 
     def forward(self, batch: dict[str, torch.Tensor], names: Sequence[str]) -> dict[str, torch.Tensor]:
-        """Run the encoder once and every named head on its output."""
+        """Run the encoder once, up to the deepest layer any head reads, and every named head on
+        its layers (a head with a branch reads its split layer and runs its own layers on it)."""
         layers = sorted({i for n in names for i in self.heads[n].layers})
         # When every head reads only [CLS] and the last layer is the only one read, that layer
         # runs for [CLS] alone (the encoder ignores the request when other layers are read).
@@ -49,7 +51,7 @@ class BertHeads(EncoderInputs, nn.Module):
         for name in names:
             head = self.heads[name]
             picked = [states[layers.index(i)] for i in head.layers]
-            out[name] = head(picked if len(picked) > 1 else picked[0], batch)
+            out[name] = head_output(head, picked if len(picked) > 1 else picked[0], batch)
         return out
 
     # the `compute.runner.Runner` members: a batch of features through `forward`
@@ -76,6 +78,23 @@ class BertHeads(EncoderInputs, nn.Module):
             out = self(batch, heads)
             losses = {name: float(self.tasks[name].modeling.dev_loss(out[name], batch)) for name in heads} if with_loss else {}
             return {name: out[name].float().cpu().numpy() for name in heads}, losses
+
+
+def head_output(head: nn.Module, states, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """A head's output on the states it reads: through its branch first where it has one."""
+    branch = getattr(head, "branch", None)
+    return head(states if branch is None else branch(states, batch), batch)
+
+
+def attach_branch(head: nn.Module, spec, encoder: Encoder, fresh: bool = False) -> nn.Module:
+    """Give a head whose spec tunes the top layers (`tune_layers`) its branch: the layers above
+    its split (`spec.layers`), the checkpoint's own weights when `fresh`, else to be loaded."""
+    count = getattr(spec, "tune_layers", None)
+    if count:
+        head.branch = Branch(encoder.config, encoder.info.num_layers - count)
+        if fresh:
+            head.branch.start_from(encoder.model).check(encoder.model)
+    return head
 
 
 def pick_head(net, head: str | None) -> str:

@@ -91,10 +91,10 @@ def pool_tokens(states: torch.Tensor, mask: torch.Tensor | None, pooling: str) -
 
 
 def head_pooling(head: nn.Module) -> str | None:
-    """How a sequence-level head pools its tokens ("cls", "mean", "max"); None for a
-    token-level head."""
-    if getattr(head, "token_level", False):
-        return None
+    """How a sequence-level head pools the states it is given ("cls", "mean", "max"); None for a
+    token-level head or one with a branch."""
+    if getattr(head, "token_level", False) or getattr(head, "branch", None) is not None:
+        return None  # (a branch reads every token of its split layer)
     return getattr(head, "pooling", "cls")
 
 

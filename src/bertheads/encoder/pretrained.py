@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bertheads.base.errors import SystemFault, UserError, first_line
+from bertheads.encoder.branches import lower_part
 from bertheads.encoder.first_token import install_first_token_layer
 
 log = logging.getLogger(__name__)
@@ -485,8 +486,11 @@ class Encoder(nn.Module):
                 finally:
                     self._first_token.on = False
                 return out.last_hidden_state
-            out = self.model(**kwargs, output_hidden_states=True, return_dict=True)
-            return [out.hidden_states[i] for i in layers]
+            # only the layers below the deepest one read run (a branch's split, a lower layer)
+            deepest = max(i % (self.info.num_layers + 1) for i in layers)
+            model = self.model if deepest == self.info.num_layers else lower_part(self.model, max(deepest, 1))
+            out = model(**kwargs, output_hidden_states=True, return_dict=True)
+            return [out.hidden_states[i % (self.info.num_layers + 1)] for i in layers]
 
     def save(self, directory: Path) -> None:
         """Write a directory that `AutoModel`/`AutoTokenizer.from_pretrained` load."""

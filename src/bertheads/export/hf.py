@@ -37,6 +37,9 @@ def check_equivalent(name: str, task, num_layers: int) -> None:
     """Refuse heads that no transformers model class computes."""
     spec = task.spec
     layers = list(spec.layers)
+    branch = getattr(task.head, "branch", None)
+    if branch is not None and layers == [branch.split]:  # its own top layers: in the encoder's place
+        layers = [num_layers]
     if layers not in ([-1], [num_layers]):
         raise UserError(f"head {name!r} reads layers {','.join(map(str, layers))} ({spec.combine}); "
                         f"a transformers model reads only the last layer, so it has no equivalent")
@@ -65,7 +68,11 @@ def to_transformers(net, name: str, encoder_dir: Path) -> nn.Module:
                         f"({str(exc).splitlines()[0]})") from None
     model.eval()
     base = getattr(model, model.base_model_prefix)
-    missing, unexpected = base.load_state_dict(net.encoder.model.state_dict(), strict=False)
+    state = net.encoder.model.state_dict()
+    branch = getattr(task.head, "branch", None)
+    if branch is not None:  # the head's own top layers in place of the trunk's
+        state.update(branch.encoder_state())
+    missing, unexpected = base.load_state_dict(state, strict=False)
     if unexpected or [k for k in missing if not k.startswith("pooler.")]:
         raise UserError(f"{config.model_type}: the encoder's weights do not fit {type(model).__name__}")
     task.exporting.copy_head(model, name)

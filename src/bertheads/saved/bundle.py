@@ -38,7 +38,7 @@ from safetensors.torch import save_file
 from bertheads.base.errors import UserError
 from bertheads.base.schema import said
 from bertheads.encoder.pretrained import Encoder, encoder_hash, weights_hash
-from bertheads.model import BertHeads
+from bertheads.model import BertHeads, attach_branch
 from bertheads.saved import card
 from bertheads.saved.manifest import (  # noqa: F401  (MANIFEST, FORMAT_VERSION, HEAD_NAME, read_manifest: re-exported)
     FORMAT_VERSION,
@@ -178,6 +178,7 @@ def load(directory: str | Path, device: str | torch.device | None = None, verify
         spec = cls.spec_type.from_saved(entry["spec"])
         try:
             task = cls.build(spec, encoder)
+            attach_branch(task.head, spec, encoder)
         except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as exc:
             raise UserError(f"{directory / MANIFEST}: heads.{name}.spec: cannot build the head "
                             f"({first_line(exc)})") from None

@@ -105,6 +105,7 @@ class HeadSettings:
     layers: list[int] = schema.settled(factory=lambda: [-1], tags=("shape",))
     combine: str = schema.settled("concat", tags=("shape",))
     dropout: float = 0.1
+    tune_layers: int | None = schema.settled(None, tags=("shape",))  # the head's own top layers (a branch); None: none
     head_family: str | None = None  # whose head layout (`tasks/families.py`); None: the encoder's, settled at build
     calibrate: bool = schema.setting(True, "fit a temperature on --dev after each evaluation so that a score of 0.9 "
                                            "is right about nine times in ten (on 100 decisions or more, 10 of them "

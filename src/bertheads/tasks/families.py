@@ -203,8 +203,8 @@ def copy_into(model: nn.Module, head: nn.Module, keys: dict[str, str] | tuple, w
     theirs = model.state_dict()
     mapped = {}
     for key, value in head.state_dict().items():
-        if key.startswith("combine."):  # a single layer's combine computes nothing
-            continue
+        if key.startswith(("combine.", "branch.")):  # a single layer's combine computes nothing; a branch
+            continue  # is the encoder's top layers (`export/hf.py` puts them there)
         prefix = next((p for p in keys if key.startswith(p)), None)
         target = None if prefix is None else keys[prefix].replace("{base}", base) + key[len(prefix):]
         if target not in theirs or tuple(theirs[target].shape) != tuple(value.shape):

@@ -134,8 +134,9 @@ def read_config(path: str | Path, kind: str | None = None, files: dict | None = 
         return convert(FIELDS[key], data[key], lambda msg: fail((spelled.get(key, key),), msg))
 
     run = {k: value(k) for k in names(RunSettings) if k in data and k != "limit"}
-    if "model" in run and run["model"] not in (None, "default") and (base / run["model"]).exists():
-        run["model"] = str((base / run["model"]).resolve())
+    for key in ("model", "into"):  # (paths relative to the file)
+        if run.get(key) not in (None, "default") and (base / run[key]).exists():
+            run[key] = str((base / run[key]).resolve())
     training = {k: value(k) for k in names(TrainSettings) if k in data}
     options = {k: value(k) for k in names(HeadOptions) if k in data}
     if single:

@@ -16,6 +16,7 @@ from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import eval_mode, run_heads
 from bertheads.encoder.layers import cached_positions, normalise_layers
 from bertheads.inference.path import dev_metrics
+from bertheads.model import head_output
 from bertheads.store.features_cache import (
     CachedDev,
     CachedFeatures,
@@ -89,7 +90,7 @@ class CachedHead:
             batch = self.dev.cached.batch(rows, self.dev.features)
             states = batch.pop("states")
             states, batch = to_device(states, self.device), to_device(batch, self.device)
-            logits = self.head(states, batch)
+            logits = head_output(self.head, states, batch)
             losses = {self.name: float(self.task.modeling.dev_loss(logits, batch))} if with_loss else {}
             return {self.name: logits.float().cpu().numpy()}, losses
 

@@ -21,7 +21,7 @@ from bertheads.base.errors import UserError
 from bertheads.base.schema import new_names, said, tagged
 from bertheads.encoder.layers import parse_layers
 from bertheads.encoder.pretrained import Encoder
-from bertheads.model import BertHeads
+from bertheads.model import BertHeads, attach_branch
 from bertheads.saved import bundle
 from bertheads.store import lock
 from bertheads.store.encoder_refs import cache_root, reference
@@ -48,7 +48,7 @@ def task_settings(task: TaskConfig, cli_options: dict, shared: dict | None = Non
     for given in (shared or {}, new_names(cli_options, HeadOptions)):
         options.update({k: v for k, v in given.items() if v is not None and k in allowed})
     options.update({k: v for k, v in task.options.items() if v is not None})
-    return options
+    return branch_mode(options)
 
 
 def make_spec(cls, options: dict, encoder: Encoder):
@@ -62,8 +62,31 @@ def make_spec(cls, options: dict, encoder: Encoder):
         spec.mode = "finetune"
     if spec.mode not in MODES:
         raise UserError(f"{said('mode')}: expected {', '.join(MODES)}, got {spec.mode!r}")
+    if spec.tune_layers is not None:
+        settle_branch(spec, encoder.info.num_layers)
     fit_max_length(spec, encoder, given=options.get("max_length") != kind_defaults(cls.kind).get("max_length"))
     return spec
+
+
+def settle_branch(spec, count: int) -> None:
+    """A head with its own top `tune_layers` layers reads the trunk's layer below them (its
+    split, `spec.layers`), on the frozen encoder (`mode` features)."""
+    if not 0 <= spec.tune_layers <= count:
+        raise UserError(f"{said('tune_layers', spec.tune_layers)}: the encoder has {count} layers (0 to {count})")
+    if tuple(i % (count + 1) for i in spec.layers) not in ((count,), (count - spec.tune_layers,)):
+        raise UserError(f"{said('tune_layers')}: the head reads its own last layer; leave {said('layers')} out")
+    spec.layers = [count - spec.tune_layers]
+    spec.mode = "features"
+
+
+def branch_mode(options: dict) -> dict:
+    """A task's options with `tune_layers` set: the encoder below its branch is frozen (`mode` features)."""
+    if options.get("tune_layers") is None:
+        return options
+    if options.get("mode") not in (None, AUTO, "features"):
+        raise UserError(f"{said('tune_layers')} trains the head's own top layers on the frozen checkpoint; "
+                        f"it does not go with {said('mode', options['mode'])}")
+    return {**options, "mode": "features"}
 
 
 def fit_max_length(spec, encoder: Encoder, given: bool = True) -> None:
@@ -97,7 +120,8 @@ def fresh_head(task, encoder: Encoder):
     """The task with a fresh head for its settled spec (mode included), its first layer started
     from the checkpoint's weights where its kind says so."""
     cls = type(task)
-    task.head = cls.build(task.spec, encoder, cls.parts.modeling.start_weights(task.spec, encoder)).head
+    head = cls.build(task.spec, encoder, cls.parts.modeling.start_weights(task.spec, encoder)).head
+    task.head = attach_branch(head, task.spec, encoder, fresh=True)
     return task  # (the same task: what its parts learned from the data, the loss's yardstick, is kept)
 
 

@@ -32,7 +32,7 @@ from bertheads.base.progress import LogLines, bars_shown, eta, progress_bar
 from bertheads.base.schema import said
 from bertheads.compute.batching import length_grouped_batches, shard
 from bertheads.encoder.layers import cached_positions
-from bertheads.model import BertHeads
+from bertheads.model import BertHeads, head_output
 from bertheads.store import lock
 from bertheads.store.crash import crash_point
 from bertheads.tasks.parts import learned_nothing_line
@@ -506,4 +506,4 @@ class HeadsModule(nn.Module):
         self.heads = heads
 
     def forward(self, name: str, states, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.heads[name](states, batch)
+        return head_output(self.heads[name], states, batch)

@@ -22,7 +22,10 @@ def chosen_line(run: SettledRun, data: list) -> str:
     `200 training examples: --mode features ..., batch 8, up to 38 epochs, keeping the best on dev`."""
     given, settings, recipe = run.given, run.settings, run.recipe
     fixed = settings.recipe == "fixed"
-    parts = [mode_line(run.mode) + ("" if run.mode_left else " (given)"),
+    tuned = sorted({d.task.spec.tune_layers for d in data if getattr(d.task.spec, "tune_layers", None)})
+    branches = [f"each head with its own top {'/'.join(map(str, tuned))} layers ({said('tune_layers')}), "
+                f"lr {settings.lr:g}"] if tuned else []
+    parts = [mode_line(run.mode) + ("" if run.mode_left else " (given)"), *branches,
              *([f"{settings.pairs:,} pairs ({recipe.pairs_each} an example)"] if settings.pairs and not given.pairs
                else []),
              f"batch {settings.batch_size}" + ("" if given.batch_size is None else " (given)")]

@@ -14,6 +14,7 @@ from bertheads.base.machine import resolve_device, training_precision
 from bertheads.base.schema import said
 from bertheads.tasks.recipes import HOLDOUT, Recipe
 from bertheads.training.settings import (
+    BRANCH_LR,
     FEATURES_LR,
     FINETUNE_LR,
     FROZEN_HEAD_MODES,
@@ -52,7 +53,9 @@ def settle_run(given: TrainSettings, data: list, mode: str | None = None, mode_l
     features = sum(len(d.train_features) for d in data)
     epochs = given.epochs or recipe.epochs_for(features, batch * given.grad_accum)
     pairs = given.pairs or recipe_pairs(recipe, mode, sum(d.examples for d in data))
-    lr = given.lr if given.lr is not None else (FEATURES_LR if mode in FROZEN_HEAD_MODES else FINETUNE_LR)
+    branches = any(getattr(d.task.spec, "tune_layers", None) for d in data)  # Transformer layers learn too
+    lr = given.lr if given.lr is not None else (
+        BRANCH_LR if branches else FEATURES_LR if mode in FROZEN_HEAD_MODES else FINETUNE_LR)
     settings = dataclasses.replace(given, batch_size=batch, epochs=epochs, recipe=how, pairs=pairs,
                                    holdout=holdout_share(given, how), lr=lr, precision=run_precision(given))
     return SettledRun(given, settings, mode, mode_left, recipe)

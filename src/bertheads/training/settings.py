@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from bertheads.base.errors import UserError
 from bertheads.base.machine import TRAIN_PRECISIONS
 from bertheads.base.schema import setting
-from bertheads.base.values import duration, fraction, non_negative_float, positive_float, positive_int
+from bertheads.base.values import (
+    duration,
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.encoder.layers import COMBINES, POOLINGS
 from bertheads.tasks.base import HeadSettings
@@ -29,6 +36,7 @@ SAMPLINGS = ("proportional", "temperature", "round-robin")
 KEEP_CHOICES = ("best", "last")
 FINETUNE_LR = 5e-5  # the learning rate when the encoder learns too
 FEATURES_LR = 1e-3  # ... and when only heads learn, on a frozen encoder's cached states
+BRANCH_LR = 1e-4  # ... and when heads learn with their own top layers (`tune_layers`)
 MODES = ("finetune", "features", "contrastive")
 FROZEN_HEAD_MODES = ("features", "contrastive")  # the modes whose heads train alone on cached encoder states
 # --mode contrastive: the default number of pairs at most (SetFit's count at 100 examples; at 200,
@@ -53,6 +61,12 @@ class RunSettings:
                                     "other heads are new)", group="training")
     limit: int | None = setting(None, "use only the first N training examples", type=positive_int,
                                 group="training", after="seed")
+    head_name: str | None = setting(None, "the head's name in the saved model (default: its kind; a config file "
+                                          "names its tasks)", group="training", metavar="NAME")
+    into: str | None = setting(None, "add the trained heads to this saved model of branch (--tune-layers) or "
+                                     "features heads: --out gets its heads and the new ones (one of the same name "
+                                     "replaced, every other head's predictions unchanged); trains on its checkpoint",
+                               group="training", metavar="MODEL")
 
 
 @dataclass
@@ -70,7 +84,8 @@ class TrainSettings:
                                      group="training", tags=("searched",), metavar="N")
     # no default shown by argparse (the help names both): the mode decides it, in resolve.settle_run
     lr: float | None = setting(None, f"peak learning rate (AdamW, linear decay); default {FINETUNE_LR:g} when "
-                                     f"fine-tuning, {FEATURES_LR:g} with --mode features (only the head learns)",
+                                     f"fine-tuning, {FEATURES_LR:g} with --mode features (only the head learns), "
+                                     f"{BRANCH_LR:g} with --tune-layers",
                                type=positive_float, group="training", tags=("searched",))
     seed: int = setting(42, "random seed (head initialisation, batch order)", type=int, group="training")
     warmup_ratio: float = setting(0.1, "share of the steps over which the learning rate rises from 0", type=fraction,
@@ -184,6 +199,12 @@ class HeadOptions:
                               "train the head alone on it; auto: by the training data's size and the kind's "
                               "measurements (docs/little-data.md)", choices=(AUTO, *MODES),
                         group="feature extraction")
+    tune_layers: int | None = setting(None, "give the head its own copy of the encoder's top N layers, trained with "
+                                            "it, on the frozen checkpoint's cached states below them (a branch: "
+                                            "heads of one checkpoint combine and share the layers below); 0 is "
+                                            "features mode on the last layer, all of them fine-tuning but the "
+                                            "embeddings; sets --mode features", type=non_negative_int,
+                                      group="feature extraction", metavar="N")
     layers: str | None = setting(None, "hidden layers the head reads: -1 (the last; default), -1,-2,-3,-4, all; 0 is "
                                        "the embeddings", coerce=layer_text, group="feature extraction")
     layer_combine: str = setting(HeadSettings.combine, "how several --layers are merged", choices=COMBINES,
