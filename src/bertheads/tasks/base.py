@@ -205,6 +205,12 @@ class Task:
         raise NotImplementedError
 
     @classmethod
+    def needs_rows(cls, options: dict) -> bool:
+        """Whether a head of these options (a task's settings) needs training rows; a kind whose
+        settings alone can make a head says when not (its `prepare` then takes no file)."""
+        return True
+
+    @classmethod
     def prepare(cls, path, spec: Any, encoder, **prepare_options) -> list:  # pragma: no cover - interface
         """Read the training file, settle what the spec learns from it (labels, tags); its training
         examples. The head is built after, once the run's mode is settled (`build`, starting from
