@@ -3,10 +3,13 @@ description read ("LABEL: a text like the label's", or a file of such lines), it
 from the encoder, and the output layer those vectors make.
 
 The head they make is an ordinary linear layer over the L2-normalised pooled vector of the text
-(`ClassifySpec.cosine`): its weights are the normalised description vectors times `SCALE` (one
-over the temperature), so its logits are scaled cosine similarities, the softmax (sigmoid for
-multi-label) of them its scores. Without training rows the head predicts so; with them it starts
-so (a prototype initialisation). Export and calibration read it as any head's output layer."""
+(`ClassifySpec.cosine`), its output times `SCALE` (one over the temperature of the similarities):
+its weights are the normalised description vectors, so its logits are scaled cosine similarities,
+the softmax (sigmoid for multi-label) of them its scores. Without training rows the head predicts
+so; with them it starts so (a prototype initialisation). The scale stays outside the weights so
+that a step of the usual head learning rate moves them as far, relative to their size, as it
+moves a fresh head's. Export and calibration read it as any head's output layer (a temperature
+folds into its weight and bias as into any)."""
 
 from __future__ import annotations
 
@@ -19,13 +22,13 @@ from torch.nn import functional as F
 from bertheads.base.errors import UserError, where
 from bertheads.base.schema import said
 from bertheads.encoder.layers import LayerCombine, pool_tokens
-from bertheads.tasks.classify.formats import normalise_label
+from bertheads.tasks.classify.formats import normalise_label, sort_key
 from bertheads.text.encoding import encode_texts, encoder_batch
 from bertheads.text.readers import read_text
 
 log = logging.getLogger(__name__)
 
-SCALE = 20.0  # logits = SCALE * cosine similarity (a temperature of 0.05) until a dev set refits it
+SCALE = 20.0  # logits = SCALE * cosine similarity (a temperature of 0.05; a dev set may refit it)
 MULTI_LABEL_CUT = 0.3  # multi-label: a label is on (probability 0.5) from this cosine similarity up
 MOST_DESCRIPTIONS = 1000
 
@@ -65,7 +68,8 @@ def settle_descriptions(spec, path, zero_label: bool) -> None:
     """The spec's descriptions read (files expanded, so the saved head holds the texts) and
     matched to its labels: without training rows the labels are the described ones, in the
     order given; with rows every training label needs one description (by its value or its
-    `label_names` name) and every description a label. The head is then `cosine`."""
+    `label_names` name), and a described label no row has is added (refused with label names).
+    The head is then `cosine`."""
     pairs = read_descriptions(spec.label_descriptions)
     if not pairs:
         spec.label_descriptions, spec.cosine = None, False
@@ -79,6 +83,15 @@ def settle_descriptions(spec, path, zero_label: bool) -> None:
         spec.label_names = None
     else:
         names = list(spec.label_names) if spec.label_names else [None] * len(spec.labels)
+        unseen = [label for label, _ in pairs if normalise_label(label) not in spec.labels and label not in names]
+        if unseen and spec.label_names:
+            raise UserError(f"{said('label_descriptions')}: {unseen[0]!r} is no label of {path} (its labels: "
+                            f"{', '.join(map(str, spec.shown_labels()))})")
+        if unseen:  # a described label no row has yet: the head knows it from its description alone
+            spec.labels = sorted([*spec.labels, *map(normalise_label, unseen)], key=sort_key)
+            names = [None] * len(spec.labels)
+            log.info(f"{said('label_descriptions')}: {', '.join(map(repr, unseen))} in no row of {path}: "
+                     f"known from {'its description' if len(unseen) == 1 else 'their descriptions'} alone")
         order = {}
         for label, text in pairs:
             found = [i for i, (value, name) in enumerate(zip(spec.labels, names))
@@ -125,9 +138,9 @@ def description_vectors(spec, encoder) -> torch.Tensor:
 
 
 def description_weights(spec, encoder) -> dict[str, torch.Tensor]:
-    """The output layer the descriptions make ("out.weight", "out.bias"): SCALE times the
-    normalised description vectors, and a bias of 0 (multi-label: -SCALE * MULTI_LABEL_CUT, so
-    that a label's probability passes 0.5 at that similarity)."""
+    """The output layer the descriptions make ("out.weight", "out.bias"): the normalised
+    description vectors, and a bias of 0 (multi-label: -MULTI_LABEL_CUT, so that a label's
+    probability passes 0.5 at that similarity)."""
     vectors = description_vectors(spec, encoder)
-    bias = -SCALE * MULTI_LABEL_CUT if spec.problem == "multi_label" else 0.0
-    return {"out.weight": SCALE * vectors, "out.bias": torch.full((vectors.shape[0],), bias)}
+    bias = -MULTI_LABEL_CUT if spec.problem == "multi_label" else 0.0
+    return {"out.weight": vectors, "out.bias": torch.full((vectors.shape[0],), bias)}

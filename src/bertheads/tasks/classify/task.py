@@ -94,5 +94,5 @@ class ClassifyTask(Task):
                                 f"{path} is {spec.problem.replace('_', '-')}")
             counts = np.bincount([spec.labels.index(normalise_label(e.label)) for e in examples],
                                  minlength=len(spec.labels))
-            spec.label_weights = [round(len(examples) / (len(spec.labels) * int(c)), 8) for c in counts]
+            spec.label_weights = [round(len(examples) / (len(spec.labels) * max(int(c), 1)), 8) for c in counts]
         return examples
