@@ -68,7 +68,7 @@ def cmd_train(args) -> int:
             raise UserError(f"{path}: holds {found}, not a {kind} task; run it with `bertheads train --config "
                             f"{path}`")
     else:
-        if not args.train and task_class(kind).needs_rows(given_settings(args, kind)):
+        if not args.train and task_class(kind).spec_type.needs_rows(given_settings(args, kind)):
             raise UserError("the following arguments are required: --train (or --config)")
         config = single_task(kind, args.train, args.dev, {})
     model = train_multi(config, out, **given_settings(args, config.tasks[0].kind if config.single else None))

@@ -119,10 +119,6 @@ class Modeling(Part):
         """The checkpoint's weights a fresh head's first layer starts from (None: none)."""
         return None
 
-    def encoder_tuned(self, encoder) -> None:
-        """The encoder was tuned after the head was built (`--mode contrastive`): a head whose
-        start weights came from the encoder's outputs takes them again; by default nothing."""
-
     def recipe(self, examples: int, how: str = "auto") -> Recipe:
         """The row of this kind's recipe table for `examples` training examples (`how` "fixed":
         its last row), as this head's settled spec can take it."""

@@ -176,7 +176,7 @@ def read_task(name: str, entry, base: Path, fail) -> TaskConfig:
     for key in ("train", "dev"):
         value = entry.get(key)
         if value is None:
-            if key == "train" and TASKS[kind].needs_rows(entry):
+            if key == "train" and TASKS[kind].spec_type.needs_rows(entry):
                 fail(keys, "missing field 'train' (the training file)")
             continue
         if not isinstance(value, str) or not value.strip():

@@ -201,8 +201,9 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
         tuned, scratch = None, None
         if mode == "contrastive":  # the encoder tuned on pairs first; its states are this run's alone
             tuned = tune_encoder(net, data, settings)
-            for d in data:
-                d.task.modeling.encoder_tuned(encoder)
+            for d in data:  # a head that started from the encoder's outputs (classify's label descriptions) again
+                if hasattr(d.task.head, "encoder_tuned"):
+                    d.task.head.encoder_tuned(encoder)
             scratch = tempfile.TemporaryDirectory(prefix="bertheads-contrastive-")
         frozen = mode in FROZEN_HEAD_MODES
         extra = {"source_model": model, **(extra_manifest or {}), "made_with": made_with(), "chosen": line,
@@ -228,7 +229,7 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
 
 def untrained(data: list[TaskData], encoder: Encoder, model: str, out, options: dict, extra: dict,
               settings: TrainSettings) -> tuple[BertHeads, dict]:
-    """A run without training rows (each head from its settings, as a kind's `needs_rows` allows):
+    """A run without training rows (each head from its settings, as a kind's `HeadSettings.needs_rows` allows):
     the heads built on the frozen encoder, evaluated on their dev sets where given (which settles
     thresholds and fits temperatures as after an epoch) and saved as epoch 0."""
     for d in data:

@@ -55,6 +55,7 @@ class ClassifyHead(nn.Module):
         self.combine = LayerCombine(len(self.layers), settings.combine)
         size = self.combine.output_size(hidden_size)
         self.cosine = bool(getattr(settings, "cosine", False))
+        self.settings = settings  # (what `encoder_tuned` reads the descriptions from)
         self.family_pooling = pooling(family, config)
         chosen = getattr(settings, "pooling", None)
         self.pooling = chosen if chosen in POOLINGS else self.family_pooling
@@ -78,6 +79,12 @@ class ClassifyHead(nn.Module):
         else:
             self.out = init_head_linear(nn.Linear(size, num_outputs), family, config, "out")
         copy_out(self.out, pooler_state)
+
+    def encoder_tuned(self, encoder) -> None:
+        """The encoder was tuned after the head was built (`--mode contrastive`): a head from
+        label descriptions starts from their vectors on the tuned encoder."""
+        if self.cosine:
+            copy_out(self.out, description_weights(self.settings, encoder))
 
     def forward(self, hidden, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         states = self.combine(hidden)
@@ -118,11 +125,6 @@ class ClassifyModeling(Modeling):
             return description_weights(spec, encoder)
         return checkpoint_start(family, encoder)
 
-    def encoder_tuned(self, encoder) -> None:
-        """A head from label descriptions starts from their vectors on the tuned encoder."""
-        if self.spec.cosine:
-            copy_out(self.task.head.out, description_weights(self.spec, encoder))
-
     def recipe(self, examples: int, how: str = "auto") -> Recipe:
         """The table's row; contrastive mode pairs single labelled texts, so text pairs and
         regression fine-tune instead (with the row's batch size and step budget)."""
@@ -135,10 +137,12 @@ class ClassifyModeling(Modeling):
                path: str | None = None) -> list[dict]:
         """One feature per example, or with `long_input="windows"` one per window (each window
         of a training text learns the text's label)."""
-        return self.encode_with_owner(examples, tokenizer, with_labels, path)[0]
+        return self.encode_for_inference(examples, tokenizer, with_labels, path)[0]
 
-    def encode_with_owner(self, examples: list[ClassifyExample], tokenizer, with_labels: bool = True,
-                          path: str | None = None) -> tuple[list[dict], list[int]]:
+    def encode_for_inference(self, examples: list[ClassifyExample], tokenizer, with_labels: bool = False,
+                             path: str | None = None) -> tuple[list[dict], list[int]]:
+        """One feature per example (longer inputs are truncated, as in training), or one per
+        window; and each feature's example."""
         spec = self.spec
         texts, pairs = [e.text for e in examples], [e.pair for e in examples]
         if spec.long_input == "windows":
@@ -151,11 +155,6 @@ class ClassifyModeling(Modeling):
             for f, k in zip(feats, owner):
                 f["labels"] = targets[k]
         return feats, owner
-
-    def encode_for_inference(self, examples: list[ClassifyExample], tokenizer,
-                             with_labels: bool = False) -> tuple[list[dict], list[int]]:
-        """One feature per example (longer inputs are truncated, as in training), or one per window."""
-        return self.encode_with_owner(examples, tokenizer, with_labels)
 
     def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         labels = batch["labels"]

@@ -98,6 +98,11 @@ class ClassifySpec(HeadSettings):
                     raise SavedValue(f"{name}[{i}]", expected, value)
 
     @classmethod
+    def needs_rows(cls, options: dict) -> bool:
+        """Label descriptions make a head without training rows."""
+        return not options.get("label_descriptions")
+
+    @classmethod
     def from_saved(cls, data: dict) -> ClassifySpec:
         """A saved spec; one saved before `pooling` reads as its family's head ([CLS] but for a
         mean-pooling ModernBERT)."""

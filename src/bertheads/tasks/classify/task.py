@@ -55,11 +55,6 @@ class ClassifyTask(Task):
                                       getattr(encoder, "config", None)))
 
     @classmethod
-    def needs_rows(cls, options: dict) -> bool:
-        """Label descriptions make a head without training rows."""
-        return not options.get("label_descriptions")
-
-    @classmethod
     def prepare(cls, path: str | None, spec: ClassifySpec, encoder, limit: int | None = None) -> list:
         """Read the training file (its first `limit` examples), decide the problem type (unless
         the spec names it) and label map; the examples. Without a file, the labels are those
