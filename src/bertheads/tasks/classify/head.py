@@ -14,7 +14,7 @@ from bertheads.base.errors import UserError
 from bertheads.base.schema import said
 from bertheads.encoder.layers import POOLINGS, LayerCombine, pool_tokens
 from bertheads.tasks.base import HeadSettings, init_linear
-from bertheads.tasks.classify.descriptions import SCALE, description_weights
+from bertheads.tasks.classify.descriptions import SCALE, SHRINK, description_weights
 from bertheads.tasks.classify.formats import ClassifyExample
 from bertheads.tasks.classify.spec import LONG_INPUTS, POOLS, ClassifySpec
 from bertheads.tasks.families import (
@@ -42,7 +42,7 @@ class ClassifyHead(nn.Module):
     the mean or max of the tokens the attention mask keeps (`pooling`, settled by
     `ClassifyTask.build`; `family_pooling` is what the family's transformers class reads). A
     head from label descriptions (`spec.cosine`) is dropout and one linear layer over that
-    vector L2-normalised, times `SCALE` (`descriptions.py`); `pooler_state` may then hold its
+    vector L2-normalised, times `SCALE * SHRINK` (`descriptions.py`); `pooler_state` may then hold its
     "out.weight" and "out.bias"."""
 
     token_level = False
@@ -92,7 +92,7 @@ class ClassifyHead(nn.Module):
         # states come as one position with a mask of ones)
         cls = pool_tokens(states, batch.get("attention_mask"), self.pooling)
         if self.cosine:
-            return self.out(self.dropout(F.normalize(cls, dim=-1))) * SCALE
+            return self.out(self.dropout(F.normalize(cls, dim=-1))) * (SCALE * SHRINK)
         if self.dropout_first:
             cls = self.dropout(cls)
         pooled = self.activation(self.pooler(cls))
