@@ -121,7 +121,7 @@ def table(records: list[dict]) -> str:
         if zero:
             acc = [r["accuracy"] for r in zero]
             out.append(f"| 0 | {statistics.mean(acc):.3f} (zero-label; {statistics.median(r['seconds'] for r in zero):.0f} s) "
-                       f"| chance: {1 / len(DESCRIPTIONS[name]):.3f} | |")
+                       f"| (one class in {len(DESCRIPTIONS[name])}: {1 / len(DESCRIPTIONS[name]):.3f}) | |")
         for n in sorted(sizes):
             cells, means = [], {}
             for arm in ("desc", "plain"):
