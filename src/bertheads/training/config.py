@@ -56,7 +56,7 @@ SETTINGS = (RunSettings, TrainSettings, HeadOptions)
 class TaskConfig:
     name: str
     kind: str
-    train: str | None  # None: a head from its settings alone (`Task.needs_rows`)
+    train: str | None  # None: a head from its settings alone (`HeadSettings.needs_rows`)
     dev: str | None = None
     limit: int | None = None
     options: dict = field(default_factory=dict)  # the task's own settings from the file

@@ -174,7 +174,11 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
         encoder = saved.encoder if saved is not None else Encoder.load(model, lazy="finetune" not in given_modes)
         data = [read_data(t.kind, t.train, t.dev, encoder, options[t.name], t.limit or limit, t.name,
                           holdout_share(settings, how), settings.seed) for t in config.tasks]
-        if not any(d.train_features for d in data):  # heads from their settings alone: nothing to train
+        bare = [d.name for d in data if not d.train_features]
+        if bare and len(bare) < len(data):
+            raise UserError(f"{config.path}: head {bare[0]!r} has no training rows and the others have; train it "
+                            f"alone (its settings make it) and join the models with `bertheads combine`")
+        if bare:  # heads from their settings alone: nothing to train
             return untrained(data, encoder, model, out, options[config.tasks[0].name],
                              {"source_model": model, **(extra_manifest or {}), "made_with": made_with(),
                               "settings": made_from(config, model, settings, limit, options)}, settings)
