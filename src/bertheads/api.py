@@ -270,13 +270,16 @@ def trained(net: BertHeads, out: str | Path | None, result: dict, settings: Trai
     return model
 
 
-def train(kind: str, train: str, dev: str | None = None, out: str | Path | None = None, model: str = "default",
+def train(kind: str, train=None, dev: str | None = None, out: str | Path | None = None, model: str = "default",
           settings: TrainSettings | None = None, limit: int | None = None, on_step=None, on_evaluate=None,
           into: str | Path | None = None, head_name: str | None = None, **options) -> Model:
     """Fine-tune (or, with mode="features", train a head on a frozen encoder) and save to `out`.
 
     `train` and `dev`: files, or data in memory (a pandas DataFrame, a `datasets.Dataset`, a
     list of dicts); a `DatasetDict` gives its "train" split, and its validation split as `dev`.
+
+    `train=None` with a kind's settings that make a head alone (classify's
+    `label_descriptions`): no training, the head as they make it (evaluated on `dev` if given).
 
     `options` are the task's settings (max_length, text_column, problem, layers, ...) and any
     training setting (epochs, lr, ...: over `settings`); an unknown name is refused with the

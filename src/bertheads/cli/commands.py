@@ -30,6 +30,7 @@ from bertheads.training.distill import CONFIG_GROUPS, read_distill_config
 from bertheads.training.flags import (
     given_settings,
     settings_from,
+    task_class,
     task_options,
 )
 from bertheads.training.settings import TrainSettings, recipe_of
@@ -69,7 +70,7 @@ def cmd_train(args) -> int:
             raise UserError(f"{path}: holds {found}, not a {kind} task; run it with `bertheads train --config "
                             f"{path}`")
     else:
-        if not args.train:
+        if not args.train and task_class(kind).spec_type.needs_rows(given_settings(args, kind)):
             raise UserError("the following arguments are required: --train (or --config)")
         config = single_task(kind, args.train, args.dev, {})
     model = train_multi(config, out, **given_settings(args, config.tasks[0].kind if config.single else None))

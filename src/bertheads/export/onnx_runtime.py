@@ -117,7 +117,7 @@ class OnnxNet(EncoderInputs):
         manifest = bundle.read_manifest(directory)
         meta, path = read_export(directory, graph or self.settings.precision, self.settings.verify)
         # what the tasks and callers read of the encoder; its weights are the export's, never loaded
-        self.encoder = EncoderShape.read(str(directory / "encoder"))
+        self.encoder = EncoderShape.read(bundle.encoder_location(directory))
         self.tasks = {}
         for name, entry in manifest["heads"].items():
             cls = bundle.task_class(entry["kind"])

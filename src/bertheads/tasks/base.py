@@ -120,6 +120,12 @@ class HeadSettings:
     trained_counts: dict = schema.settled(factory=dict)
 
     @classmethod
+    def needs_rows(cls, options: dict) -> bool:
+        """Whether a head of these settings (a task's options) needs training rows; a kind whose
+        settings alone can make a head says when not (its `prepare` then takes no file)."""
+        return True
+
+    @classmethod
     def check_saved(cls, data: dict, num_layers: int | None = None, max_tokens: int | None = None) -> None:
         """Each value a head reads from a saved spec (`data`, its types already checked against the
         dataclass's) is one it can use: SavedValue names the first that is not. `num_layers` and

@@ -56,7 +56,7 @@ SETTINGS = (RunSettings, TrainSettings, HeadOptions)
 class TaskConfig:
     name: str
     kind: str
-    train: str
+    train: str | None  # None: a head from its settings alone (`HeadSettings.needs_rows`)
     dev: str | None = None
     limit: int | None = None
     options: dict = field(default_factory=dict)  # the task's own settings from the file
@@ -177,7 +177,7 @@ def read_task(name: str, entry, base: Path, fail) -> TaskConfig:
     for key in ("train", "dev"):
         value = entry.get(key)
         if value is None:
-            if key == "train":
+            if key == "train" and TASKS[kind].spec_type.needs_rows(entry):
                 fail(keys, "missing field 'train' (the training file)")
             continue
         if not isinstance(value, str) or not value.strip():
@@ -191,7 +191,7 @@ def read_task(name: str, entry, base: Path, fail) -> TaskConfig:
         fail((*keys, "limit"), f"expected a positive integer, got {limit!r}")
     options = convert_options(kind, {k: v for k, v in entry.items() if k not in TASK_FIELDS}, ".".join(keys),
                               fail=lambda key, message: fail((*keys, key), message))
-    return TaskConfig(name, kind, paths["train"], paths.get("dev"), limit, options)
+    return TaskConfig(name, kind, paths.get("train"), paths.get("dev"), limit, options)
 
 
 def run_settings(config: MultiConfig, settings: TrainSettings | None = None, given: dict | None = None

@@ -13,6 +13,7 @@ import os
 import random
 import tempfile
 from dataclasses import fields
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -31,8 +32,9 @@ from bertheads.training.config import MultiConfig, TaskConfig
 from bertheads.training.contrastive import tune_encoder
 from bertheads.training.features import attach_cache
 from bertheads.training.flags import kind_defaults, task_class
+from bertheads.training.keeping import Choice, evaluate_and_save, metrics_file
 from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit
-from bertheads.training.provenance import chosen_line, made_from, made_with
+from bertheads.training.provenance import chosen_line, made_from, made_with, mode_line
 from bertheads.training.resolve import holdout_share, settle_run
 from bertheads.training.settings import AUTO, FROZEN_HEAD_MODES, MODES, HeadOptions, recipe_of, spec_name
 from bertheads.training.timing import plan
@@ -146,7 +148,7 @@ def read_data(kind: str, train_path: str, dev_path: str | None, encoder: Encoder
         dev = [e for i, e in enumerate(examples) if i in held]
         examples = [e for i, e in enumerate(examples) if i not in held]
     features = task.modeling.encode(examples, encoder.tokenizer, with_labels=True, path=train_path)
-    if not features:
+    if not features and train_path is not None:
         raise UserError(f"{train_path}: no usable training examples")
     task.spec.trained_counts = task.scoring.class_counts(examples)  # (saved with the head, read by `select`)
     if dev_path:
@@ -197,6 +199,14 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
         encoder = saved.encoder if saved is not None else Encoder.load(model, lazy="finetune" not in given_modes)
         data = [read_data(t.kind, t.train, t.dev, encoder, options[t.name], t.limit or limit, t.name,
                           holdout_share(settings, how), settings.seed) for t in config.tasks]
+        bare = [d.name for d in data if not d.train_features]
+        if bare and len(bare) < len(data):
+            raise UserError(f"{config.path}: head {bare[0]!r} has no training rows and the others have; train it "
+                            f"alone (its settings make it) and join the models with `bertheads combine`")
+        if bare:  # heads from their settings alone: nothing to train
+            return untrained(data, encoder, model, out, options[config.tasks[0].name],
+                             {"source_model": model, **(extra_manifest or {}), "made_with": made_with(),
+                              "settings": made_from(config, model, settings, limit, options)}, settings)
         run = settle_run(settings, data, next(iter(given_modes), None), mode_left=bool(auto),
                          continuing=saved is not None, how=how)
         main_process, one_process = os.environ.get("RANK", "0") == "0", os.environ.get("WORLD_SIZE", "1") == "1"
@@ -228,6 +238,9 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
         tuned, scratch = None, None
         if mode == "contrastive":  # the encoder tuned on pairs first; its states are this run's alone
             tuned = tune_encoder(net, data, settings)
+            for d in data:  # a head that started from the encoder's outputs (classify's label descriptions) again
+                if hasattr(d.task.head, "encoder_tuned"):
+                    d.task.head.encoder_tuned(encoder)
             scratch = tempfile.TemporaryDirectory(prefix="bertheads-contrastive-")
         frozen = mode in FROZEN_HEAD_MODES
         extra = {"source_model": model, **(extra_manifest or {}), "made_with": made_with(), "chosen": line,
@@ -249,6 +262,23 @@ def train_tasks(config: MultiConfig, out: str | Path | None, model: str = "defau
     finally:  # a run that failed before its loop gives the folder back too
         if out is not None:
             lock.release(out)
+
+
+def untrained(data: list[TaskData], encoder: Encoder, model: str, out, options: dict, extra: dict,
+              settings: TrainSettings) -> tuple[BertHeads, dict]:
+    """A run without training rows (each head from its settings, as a kind's `HeadSettings.needs_rows` allows):
+    the heads built on the frozen encoder, evaluated on their dev sets where given (which settles
+    thresholds and fits temperatures as after an epoch) and saved as epoch 0."""
+    for d in data:
+        d.task.spec.mode = "features"
+        d.task = fresh_head(d.task, encoder)
+    line = f"0 training examples: no training, {mode_line('features')}; the heads as their settings make them"
+    log.info(line)
+    net = BertHeads(encoder, {d.name: d.task for d in data})
+    encoder.reference = reference(encoder, model, cache_root(options.get("cache_dir")))
+    kept = evaluate_and_save(net, data, settings, 0, {}, Choice(), [], out,
+                             partial(evaluate_task, progress=settings.progress), {**extra, "chosen": line})
+    return net, {**metrics_file(data, kept, []), "chosen": line}
 
 
 def continue_heads(saved: BertHeads, data: list[TaskData], source: str) -> None:

@@ -3,6 +3,7 @@ and what it is trained on (one feature per text, or per window of a long one) an
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import torch
@@ -13,6 +14,7 @@ from bertheads.base.errors import UserError
 from bertheads.base.schema import said
 from bertheads.encoder.layers import POOLINGS, LayerCombine, pool_tokens
 from bertheads.tasks.base import HeadSettings, init_linear
+from bertheads.tasks.classify.descriptions import SCALE, SHRINK, description_weights
 from bertheads.tasks.classify.formats import ClassifyExample
 from bertheads.tasks.classify.spec import LONG_INPUTS, POOLS, ClassifySpec
 from bertheads.tasks.families import (
@@ -30,13 +32,18 @@ from bertheads.tasks.parts import Modeling
 from bertheads.tasks.recipes import Fallback, Recipe
 from bertheads.text.encoding import encode_texts, encode_windows
 
+log = logging.getLogger(__name__)
+
 
 class ClassifyHead(nn.Module):
     """The sequence head of the checkpoint's family (`tasks/families.py`): BERT's pooler (dense
     + tanh over [CLS]), dropout and a linear layer; RoBERTa's, ELECTRA's, DeBERTa's, DistilBERT's
     or ModernBERT's own layout for those checkpoints. It reads one vector per input: [CLS], or
     the mean or max of the tokens the attention mask keeps (`pooling`, settled by
-    `ClassifyTask.build`; `family_pooling` is what the family's transformers class reads)."""
+    `ClassifyTask.build`; `family_pooling` is what the family's transformers class reads). A
+    head from label descriptions (`spec.cosine`) is dropout and one linear layer over that
+    vector L2-normalised, times `SCALE * SHRINK` (`descriptions.py`); `pooler_state` may then hold its
+    "out.weight" and "out.bias"."""
 
     token_level = False
 
@@ -47,6 +54,17 @@ class ClassifyHead(nn.Module):
         self.layers = tuple(settings.layers)
         self.combine = LayerCombine(len(self.layers), settings.combine)
         size = self.combine.output_size(hidden_size)
+        self.cosine = bool(getattr(settings, "cosine", False))
+        self.settings = settings  # (what `encoder_tuned` reads the descriptions from)
+        self.family_pooling = pooling(family, config)
+        chosen = getattr(settings, "pooling", None)
+        self.pooling = chosen if chosen in POOLINGS else self.family_pooling
+        self.dropout = nn.Dropout(settings.dropout)
+        if self.cosine:  # (no dense layer: the normalised vector is what the descriptions are compared in)
+            self.pooler = self.norm = None
+            self.out = nn.Linear(size, num_outputs)
+            copy_out(self.out, pooler_state)
+            return
         if family.init == "bert":  # as bertheads always built it (same weights for the same seed)
             self.pooler = init_linear(nn.Linear(size, size))
             self.norm = None
@@ -56,20 +74,25 @@ class ClassifyHead(nn.Module):
         copy_start(self.pooler, self.norm, pooler_state)
         self.activation = activation(family, config)
         self.dropout_first = family.dropout_first
-        self.family_pooling = pooling(family, config)
-        chosen = getattr(settings, "pooling", None)
-        self.pooling = chosen if chosen in POOLINGS else self.family_pooling
-        self.dropout = nn.Dropout(settings.dropout)
         if family.init == "bert":
             self.out = init_linear(nn.Linear(size, num_outputs))
         else:
             self.out = init_head_linear(nn.Linear(size, num_outputs), family, config, "out")
+        copy_out(self.out, pooler_state)
+
+    def encoder_tuned(self, encoder) -> None:
+        """The encoder was tuned after the head was built (`--mode contrastive`): a head from
+        label descriptions starts from their vectors on the tuned encoder."""
+        if self.cosine:
+            copy_out(self.out, description_weights(self.settings, encoder))
 
     def forward(self, hidden, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         states = self.combine(hidden)
         # [CLS], or the mean/max of every token the mask keeps, specials included (cached pooled
         # states come as one position with a mask of ones)
         cls = pool_tokens(states, batch.get("attention_mask"), self.pooling)
+        if self.cosine:
+            return self.out(self.dropout(F.normalize(cls, dim=-1))) * (SCALE * SHRINK)
         if self.dropout_first:
             cls = self.dropout(cls)
         pooled = self.activation(self.pooler(cls))
@@ -99,8 +122,13 @@ class ClassifyModeling(Modeling):
 
     @classmethod
     def start_weights(cls, spec: ClassifySpec, encoder) -> dict | None:
-        """The checkpoint's weights the head's dense layer starts from (BERT's pooler, ...)."""
-        return checkpoint_start(settle_family(spec, encoder), encoder)
+        """The checkpoint's weights the head's dense layer starts from (BERT's pooler, ...); a
+        head from label descriptions, its output layer from their vectors (`descriptions.py`)."""
+        family = settle_family(spec, encoder)
+        if spec.cosine:
+            settle_pooling(spec, encoder, family)
+            return description_weights(spec, encoder)
+        return checkpoint_start(family, encoder)
 
     def recipe(self, examples: int, how: str = "auto") -> Recipe:
         """The table's row; contrastive mode pairs single labelled texts, so text pairs and
@@ -114,10 +142,12 @@ class ClassifyModeling(Modeling):
                path: str | None = None) -> list[dict]:
         """One feature per example, or with `long_input="windows"` one per window (each window
         of a training text learns the text's label)."""
-        return self.encode_with_owner(examples, tokenizer, with_labels, path)[0]
+        return self.encode_for_inference(examples, tokenizer, with_labels, path)[0]
 
-    def encode_with_owner(self, examples: list[ClassifyExample], tokenizer, with_labels: bool = True,
-                          path: str | None = None) -> tuple[list[dict], list[int]]:
+    def encode_for_inference(self, examples: list[ClassifyExample], tokenizer, with_labels: bool = False,
+                             path: str | None = None) -> tuple[list[dict], list[int]]:
+        """One feature per example (longer inputs are truncated, as in training), or one per
+        window; and each feature's example."""
         spec = self.spec
         texts, pairs = [e.text for e in examples], [e.pair for e in examples]
         if spec.long_input == "windows":
@@ -130,11 +160,6 @@ class ClassifyModeling(Modeling):
             for f, k in zip(feats, owner):
                 f["labels"] = targets[k]
         return feats, owner
-
-    def encode_for_inference(self, examples: list[ClassifyExample], tokenizer,
-                             with_labels: bool = False) -> tuple[list[dict], list[int]]:
-        """One feature per example (longer inputs are truncated, as in training), or one per window."""
-        return self.encode_with_owner(examples, tokenizer, with_labels)
 
     def loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         labels = batch["labels"]
@@ -173,3 +198,32 @@ def check_windows(spec: ClassifySpec) -> None:
         raise UserError(f"{said('pool')}: expected one of {', '.join(POOLS)}, got {spec.pool!r}")
     if not 0 <= spec.stride < spec.max_length - 3:
         raise UserError(f"{said('stride', spec.stride)}: must be at least 0 and below {said('max_length')} minus 3")
+
+
+def copy_out(out: nn.Linear, state: dict | None) -> None:
+    """The output layer's start weights ("out.weight", "out.bias"), where `state` holds them."""
+    if state and "out.weight" in state:
+        with torch.no_grad():
+            out.weight.copy_(state["out.weight"])
+            out.bias.copy_(state["out.bias"])
+
+
+def settle_pooling(spec: ClassifySpec, encoder, family: Family) -> None:
+    """The spec's `pooling` settled: "auto" is the pooling the checkpoint declares (a
+    sentence-transformers `Pooling` module) for a head on a frozen encoder (`mode` features, and
+    contrastive: the encoder is tuned on the sentence embeddings it was made for) and for a head
+    from label descriptions, else the family's own head; None (a spec saved before the field) is
+    the family's own head."""
+    own = pooling(family, getattr(encoder, "config", None))
+    if spec.pooling is None:
+        spec.pooling = own
+    elif spec.pooling == "auto":
+        declared = None
+        if (spec.mode in ("features", "contrastive") or spec.cosine) and hasattr(encoder, "declared_pooling"):
+            declared = encoder.declared_pooling()
+        spec.pooling = declared or own
+        if declared and declared != own:
+            log.info(f"the head reads the {declared} of the tokens, the pooling the checkpoint declares "
+                     f"({said('pooling', 'cls')}: [CLS])")
+    if spec.pooling not in POOLINGS:
+        raise UserError(f"{said('pooling')}: expected auto, {', '.join(POOLINGS)}, got {spec.pooling!r}")

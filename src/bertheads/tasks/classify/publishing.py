@@ -103,6 +103,10 @@ class ClassifyExporting(Exporting):
 
     def check(self, name: str, to: str) -> None:
         super().check(name, to)
+        if to == "hf" and self.spec.cosine:
+            raise UserError(f"head {name!r} compares the L2-normalised vector of the text with its label descriptions' "
+                            f"(one linear layer over it), which no transformers {self.hf_auto_class} computes, so it has "
+                            f"no transformers equivalent; export it with {said('to', 'onnx')}")
         if to == "hf" and self.task.head.pooling != self.task.head.family_pooling:
             raise UserError(f"head {name!r} reads the {self.task.head.pooling} of its tokens (pooling {self.task.head.pooling}), "
                             f"but the transformers {self.hf_auto_class} of its family reads "

@@ -4,6 +4,7 @@ config fields and keywords, saved with the head) and the choices they take."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bertheads.base.schema import setting, settled
 from bertheads.base.values import comma_text, fraction, name_list, non_negative_int
@@ -14,6 +15,16 @@ LONG_INPUTS = ("truncate", "windows")
 POOLS = ("mean", "max")
 WEIGHTS = ("none", "balanced")
 PREDICTING = ("predict", "serve")  # the commands that may override how a saved head reads long texts
+
+
+def description_items(value):
+    """A config's or keyword's label descriptions as the flag's list of items: a mapping
+    {label: text}, a list of "LABEL: text" items (or files), or one such item."""
+    if isinstance(value, dict):
+        return [f"{k}: {v}" for k, v in value.items()]
+    if isinstance(value, (str, Path)):
+        return [str(value)]
+    return list(value)
 
 
 @dataclass
@@ -37,6 +48,11 @@ class ClassifySpec(HeadSettings):
     label_names: list | None = setting(None, "names for the labels in sorted order, e.g. negative,positive for 0/1 "
                                              "labels; predictions show the names, files may use either",
                                        type=name_list, coerce=comma_text)
+    label_descriptions: list | None = setting(
+        None, "a text like each label's, as 'LABEL: TEXT' (or a file of such lines): without --train the head "
+              "predicts the label whose description is most similar to the text (cosine of the pooled vectors); "
+              "with --train it starts from them (docs/little-data.md)", nargs="+", coerce=description_items,
+        metavar="'LABEL: TEXT'")
     long_input: str = setting("truncate", "a text longer than --max-length: cut at it, or cut into overlapping "
                                           "windows whose outputs are pooled (training: each window learns the "
                                           "text's label)", choices=LONG_INPUTS, at=PREDICTING)
@@ -51,6 +67,8 @@ class ClassifySpec(HeadSettings):
     # what training settled
     labels: list = settled(factory=list, tags=("shape",))  # label values in output order (empty for regression)
     pair: bool = settled(False, tags=("shape",))  # whether training inputs were pairs
+    # one linear layer over the L2-normalised pooled vector, started from the label descriptions
+    cosine: bool = settled(False, tags=("shape",))
     label_weights: list = field(default_factory=list)  # the class weights, in label order (empty: all 1)
     thresholds: list | None = None  # multi-label: per-label thresholds tuned on dev for F1
 
@@ -78,6 +96,11 @@ class ClassifySpec(HeadSettings):
             for i, value in enumerate(values):
                 if not ok(value):
                     raise SavedValue(f"{name}[{i}]", expected, value)
+
+    @classmethod
+    def needs_rows(cls, options: dict) -> bool:
+        """Label descriptions make a head without training rows."""
+        return not options.get("label_descriptions")
 
     @classmethod
     def from_saved(cls, data: dict) -> ClassifySpec:

@@ -15,16 +15,16 @@ import numpy as np
 from bertheads.base.errors import UserError
 from bertheads.base.schema import said
 from bertheads.base.values import fraction
-from bertheads.encoder.layers import POOLINGS
 from bertheads.tasks.base import Parts, Task, option
+from bertheads.tasks.classify.descriptions import settle_descriptions
 from bertheads.tasks.classify.distilling import ClassifyDistilling
 from bertheads.tasks.classify.formats import check_label_names, infer_labels, normalise_label, read_file
-from bertheads.tasks.classify.head import ClassifyHead, ClassifyModeling
+from bertheads.tasks.classify.head import ClassifyHead, ClassifyModeling, settle_pooling
 from bertheads.tasks.classify.judging import ClassifyJudging, ClassifyScoring
 from bertheads.tasks.classify.publishing import ClassifyExporting, ClassifyPublishing
 from bertheads.tasks.classify.reading import ClassifyReading
 from bertheads.tasks.classify.spec import ClassifySpec
-from bertheads.tasks.families import Family, pooling, settle_family
+from bertheads.tasks.families import settle_family
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +56,31 @@ class ClassifyTask(Task):
                                       getattr(encoder, "config", None)))
 
     @classmethod
-    def prepare(cls, path: str, spec: ClassifySpec, encoder, limit: int | None = None) -> list:
+    def prepare(cls, path: str | None, spec: ClassifySpec, encoder, limit: int | None = None) -> list:
         """Read the training file (its first `limit` examples), decide the problem type (unless
-        the spec names it) and label map; the examples."""
+        the spec names it) and label map; the examples. Without a file, the labels are those
+        the label descriptions name (and no examples)."""
+        if path is None:
+            if not spec.label_descriptions:
+                raise UserError(f"{said('train')}: required (or {said('label_descriptions')} for a head without "
+                                f"training rows)")
+            spec.problem = spec.problem or "single_label"
+            if spec.problem not in ("single_label", "multi_label"):
+                raise UserError(f"{said('problem', spec.problem)}: label descriptions make single-label or "
+                                f"multi-label heads")
+            settle_descriptions(spec, path, zero_label=True)
+            spec.label_weights, spec.class_weights = [], None
+            log.info(f"no training rows: the head predicts the label whose description is most similar to the text "
+                     f"({len(spec.labels)} labels: {', '.join(map(str, spec.labels))})")
+            return []
         examples = read_file(path, spec, limit=limit)
         spec.problem, spec.labels = infer_labels(examples, path, spec.problem)
         if spec.label_names:
             check_label_names(spec, path)
         spec.pair = any(e.pair is not None for e in examples)
+        if spec.label_descriptions and spec.pair:
+            raise UserError(f"{said('label_descriptions')}: they describe single texts, and {path} holds text pairs")
+        settle_descriptions(spec, path, zero_label=False)
         spec.label_weights = []
         if spec.class_weights == "none":
             spec.class_weights = None
@@ -73,26 +90,5 @@ class ClassifyTask(Task):
                                 f"{path} is {spec.problem.replace('_', '-')}")
             counts = np.bincount([spec.labels.index(normalise_label(e.label)) for e in examples],
                                  minlength=len(spec.labels))
-            spec.label_weights = [round(len(examples) / (len(spec.labels) * int(c)), 8) for c in counts]
+            spec.label_weights = [round(len(examples) / (len(spec.labels) * max(int(c), 1)), 8) for c in counts]
         return examples
-
-
-# -- helpers ---------------------------------------------------------------------------
-def settle_pooling(spec: ClassifySpec, encoder, family: Family) -> None:
-    """The spec's `pooling` settled: "auto" is the pooling the checkpoint declares (a
-    sentence-transformers `Pooling` module) for a head on a frozen encoder (`mode` features, and
-    contrastive: the encoder is tuned on the sentence embeddings it was made for), else the
-    family's own head; None (a spec saved before the field) is the family's own head."""
-    own = pooling(family, getattr(encoder, "config", None))
-    if spec.pooling is None:
-        spec.pooling = own
-    elif spec.pooling == "auto":
-        declared = None
-        if spec.mode in ("features", "contrastive") and hasattr(encoder, "declared_pooling"):
-            declared = encoder.declared_pooling()
-        spec.pooling = declared or own
-        if declared and declared != own:
-            log.info(f"the head reads the {declared} of the tokens, the pooling the checkpoint declares "
-                     f"({said('pooling', 'cls')}: [CLS])")
-    if spec.pooling not in POOLINGS:
-        raise UserError(f"{said('pooling')}: expected auto, {', '.join(POOLINGS)}, got {spec.pooling!r}")
