@@ -32,7 +32,7 @@ class ClassifyDistilling(Distilling):
                      with_labels: bool) -> list[dict]:
         """Each feature (a window learns its text's) carries the teacher's logits (`soft`) and
         whether it has a gold label (`gold`; a placeholder label where not)."""
-        feats, owner = self.task.modeling.encode_with_owner(examples, tokenizer, with_labels)
+        feats, owner = self.task.modeling.encode_for_inference(examples, tokenizer, with_labels)
         blank = 0.0 if self.spec.problem == "regression" else \
             [0.0] * len(self.spec.labels) if self.spec.problem == "multi_label" else 0
         for f, k in zip(feats, owner):
