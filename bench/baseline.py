@@ -79,13 +79,13 @@ def tfidf(texts: list[str], labels: list[str], test: list[str], seed: int) -> tu
                                         "cv_accuracy": float(search.best_score_)}
 
 
-def ours(train: Path, test: Path, test_texts: list[str], seed: int, model: str,
-         settings: dict) -> tuple[list[str], dict]:
+def ours(train: Path, test: Path, test_texts: list[str], seed: int, model: str, settings: dict,
+         verbose: bool = False) -> tuple[list[str], dict]:
     """bertheads with `settings` (none: the recipe table picks)."""
     import bertheads
 
     trained = bertheads.train("classify", str(train), str(test), None, model=model, seed=seed,
-                              progress=False, verbose=False, **settings)
+                              progress=False, verbose=verbose, **settings)
     m = trained.metrics
     predicted = [p["label"] if isinstance(p, dict) else p for p in trained.predict(test_texts)]
     return [str(p) for p in predicted], {"chosen": m.get("chosen"), "kept_epoch": m.get("best_epoch"),
@@ -133,7 +133,7 @@ def run(args) -> None:
                             predicted, extra = tfidf(texts, labels, test_texts, seed)
                         else:
                             predicted, extra = ours(train, path(name, "test"), test_texts, seed, args.model,
-                                                    SETTINGS[arm])
+                                                    SETTINGS[arm], args.verbose)
                         seconds = time.perf_counter() - start
                     record = {"set": name, "size": size, "seed": seed, "arm": arm, **scores(predicted, test_gold),
                               "seconds": seconds, "classes_in_sample": len(set(labels)), **extra,
@@ -181,6 +181,7 @@ def main() -> None:
     p.add_argument("--model", default="default", help="the checkpoint (default: the installed default)")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     p.add_argument("--out", type=Path, default=OUT / "baseline.jsonl")
+    p.add_argument("--verbose", action="store_true", help="bertheads' progress lines on stderr")
     p.add_argument("--table", action="store_true", help="print the table of what --out holds")
     args = p.parse_args()
     if args.table:
