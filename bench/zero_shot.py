@@ -4,7 +4,7 @@ on the default checkpoint, scored on a whole test split.
 
 Sets (`--set`): `sst2` (GLUE SST-2 from $BERTHEADS_DATA, its dev split of 872 as the test split)
 and `trec` (TREC-10 question types, 6 coarse classes, 5,452 / 500, from a public repository:
-bench/public_sets.py of the `baseline` branch writes it to $BERTHEADS_PUBLIC_SETS, default
+bench/public_sets.py --setup writes it to $BERTHEADS_PUBLIC_SETS, default
 /work/cache/public-sets; only its path is read here). `DESCRIPTIONS` holds each set's label
 descriptions (a sentence like the label's texts, written once, not tuned on the test split).
 
@@ -41,11 +41,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from common import DATA, OUT, cpu_line  # noqa: E402
+from common import OUT, cpu_line  # noqa: E402
+from public_sets import path as public_path  # noqa: E402
 
-PUBLIC = Path(os.environ.get("BERTHEADS_PUBLIC_SETS", "/work/cache/public-sets"))
-FILES = {"sst2": (DATA / "sst2" / "train.tsv", DATA / "sst2" / "dev.tsv"),
-         "trec": (PUBLIC / "trec" / "train.tsv", PUBLIC / "trec" / "test.tsv")}
+SETS = ("sst2", "trec")
+
+
+def files(name: str) -> tuple:
+    """A set's training and test files (bench/public_sets.py says where each is)."""
+    return public_path(name, "train"), public_path(name, "test")
 DESCRIPTIONS = {
     "sst2": {"0": "I hated this film, it was terrible", "1": "I loved this film, it was wonderful"},
     "trec": {"ABBR": "What does the abbreviation NASA stand for?",
@@ -81,7 +85,7 @@ def sample(rows: list, n: int, seed: int) -> list:
 def run_one(name: str, mode: str, n: int, seed: int, arm: str, model: str, work: Path) -> dict:
     import bertheads
 
-    column, rows = read_rows(FILES[name][0])
+    column, rows = read_rows(files(name)[0])
     described = [f"{k}: {v}" for k, v in DESCRIPTIONS[name].items()]
     train = None
     if n:
@@ -91,7 +95,7 @@ def run_one(name: str, mode: str, n: int, seed: int, arm: str, model: str, work:
     if mode == "features" and n:
         options["mode"] = "features"
     start = time.perf_counter()
-    trained = bertheads.train("classify", None if train is None else str(train), str(FILES[name][1]), None,
+    trained = bertheads.train("classify", None if train is None else str(train), str(files(name)[1]), None,
                               model=model, seed=seed, progress=False, verbose=False,
                               cache_dir=str(work / "cache"), **options)
     seconds = time.perf_counter() - start
