@@ -44,8 +44,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from common import OUT, cpu_line  # noqa: E402
 from public_sets import path as public_path  # noqa: E402
 
-SETS = ("sst2", "trec")
-
 
 def files(name: str) -> tuple:
     """A set's training and test files (bench/public_sets.py says where each is)."""
