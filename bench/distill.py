@@ -127,7 +127,7 @@ def main() -> None:
         record("student alone", alone, time.perf_counter() - start, args.student_model)
     start = time.perf_counter()
     student = bertheads.distill(teacher_folder, folder / "student", data=pool, train=train,
-                                into=args.student_model, soft_temperature=args.soft_temperature,
+                                model=args.student_model, soft_temperature=args.soft_temperature,
                                 soft_weight=args.soft_weight, overwrite=True,
                                 **{**settings, "epochs": args.distill_epochs, "batch_size": 32})
     record("distilled", student, time.perf_counter() - start, args.student_model)

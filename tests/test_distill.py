@@ -59,7 +59,7 @@ def test_classify_student_agrees_with_its_teacher_and_is_a_normal_model_folder(t
     passes = counting(monkeypatch)
     before = {p.name: p.stat().st_mtime_ns for p in (d / "teacher").rglob("*")}
     student = bertheads.distill(d / "teacher", tmp_path / "student", data=str(d / "pool.txt"),
-                                train=str(d / "train.tsv"), dev=str(d / "train.tsv"), into=tiny_bert,
+                                train=str(d / "train.tsv"), dev=str(d / "train.tsv"), model=tiny_bert,
                                 **{**FAST, "epochs": 5})
     assert len(passes) == 2  # the unlabelled file and the labelled one, once each
     tutor = bertheads.load(d / "teacher")
@@ -78,7 +78,7 @@ def test_classify_student_agrees_with_its_teacher_and_is_a_normal_model_folder(t
 def test_classify_from_the_command_line_and_a_config_file(teacher, tiny_bert, tmp_path, capsys):
     d = teacher
     config = tmp_path / "distill.yaml"
-    config.write_text(f"teacher: {d / 'teacher'}\ndata: {d / 'pool.txt'}\ninto: {tiny_bert}\nepochs: 1\n"
+    config.write_text(f"teacher: {d / 'teacher'}\ndata: {d / 'pool.txt'}\nmodel: {tiny_bert}\nepochs: 1\n"
                       f"batch_size: 8\nlr: 0.003\nsoft_weight: 1.0\n")
     assert main(["distill", "--config", str(config), "--out", str(tmp_path / "s"), "--epochs", "2",
                  "--no-progress"]) == 0
@@ -122,7 +122,7 @@ def test_every_head_of_a_multi_head_teacher_from_one_pass_and_a_second_student_f
     (tmp_path / "pool.txt").write_text("".join(f"{t}\n" for t in texts))
     passes = counting(monkeypatch)
     student = bertheads.distill(tmp_path / "two", tmp_path / "student", data=str(tmp_path / "pool.txt"),
-                                into=tiny_bert, **{**FAST, "epochs": 6})
+                                model=tiny_bert, **{**FAST, "epochs": 6})
     assert passes == [["sentiment", "ner"]]  # one encoder pass for both heads
     assert student.heads == {"sentiment": "classify", "ner": "tag"}
     words = [t.split() for t in texts]
@@ -130,7 +130,7 @@ def test_every_head_of_a_multi_head_teacher_from_one_pass_and_a_second_student_f
     assert 0 < taught.count("O") < 0.75 * len(taught)  # the teacher finds entities (and not everywhere)
     assert np.mean([a == b for a, b in zip(taught, learnt)]) >= 0.85  # above the 'O' share
     # a second student (other settings) costs no teacher pass
-    bertheads.distill(tmp_path / "two", tmp_path / "second", data=str(tmp_path / "pool.txt"), into=tiny_bert,
+    bertheads.distill(tmp_path / "two", tmp_path / "second", data=str(tmp_path / "pool.txt"), model=tiny_bert,
                       soft_temperature=1.0, **{**FAST, "epochs": 1})
     assert len(passes) == 1
 

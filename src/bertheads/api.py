@@ -379,15 +379,15 @@ def train_multi(config: MultiConfig | str | Path, out: str | Path | None, model:
 
 
 def distill(teacher: str | Path, out: str | Path | None, data: str | None = None, train: str | None = None,
-            dev: str | None = None, into: str = "default", settings: TrainSettings | None = None,
+            dev: str | None = None, model: str = "default", settings: TrainSettings | None = None,
             **options) -> Model:
-    """A student of the `teacher` model (every head) on the checkpoint `into`, trained on the
+    """A student of the `teacher` model (every head) on the checkpoint `model`, trained on the
     teacher's scores of the unlabelled `data` (and of `train`, whose gold labels it learns too),
     saved to `out` as `train` saves a model (`bertheads distill`). `options`: the distillation's
     settings (`DistillSettings`: soft_temperature, soft_weight, ...) and any training setting
     (epochs, lr, ...: over `settings`); an unknown name is refused with the closest known one."""
     given = check_given(options, DistillSettings, TrainSettings)
-    chosen = from_mapping(DistillSettings, {"into": into, **{k: v for k, v in given.items()
+    chosen = from_mapping(DistillSettings, {"model": model, **{k: v for k, v in given.items()
                                                               if k in names(DistillSettings)}})
     settings = replace(settings or TrainSettings(), **{k: v for k, v in given.items() if k in names(TrainSettings)})
     files = DistillData(str(teacher), data, train, dev)

@@ -159,7 +159,7 @@ COMMANDS = (
             (Group(DistillData, now=SUPPRESS), Group(cli.DistillFiles), Group(DistillSettings, now=SUPPRESS)),
             more=lambda p: add_flags(p, TrainSettings, suppress=True),  # (not given: the config's)
             description="Score --data (and --train) with the TEACHER model, every head from one pass per input "
-                        "(the scores kept in the cache), and train a student with the same heads on --into: the "
+                        "(the scores kept in the cache), and train a student with the same heads on --model: the "
                         "teacher's scores at --soft-temperature, and the gold labels of --train where given "
                         "(docs/distill.md). The student is a model folder as `train` writes one."),
     Command("select", "the unlabelled inputs most worth labelling next (margin, entropy or diverse)", cmd_select,

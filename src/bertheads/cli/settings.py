@@ -80,7 +80,7 @@ class DistillFiles:
     out: str | None = setting(None, "the student's model directory to write (replaced atomically; one of another "
                                     "run only with --overwrite)")
     config: str | None = setting(None, "YAML (or TOML) holding the distillation's settings (teacher, data, train, "
-                                       "dev, into, soft_temperature, epochs, ...); flags given override it")
+                                       "dev, model, soft_temperature, epochs, ...); flags given override it")
 
 
 @dataclass

@@ -4,7 +4,7 @@ teacher's scores of unlabelled inputs (and the gold labels where a file gives th
 ```
 teacher (a bertheads model, read only) --one pass per text, every head--> raw scores per input
         (`Distilling.teacher_scores`, kept in the cache: TEACHER HASH + the file's bytes)
-student spec (`Distilling.student_spec`) + fresh head on --into
+student spec (`Distilling.student_spec`) + fresh head on --model
         --`Distilling.soft_targets`--> features carrying the scores on the student's own tokens
         --fit, the loss `Distilling.loss`--> a normal model folder (dev, calibration, card, gate)
 ```
@@ -70,7 +70,7 @@ class DistillData:
 class DistillSettings:
     """How a student learns from its teacher."""
 
-    into: str = setting("default", "the student's checkpoint: 'default' (the embedded MiniLM-L6), a checkpoint "
+    model: str = setting("default", "the student's checkpoint (as `train --model`): 'default' (the embedded MiniLM-L6), a checkpoint "
                                    "directory or a hub name", group="distillation")
     soft_temperature: float = setting(2.0, "the temperature both the teacher's and the student's scores are "
                                            "softened by (the loss is scaled by its square)", type=positive_float,
@@ -94,7 +94,7 @@ def read_distill_config(path: str) -> dict:
     converted like its flag; errors name the file, line and field."""
     data, lines = load_mapping(path)
     if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping with teacher, data (and train, dev, into, ...)")
+        raise UserError(f"{path}: expected a mapping with teacher, data (and train, dev, model, ...)")
     data = {str(k).replace("-", "_"): v for k, v in data.items()}
 
     def fail(key: str, message: str):
@@ -108,8 +108,8 @@ def read_distill_config(path: str) -> dict:
     for key in names(DistillData):
         if out.get(key) is not None:
             out[key] = str((base / Path(str(out[key])).expanduser()).resolve())
-    if out.get("into") not in (None, "default") and (base / out["into"]).exists():
-        out["into"] = str((base / out["into"]).resolve())
+    if out.get("model") not in (None, "default") and (base / out["model"]).exists():
+        out["model"] = str((base / out["model"]).resolve())
     return out
 
 
@@ -210,14 +210,14 @@ def run_record(files: DistillData, chosen: DistillSettings, settings: TrainSetti
     tasks = {name: {"kind": task.kind, "train": files.train or files.data, **({"dev": files.dev} if files.dev else {})}
              for name, task in teacher.tasks.items()}
     return plain({"teacher": str(Path(files.teacher).resolve()), "data": files.data,
-                  **({"train": files.train} if files.train else {}), "model": chosen.into,
+                  **({"train": files.train} if files.train else {}), "model": chosen.model,
                   "soft_temperature": chosen.soft_temperature, "soft_weight": chosen.soft_weight,
                   **training, "tasks": tasks})
 
 
 def distill_model(files: DistillData, out: str | Path | None, settings: TrainSettings | None = None,
                   chosen: DistillSettings | None = None) -> tuple[BertHeads, dict]:
-    """Train a student of `files.teacher` on `chosen.into`: every teacher head once, on the
+    """Train a student of `files.teacher` on `chosen.model`: every teacher head once, on the
     teacher's scores of `files.data` (and of `files.train`, with its gold labels); the kept
     epoch saved to `out` as `train` saves a model. Returns the student and its metrics."""
     settings, chosen = settings or TrainSettings(), chosen or DistillSettings()
@@ -229,12 +229,12 @@ def distill_model(files: DistillData, out: str | Path | None, settings: TrainSet
         if path:
             check_input_file(path)
     inputs = [files.teacher, files.data, files.train, files.dev,
-              *([chosen.into] if Path(str(chosen.into)).exists() else [])]
+              *([chosen.model] if Path(str(chosen.model)).exists() else [])]
     if out is not None:
         checkpoint.claim_out(out, settings.resume, settings.overwrite, [p for p in inputs if p])
     try:
         teacher = bundle.load(files.teacher)
-        encoder = Encoder.load(chosen.into)
+        encoder = Encoder.load(chosen.model)
         how = recipe_of(settings)
         students = {}
         for name, t in teacher.tasks.items():
@@ -277,12 +277,12 @@ def distill_model(files: DistillData, out: str | Path | None, settings: TrainSet
             log.info(f"no labelled dev data ({said('dev')} or {said('train')}): the last epoch is kept, uncalibrated")
             settings.keep = "last"
         net = BertHeads(encoder, {d.name: d.task for d in data})
-        extra = {"source_model": chosen.into, "made_with": made_with(),
+        extra = {"source_model": chosen.model, "made_with": made_with(),
                  "distilled_from": {"teacher": str(Path(files.teacher).resolve()),
                                     "heads": {n: t.kind for n, t in teacher.tasks.items()},
                                     "soft_temperature": chosen.soft_temperature, "soft_weight": chosen.soft_weight},
                  "settings": run_record(files, chosen, settings, teacher)}
-        log.info(f"distilling {len(data)} head{'s' * (len(data) > 1)} of {files.teacher} into {chosen.into}: "
+        log.info(f"distilling {len(data)} head{'s' * (len(data) > 1)} of {files.teacher} into {chosen.model}: "
                  f"{sum(len(d.train_features) for d in data):,} features, {settings.epochs} epoch{'s' * (settings.epochs > 1)}")
         result = fit(net, data, settings, out, evaluate_task, extra)
         return net, result
