@@ -1,13 +1,17 @@
 """Multi-head models on the tiny BERT built without training (for analyze, combine, serve tests),
-and a saved model's manifest edited in place (for the model-file tests)."""
+a saved model's manifest edited in place and the one-line error of loading it (for the model-file
+tests)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
+import bertheads
+from bertheads.base.errors import UserError
 from bertheads.encoder.pretrained import Encoder
 from bertheads.model import BertHeads
 from bertheads.saved import bundle
@@ -48,3 +52,12 @@ def edit_manifest(directory: Path, change) -> None:
     data = json.loads(path.read_text())
     change(data)
     path.write_text(json.dumps(data))
+
+
+def load_error(directory: Path, **kwargs) -> str:
+    """The one-line error `bertheads.load` refuses a model folder with."""
+    with pytest.raises(UserError) as info:
+        bertheads.load(directory, **kwargs)
+    message = str(info.value)
+    assert "\n" not in message
+    return message

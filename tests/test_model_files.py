@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers_multi import edit_manifest, save_heads
+from helpers_multi import edit_manifest, load_error, save_heads
 from safetensors.torch import load_file, save_file
 
 import bertheads
-from bertheads.base.errors import UserError
 from bertheads.cli.main import main
 
 
@@ -34,14 +33,6 @@ def edit_safetensors(path: Path, change) -> None:
     state = load_file(str(path))
     change(state)
     save_file(state, str(path), metadata={"format": "pt"})
-
-
-def load_error(directory: Path, **kwargs) -> str:
-    with pytest.raises(UserError) as info:
-        bertheads.load(directory, **kwargs)
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 def test_an_untouched_model_loads(model_dir):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers_machine import pretend
-from helpers_multi import edit_manifest
+from helpers_multi import edit_manifest, load_error
 
 import bertheads
 from bertheads.base.errors import UserError
@@ -64,14 +64,6 @@ def cli_error(capsys, argv: list) -> str:
     assert code == 2 and out == "", (code, out, err)
     assert len(err.strip().splitlines()) == 1 and err.startswith("bertheads: error: "), err
     return err.strip()
-
-
-def load_error(directory: Path, **kwargs) -> str:
-    with pytest.raises(UserError) as info:
-        bertheads.load(directory, **kwargs)
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 # -- each value a head reads is checked against the schema ---------------------------------
