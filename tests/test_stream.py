@@ -2,6 +2,7 @@
 order, ids and kept fields carried, bad lines, torchrun shards, long-input windows."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -234,3 +235,65 @@ def test_a_failed_rank_stops_every_rank_and_writes_nothing(models, tmp_path):
     assert failed.returncode == 2 and "of 2 failed" in failed.stderr  # the CLI's exit status for bad input
     assert f"{bad}:21: malformed JSON" in failed.stderr
     assert not (tmp_path / "x.jsonl").exists() and not list(tmp_path.glob(".x.jsonl*"))
+
+
+# -- the progress total ---------------------------------------------------------------------------
+@pytest.fixture
+def every_step_logged(monkeypatch):
+    from bertheads.base import progress
+
+    monkeypatch.setattr(progress, "LOG_LINE_SECONDS", 0.0)  # a progress line at every chunk, no waiting
+    monkeypatch.setattr(progress, "LOG_FIRST_SECONDS", 0.0)
+
+
+def progress_lines(model, command: str, src, out, caplog) -> list[str]:
+    """`model.predict_stream` or `model.analyze_stream` on `src`, 8 inputs a chunk: its progress lines."""
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="bertheads"):
+        getattr(model, f"{command}_stream")(str(src), out, settings=StreamSettings(chunk_size=8))
+    return [x for x in caplog.messages if x.startswith(f"{command}: ")]
+
+
+def test_a_parquet_input_s_progress_total_is_its_row_count(models, tmp_path, caplog, every_step_logged):
+    """The total comes from the Parquet metadata (not from the newline bytes of a binary file)
+    and the count done reaches it."""
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    from bertheads.text.readers import count_lines
+
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": sentences(30)}), src, row_group_size=7)
+    assert count_lines(str(src)) == 30  # a Parquet path as it is given (select's pool)
+    model = api.load(models / "c")
+    for command in ("predict", "analyze"):
+        shown = progress_lines(model, command, src, tmp_path / "o.jsonl", caplog)
+        assert shown and all("/30 rows, " in x for x in shown), shown
+        assert f"{command}: 30/30 rows, " in shown[-1]
+
+
+def test_a_large_input_is_read_once_and_its_progress_has_no_total(models, tmp_path, caplog, monkeypatch,
+                                                                   every_step_logged):
+    """A file over `COUNT_AHEAD_BYTES` is not counted up front (that is a second full read): its
+    progress lines give done and rate, no ETA; a smaller file still gets its total and ETA."""
+    import builtins
+
+    from bertheads.text import readers
+
+    src = tmp_path / "in.txt"
+    src.write_text("".join(f"{t}\n" for t in sentences(20)))
+    model = api.load(models / "c")
+    opened, real_open = [], builtins.open
+    monkeypatch.setattr(builtins, "open", lambda file, *a, **k: (opened.append(file), real_open(file, *a, **k))[1])
+
+    def reads() -> int:
+        n = sum(1 for f in opened if isinstance(f, (str, Path)) and Path(f) == src)
+        opened.clear()
+        return n
+
+    shown = progress_lines(model, "predict", src, tmp_path / "o.jsonl", caplog)
+    assert reads() == 2 and shown and all("/20 lines, " in x and "ETA " in x for x in shown), shown
+    monkeypatch.setattr(readers, "COUNT_AHEAD_BYTES", src.stat().st_size - 1)
+    for command in ("predict", "analyze"):
+        shown = progress_lines(model, command, src, tmp_path / "o.jsonl", caplog)
+        assert reads() == 1, command
+        assert shown and all("/" not in x.split(" lines, ")[0] and "ETA" not in x for x in shown), shown
+        assert f"{command}: 20 lines, " in shown[-1]

@@ -28,7 +28,7 @@ from bertheads.encoder.layers import normalise_layers
 from bertheads.inference.path import head_outputs
 from bertheads.store.atomic import atomic_write_text
 from bertheads.store.guard import check_target
-from bertheads.text.readers import count_lines, source_name
+from bertheads.text.readers import progress_total, source_name
 
 log = logging.getLogger("bertheads")
 
@@ -214,7 +214,7 @@ def select(net, name: str, pool, settings: SelectSettings | None = None, out: st
     strategy, scarce = settled_strategy(task, settings)
     settings = replace(settings, strategy=strategy)
     keep = settings.k * (CANDIDATES_PER_PICK if settings.strategy == "diverse" else 1)
-    size = count_lines(pool) if task.reading.counts_lines else None  # (a header line counts: about right)
+    size = progress_total(pool) if task.reading.counts_lines else None  # (a header line counts: about right)
     kept, total = kept_candidates(net, name, task.reading.iter_read(pool, need_labels=False, fmt=fmt), settings, keep,
                                   batch_size, size)
     if not kept:

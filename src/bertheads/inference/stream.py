@@ -35,8 +35,8 @@ from bertheads.tasks.parts import learned_nothing_line
 from bertheads.text.parquet import is_parquet, parquet_rows
 from bertheads.text.readers import (
     carried_fields,
-    count_lines,
     file_format,
+    progress_total,
     read_jsonl,
     read_lines,
     source_name,
@@ -103,18 +103,26 @@ def chunks(items: Iterable, size: int) -> Iterator[list]:
         yield chunk
 
 
+def counted_as(path) -> tuple[str, int]:
+    """An input's progress unit, and what makes an input's number the count done through it:
+    rows (Parquet, in memory) are numbered from 0, a file's lines from 1."""
+    return ("row", 1) if isinstance(path, Rows) else ("line", 0)
+
+
 def read_chunks(task, path, settings: StreamSettings, report: StreamReport, need_labels: bool, fmt: str | None,
                 rank: int = 0, world: int = 1, desc: str = "predict") -> Iterator[tuple[int, list]]:
     """`(chunk index, examples)` for each chunk of the input this process takes (chunk k when k
-    mod world == rank), with a progress bar counting input lines (rank 0's)."""
+    mod world == rank), with a progress bar counting input lines or rows (rank 0's; a total where
+    `progress_total` gives one cheaply)."""
     loud = rank == 0
     bad = BadLines(report, loud) if settings.skip_bad_lines else None
     examples = task.reading.iter_read(path, need_labels=need_labels, fmt=fmt, keep=tuple(settings.keep_fields), bad=bad)
     show = settings.progress and loud
     by_line = task.reading.counts_lines  # else records (e.g. questions, many to a line) are counted
-    total = count_lines(path) if show and by_line else None
-    bar = progress_bar(total, desc, "line", show=show, leave=False)
-    lines = LogLines(desc, total, "lines" if by_line else "inputs", show=show)  # where no bar is drawn
+    total = progress_total(path) if show and by_line else None
+    unit, past = counted_as(path)
+    bar = progress_bar(total, desc, unit, show=show, leave=False)
+    lines = LogLines(desc, total, f"{unit}s" if by_line else "inputs", show=show)  # where no bar is drawn
     done = 0
     try:
         for k, chunk in enumerate(chunks(examples, settings.chunk_size)):
@@ -122,7 +130,7 @@ def read_chunks(task, path, settings: StreamSettings, report: StreamReport, need
             if k % world == rank:
                 yield k, chunk
             line = getattr(chunk[-1], "line", None) if by_line else None
-            step = max(0, line - done) if isinstance(line, int) else len(chunk)
+            step = max(0, line + past - done) if isinstance(line, int) else len(chunk)
             bar.update(step)
             done += step
             lines.tick(done)
@@ -199,11 +207,12 @@ def writer(output: str | None, write: Callable[[str], None] | None = None) -> It
 def analyzed_chunks(path, settings: StreamSettings, report: StreamReport,
                     extras: dict[str, Extra]) -> Iterator[list[tuple[int, dict]]]:
     """`analyze_records` a chunk at a time, its progress in log lines where no bar is drawn
-    (input lines done of the file's)."""
-    lines = LogLines("analyze", count_lines(path) if settings.progress else None, "lines", show=settings.progress)
+    (input lines or rows done, of the input's where `progress_total` gives that cheaply)."""
+    unit, past = counted_as(path)
+    lines = LogLines("analyze", progress_total(path) if settings.progress else None, f"{unit}s", show=settings.progress)
     for chunk in chunks(analyze_records(path, settings, report, extras), settings.chunk_size):
         yield chunk
-        lines.tick(chunk[-1][0] if isinstance(chunk[-1][0], int) else report.examples)
+        lines.tick(chunk[-1][0] + past if isinstance(chunk[-1][0], int) else report.examples)
 
 
 def analyze_records(path, settings: StreamSettings, report: StreamReport,

@@ -13,7 +13,7 @@ from contextvars import ContextVar
 from pathlib import Path
 
 from bertheads.base.errors import UserError, header, where
-from bertheads.text.parquet import is_parquet
+from bertheads.text.parquet import is_parquet, row_groups
 from bertheads.text.rows import Rows
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -118,11 +118,16 @@ def source_name(path) -> str | None:
     return str(path) if isinstance(path, (str, Path)) and path != "-" else None
 
 
+COUNT_AHEAD_BYTES = 256 << 20  # a file up to this size is counted before it is read, for a progress ETA
+
+
 def count_lines(path) -> int | None:
-    """Lines in a file (for a progress bar's total; rows in memory: their number); None for stdin
-    and streams."""
+    """Lines in a file (for a progress total; Parquet input and rows in memory: their rows, from
+    the metadata, no data read); None for stdin and streams."""
     if isinstance(path, Rows):
         return path.size
+    if is_parquet(path):
+        return sum(rows for *_, rows in row_groups(path))
     if source_name(path) is None or not Path(path).is_file():
         return None
     total, last = 0, b"\n"
@@ -131,6 +136,18 @@ def count_lines(path) -> int | None:
             total += block.count(b"\n")
             last = block[-1:]
     return total + (last != b"\n")
+
+
+def progress_total(path) -> int | None:
+    """`count_lines(path)` where that is cheap: a file over `COUNT_AHEAD_BYTES` is not read twice
+    (its progress shows done and rate, no ETA); None where unknown."""
+    if isinstance(path, (str, Path)) and not is_parquet(path) and source_name(path) is not None:
+        try:
+            if Path(path).stat().st_size > COUNT_AHEAD_BYTES:
+                return None
+        except OSError:
+            return None
+    return count_lines(path)
 
 
 def file_format(path: str | None, fmt: str | None = None) -> str:
