@@ -13,8 +13,9 @@ import torch
 import bertheads
 from bertheads.base.errors import UserError
 from bertheads.encoder.pretrained import Encoder
-from bertheads.model import BertHeads
+from bertheads.model import BertHeads, attach_branch
 from bertheads.saved import bundle
+from bertheads.training.joint import settle_branch
 
 
 def build_task(encoder: Encoder, kind: str, seed: int, spec: dict):
@@ -24,10 +25,25 @@ def build_task(encoder: Encoder, kind: str, seed: int, spec: dict):
     return cls.build(cls.spec_type(**spec), encoder, encoder.pooler_state)
 
 
+def branch_task(encoder: Encoder, kind: str, seed: int, spec: dict):
+    """A task whose spec tunes the top `tune_layers` layers: its branch, the checkpoint's layers
+    moved by seeded noise (as training moves them, so that it computes other states than the trunk)."""
+    given = bundle.task_class(kind).spec_type(**spec)
+    settle_branch(given, encoder.info.num_layers)
+    task = build_task(encoder, kind, seed, vars(given))
+    attach_branch(task.head, task.spec, encoder, fresh=True)
+    with torch.no_grad():
+        for parameter in task.head.branch.parameters():
+            parameter += 0.2 * torch.randn_like(parameter)
+    return task
+
+
 def save_heads(model_dir: str, out: Path, heads: dict) -> Path:
-    """Save the tiny encoder with untrained heads: {name: (kind, seed, spec fields)}."""
+    """Save the tiny encoder with untrained heads: {name: (kind, seed, spec fields)}; a head whose
+    spec has `tune_layers` gets a branch (`branch_task`)."""
     encoder = Encoder.load(model_dir)
-    tasks = {name: build_task(encoder, kind, seed, spec) for name, (kind, seed, spec) in heads.items()}
+    tasks = {name: (branch_task if spec.get("tune_layers") else build_task)(encoder, kind, seed, spec)
+             for name, (kind, seed, spec) in heads.items()}
     bundle.save(BertHeads(encoder, tasks), out, extra={"source_model": model_dir})
     return out
 

@@ -1,14 +1,19 @@
 """Branches (`--tune-layers N`): a head's own copy of the encoder's top N layers on the frozen,
-shared trunk below them; heads added to a model leave the others' predictions as they were."""
+shared trunk below them; heads added to a model leave the others' predictions as they were; the
+ONNX export holds the trunk once and each head's branch, and the gate checks every head."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 import torch
 from helpers_multi import EncoderCalls, build_task, save_heads
 
 import bertheads
 from bertheads.cli.main import main
+from bertheads.compute.runner import run_heads
 from bertheads.encoder.branches import Branch, lower_part
 from bertheads.encoder.pretrained import Encoder, encoder_hash
 from bertheads.export.hf import export_hf
@@ -125,3 +130,32 @@ def test_branch_heads_train_alone_and_are_added_without_changing_the_others(tiny
     tuned = save_heads(tiny_bert, tmp_path / "tuned", {"s": ("classify", 1, {"labels": ["0", "1"]})})  # (its own encoder)
     with pytest.raises(bertheads.UserError, match="tune_layers"):
         bertheads.train_multi(config, tmp_path / "x", into=tuned, settings=quick)
+
+
+
+@pytest.mark.nightly  # an export of its own (~7 s); test_export's model has branches, so the fast suite checks
+# the graph (the trunk once), ONNX Runtime's outputs and int8 of branch heads there
+def test_export_with_branches_gates_every_head_and_openvino_agrees(tiny_bert, write, tmp_path):
+    """`export --to onnx --quantize int8` of a model with a head on the trunk's last layer and
+    branches split at layers 1 and 0: the gate's verdict on each graph (ONNX Runtime int8, the
+    OpenVINO QDQ graph) has every head, and OpenVINO's IR gives torch's outputs for each."""
+    heads = {"whole": ("classify", 1, {"labels": [0, 1], "mode": "features"}),
+             "top1": ("classify", 2, {"labels": [0, 1], "tune_layers": 1}),
+             "top2": ("classify", 3, {"labels": [0, 1], "tune_layers": 2})}
+    model = save_heads(tiny_bert, tmp_path / "model", heads)
+    dev = write("dev.tsv", "sentence\tlabel\n" + "".join(f"a good film {i}\t1\nan awful bore {i}\t0\n"
+                                                         for i in range(100)))
+    assert main(["export", str(model), "--to", "onnx", "--quantize", "int8", "--gate-data", dev, "-q"]) == 0
+    meta = json.loads((model / "onnx" / "export.json").read_text())
+    assert meta["graphs"]["fp32"]["fusions"]["ops"]["Attention"] == 2 + 1 + 2  # the trunk once, each branch
+    assert meta["graphs"]["openvino"]["max_abs_diff_vs_torch"] < 1e-4
+    verdicts = json.loads((model / "gate.json").read_text())["machines"]
+    checked = {mode: set(record["heads"]) for records in verdicts.values() for mode, record in records.items()}
+    assert checked == {"onnx/int8": set(heads), "openvino/int8": set(heads)}
+    ours, theirs = bertheads.load(model), bertheads.load(model, runtime="openvino", precision="fp32")
+    examples = ours.task("whole").reading.from_inputs(TEXTS + ["a vote on the film " * 9])
+    features, _ = ours.task("whole").modeling.encode_for_inference(examples, ours.net.encoder.tokenizer)
+    want, got = run_heads(ours.net, features, list(heads)), run_heads(theirs.net, features, list(heads))
+    for name in heads:
+        np.testing.assert_allclose(np.stack(got[name]), np.stack(want[name]), atol=1e-4, rtol=0, err_msg=name)
+    assert np.abs(np.stack(want["top1"]) - np.stack(want["whole"])).max() > 1e-3  # (the branch is its own)

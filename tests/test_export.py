@@ -29,14 +29,15 @@ PASSAGE = "The Eiffel Tower was finished in 1889 and stands in Paris. " * 6
 QUESTIONS = [{"question": "Where is the tower?", "context": PASSAGE}, ("When was it finished?", "It was finished in 1889.")]
 TAGS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
 HEADS = {"sentiment": ("classify", 1, {"labels": ["negative", "positive"]}),
-         "nli": ("classify", 2, {"labels": [0, 1, 2], "pair": True}),
-         "ner": ("tag", 3, {"tags": TAGS, "max_length": 32, "stride": 8}),
+         "nli": ("classify", 2, {"labels": [0, 1, 2], "pair": True, "tune_layers": 2}),  # branches: from layer 0
+         "ner": ("tag", 3, {"tags": TAGS, "max_length": 32, "stride": 8, "tune_layers": 1}),  # and from layer 1
          "qa": ("qa", 4, {"max_length": 64, "stride": 16})}
 
 
 @pytest.fixture(scope="module")
 def model_dir(tiny_bert, tmp_path_factory):
-    """Four heads on the tiny BERT, exported once to ONNX in fp32 and int8."""
+    """Four heads on the tiny BERT, two of them with a branch (their own top layers), exported
+    once to ONNX in fp32 and int8."""
     out = save_heads(tiny_bert, tmp_path_factory.mktemp("export") / "model", HEADS)
     export_onnx.export_onnx(out, quantize_to="int8", openvino=False)
     return out
@@ -111,12 +112,15 @@ def test_int8_close_to_fp32_on_labelled_set(models, write):
 def test_export_meta_and_int8_settings(model_dir):
     meta = json.loads((model_dir / "onnx" / "export.json").read_text())
     fused = meta["graphs"]["fp32"]["fusions"]["ops"]
-    assert fused["Attention"] == 2 and fused["SkipLayerNormalization"] >= 2 and fused["BiasGelu"] == 2
+    layers = 2 + 2 + 1  # the trunk once, then the branches' own top layers (not a whole encoder per head)
+    assert fused["Attention"] == layers and fused["SkipLayerNormalization"] >= layers and fused["BiasGelu"] == layers
     settings = meta["graphs"]["int8"]["quantization"]
     assert settings["per_channel"] and settings["weight_type"] == "QInt8"
     assert settings["reduce_range"] is machine().int8_pairs_saturate  # 7-bit weights only where pairs overflow
     import onnx
 
+    graph = onnx.load(str(model_dir / "onnx" / "model.onnx")).graph
+    assert [tuple(i.dims) for i in graph.initializer].count((30522, 32)) == 1  # the word embeddings once
     heads = export_onnx.head_nodes(model_dir / "onnx" / "model.onnx")
     assert len(heads) >= 6 and settings["heads_kept_fp32"] == len(heads)  # Gemm; MatMul and Add
     int8_nodes = {n.name: n.op_type for n in onnx.load(str(model_dir / "onnx" / "model.int8.onnx")).graph.node}
@@ -124,7 +128,8 @@ def test_export_meta_and_int8_settings(model_dir):
                for name in heads)  # left in fp32
     assert meta["graphs"]["fp32"]["max_abs_diff_vs_torch"] < 1e-4
     counts = export_onnx.op_counts(model_dir / "onnx" / "model.int8.onnx")
-    assert counts.get("MatMulInteger", 0) > 0 and counts.get("QAttention") == 2  # every encoder linear in int8
+    # every encoder linear in int8, the branches' as the trunk's: attention, its output, the feed-forward's two
+    assert counts.get("MatMulInteger") == 3 * layers and counts.get("QAttention") == layers
     assert not counts.get("Attention") and not counts.get("Concat", 0) > export_onnx.op_counts(
         model_dir / "onnx" / "model.onnx").get("Concat", 0)
     assert not counts.get("FastGelu")

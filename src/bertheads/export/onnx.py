@@ -5,7 +5,8 @@ every head of a saved model.
 DIR/onnx/model.onnx        fp32: inputs input_ids, attention_mask, token_type_ids (int64,
                            [batch, seq]); one output per head, named after it: [batch, labels]
                            for classify, [batch, seq, tags] for tag, [batch, seq, 2] for qa
-DIR/onnx/model.int8.onnx   with --quantize int8: the encoder's linear layers in int8
+DIR/onnx/model.int8.onnx   with --quantize int8: the encoder's linear layers in int8 (the
+                           heads' branches' too: they are encoder layers)
 DIR/onnx/model.xml, .bin   where openvino is installed: the fp32 graph as OpenVINO IR, converted
                            from torch (what --runtime openvino runs in fp32 and bf16)
 DIR/onnx/export.json       what was exported from which manifest, fusion counts, settings
@@ -266,12 +267,18 @@ def op_counts(path: Path) -> dict[str, int]:
     return counts
 
 
+def head_weight(name: str) -> bool:
+    """Whether an initializer is a head's own weight. A head's branch (its copy of the encoder's
+    top layers, `model.attach_branch`) is encoder layers: quantized as the trunk's are."""
+    return "heads." in name and ".branch." not in name
+
+
 def head_nodes(path: Path) -> list[str]:
     """Nodes that read a head's weights (kept in fp32 by the quantizer)."""
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
-    head_weights = {i.name for i in graph.initializer if "heads." in i.name}
+    head_weights = {i.name for i in graph.initializer if head_weight(i.name)}
     reading = [n for n in graph.node if head_weights.intersection(n.input)]
     # a token-level head's linear layer is MatMul (weight transposed into a constant of another
     # name) then Add (its bias): the MatMul is found through the Add
