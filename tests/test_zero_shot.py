@@ -5,6 +5,8 @@ bad descriptions are refused in one line. (With the default checkpoint: bench/ze
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -96,3 +98,21 @@ def test_bad_descriptions_one_line(mean_bert, write, rows, descriptions, message
         bertheads.train("classify", train if rows else None, model=mean_bert, verbose=False,
                         label_descriptions=descriptions, mode="features", **QUIET)
     assert "\n" not in str(caught.value)
+
+
+def test_a_description_head_s_start_is_epoch_0_and_kept_when_training_only_spoils_it(mean_bert, tmp_path,  # noqa: F811
+                                                                                      write):
+    labels = list(DESCRIBED)
+    wrong = "".join(f"{text} {i}\t{labels[(k + 1) % 3]}\n" for i in range(4) for k, text in enumerate(DESCRIBED.values()))
+    train = write("train.tsv", "sentence\tlabel\n" + wrong)  # every row labelled as the next description's label
+    dev = write("dev.tsv", "sentence\tlabel\n" + "".join(f"{t}\t{k}\n" for k, t in DESCRIBED.items()))
+    described = [f"{k}: {v}" for k, v in DESCRIBED.items()]
+    trained = bertheads.train("classify", train, dev, out=tmp_path / "spoilt", model=mean_bert, verbose=False,
+                              epochs=2, lr=0.05, mode="features", label_descriptions=described, **QUIET)
+    metrics = json.loads((tmp_path / "spoilt" / "metrics.json").read_text())
+    history = metrics["history"]
+    assert [h["epoch"] for h in history] == [0, 1, 2]
+    assert history[0]["dev"]["classify"]["accuracy"] == 1.0  # the descriptions alone: each its own text
+    assert history[-1]["dev"]["classify"]["accuracy"] < 1.0  # the wrong rows were learned
+    assert metrics["best_epoch"] == 0
+    assert [p["label"] for p in trained.predict(list(DESCRIBED.values()))] == labels

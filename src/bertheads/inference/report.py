@@ -125,7 +125,7 @@ def training_figures(directory: Path, heads: list[str]) -> dict[str, Figure | No
         evals = [{"epoch": h["epoch"], "dev": h.get("dev", {})} for h in history]
         series = dev_series(evals, head, "epoch")
         out[head] = Figure(f"curves-{head}", "training curves by epoch (metrics.json history)",
-                           curves_figure(train, series, "epoch", [best] if best else None)) \
+                           curves_figure(train, series, "epoch", [best] if best is not None else None)) \
             if train or series else None
     return out
 

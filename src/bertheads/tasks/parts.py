@@ -120,6 +120,12 @@ class Modeling(Part):
         """The checkpoint's weights a fresh head's first layer starts from (None: none)."""
         return None
 
+    @property
+    def starts_trained(self) -> bool:
+        """Whether a fresh head already predicts before any step (a classify head from label
+        descriptions): training then evaluates its start as epoch 0, a candidate to keep."""
+        return False
+
     def recipe(self, examples: int, how: str = "auto") -> Recipe:
         """The row of this kind's recipe table for `examples` training examples (`how` "fixed":
         its last row), as this head's settled spec can take it."""

@@ -130,6 +130,11 @@ class ClassifyModeling(Modeling):
             return description_weights(spec, encoder)
         return checkpoint_start(family, encoder)
 
+    @property
+    def starts_trained(self) -> bool:
+        """A head from label descriptions predicts by similarity before any step."""
+        return bool(self.spec.cosine)
+
     def recipe(self, examples: int, how: str = "auto") -> Recipe:
         """The table's row; contrastive mode pairs single labelled texts, so text pairs and
         regression fine-tune instead (with the row's batch size and step budget)."""
