@@ -2,8 +2,9 @@
 trained on 8 to 200 rows that start from those descriptions (`desc`) or without them (`plain`),
 on the default checkpoint, scored on a whole test split.
 
-Sets (`--set`): `sst2` (GLUE SST-2 from $BERTHEADS_DATA, its dev split of 872 as the test split)
-and `trec` (TREC-10 question types, 6 coarse classes, 5,452 / 500, from a public repository:
+Sets (`--set`): `sst2` (GLUE SST-2 from $BERTHEADS_DATA, its dev split of 872 as the test split),
+`goemotions-ekman` (multi-label: 7 emotion groups; its dev split as the dev file, which picks the
+kept epoch and the per-label thresholds, and micro-F1 on its test split's first 2,000 rows) and `trec` (TREC-10 question types, 6 coarse classes, 5,452 / 500, from a public repository:
 bench/public_sets.py --setup writes it to $BERTHEADS_PUBLIC_SETS, default
 /work/cache/public-sets; only its path is read here). `DESCRIPTIONS` holds each set's label
 descriptions (a sentence like the label's texts, written once, not tuned on the test split).
@@ -21,6 +22,7 @@ is not run again. Runs go one at a time in this process.
 ```
 python bench/zero_shot.py --set sst2,trec --sizes 0,8,32,64,200 --seeds 0,1,2,3,4 --mode features
 python bench/zero_shot.py --set sst2 --sizes 8,32 --seeds 0,1 --mode auto --threads 2
+python bench/zero_shot.py --set goemotions-ekman --sizes 0,8,32,64,200 --seeds 0,1,2 --mode features
 python bench/zero_shot.py --table
 ```
 """
@@ -44,10 +46,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from common import OUT, cpu_line  # noqa: E402
 from public_sets import path as public_path  # noqa: E402
 
+MULTI_LABEL = {"goemotions-ekman"}  # its dev split chooses (epoch, thresholds), its test split scores
+TEST_ROWS = 2000  # a multi-label set's test rows scored (its first ones)
+
 
 def files(name: str) -> tuple:
-    """A set's training and test files (bench/public_sets.py says where each is)."""
-    return public_path(name, "train"), public_path(name, "test")
+    """A set's training, dev and test files (bench/public_sets.py says where each is); the
+    single-label sets' dev file is their test file."""
+    test = public_path(name, "test")
+    return public_path(name, "train"), public_path(name, "dev") if name in MULTI_LABEL else test, test
 DESCRIPTIONS = {
     "sst2": {"0": "I hated this film, it was terrible", "1": "I loved this film, it was wonderful"},
     "trec": {"ABBR": "What does the abbreviation NASA stand for?",
@@ -56,11 +63,23 @@ DESCRIPTIONS = {
              "HUM": "Who was the first president of the United States?",
              "LOC": "Where is the tallest mountain in the world, in which country or city?",
              "NUM": "How many people live in Tokyo, and in what year was it founded?"},
+    # (the same as bench/zero_shot_multilabel.py's)
+    "goemotions-ekman": {"anger": "I am so angry about this, it makes me furious and mad.",
+                         "disgust": "That is disgusting and gross, it makes me sick.",
+                         "fear": "I am scared and afraid of what might happen to me.",
+                         "joy": "I am so happy, this is wonderful, thank you so much!",
+                         "neutral": "The next meeting is on Tuesday at the usual place.",
+                         "sadness": "I am so sad and sorry about your loss, it hurts.",
+                         "surprise": "Wow, I did not expect that at all, what a surprise!"},
 }
 RESULTS = OUT / "zero_shot.jsonl"
 
 
-def read_rows(path: Path) -> tuple[str, list[tuple[str, str]]]:
+def read_rows(path: Path) -> tuple[str, list[tuple]]:
+    """The text column's name and (text, label) rows (a multi-label set's label: a tuple of names)."""
+    if path.suffix == ".jsonl":
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return "text", [(r["text"], tuple(r["label"])) for r in rows]
     lines = path.read_text(encoding="utf-8").split("\n")
     header = lines[0].split("\t")
     return header[0], [tuple(line.rstrip("\n").split("\t")[:2]) for line in lines[1:] if line.strip()]
@@ -73,8 +92,10 @@ def sample(rows: list, n: int, seed: int) -> list:
     rng.shuffle(order)
     first = {}
     for i in order:
-        first.setdefault(rows[i][1], i)
-    chosen = list(first.values())[:n]
+        for label in rows[i][1] if isinstance(rows[i][1], tuple) else [rows[i][1]]:
+            first.setdefault(label, i)
+    first = dict.fromkeys(first.values())  # (a row may be the first of two labels)
+    chosen = list(first)[:n]
     taken = set(chosen)
     chosen += [i for i in order if i not in taken][:n - len(chosen)]
     return [rows[i] for i in chosen]
@@ -83,21 +104,34 @@ def sample(rows: list, n: int, seed: int) -> list:
 def run_one(name: str, mode: str, n: int, seed: int, arm: str, model: str, work: Path) -> dict:
     import bertheads
 
-    column, rows = read_rows(files(name)[0])
+    train_file, dev_file, test_file = files(name)
+    column, rows = read_rows(train_file)
     described = [f"{k}: {v}" for k, v in DESCRIPTIONS[name].items()]
     train = None
-    if n:
+    if n and name in MULTI_LABEL:
+        train = work / f"{name}-{n}-{seed}.jsonl"
+        train.write_text("".join(json.dumps({"text": t, "label": list(lab)}) + "\n" for t, lab in sample(rows, n, seed)))
+    elif n:
         train = work / f"{name}-{n}-{seed}.tsv"
         train.write_text(f"{column}\tlabel\n" + "".join(f"{t}\t{lab}\n" for t, lab in sample(rows, n, seed)))
     options = {"label_descriptions": described} if arm == "desc" else {}
+    if name in MULTI_LABEL:
+        options["problem"] = "multi_label"
     if mode == "features" and n:
         options["mode"] = "features"
     start = time.perf_counter()
-    trained = bertheads.train("classify", None if train is None else str(train), str(files(name)[1]), None,
+    trained = bertheads.train("classify", None if train is None else str(train), str(dev_file), None,
                               model=model, seed=seed, progress=False, verbose=False,
                               cache_dir=str(work / "cache"), **options)
     seconds = time.perf_counter() - start
     dev = trained.metrics["dev"]
+    if name in MULTI_LABEL:  # scored on the test split's first rows (the dev split chose epoch and thresholds)
+        _, test_rows = read_rows(test_file)
+        got = trained.evaluate([{"text": t, "label": list(lab)} for t, lab in test_rows[:TEST_ROWS]])
+        return {"set": name, "mode": mode if n else "none", "rows": n, "seed": seed, "arm": arm,
+                "accuracy": got["micro_f1"], "macro_f1": got["macro_f1"], "score": "micro_f1",
+                "seconds": round(seconds, 1), "kept_epoch": trained.metrics.get("best_epoch"),
+                "chosen": trained.metrics.get("chosen"), "load": os.getloadavg()[0]}
     return {"set": name, "mode": mode if n else "none", "rows": n, "seed": seed, "arm": arm,
             "accuracy": dev["accuracy"], "f1": dev.get("f1"), "mcc": dev.get("mcc"), "seconds": round(seconds, 1),
             "kept_epoch": trained.metrics.get("best_epoch"), "chosen": trained.metrics.get("chosen"),
@@ -118,12 +152,15 @@ def table(records: list[dict]) -> str:
         if mode == "none":
             continue
         zero = [r for r in records if r["set"] == name and r["rows"] == 0]
-        out.append(f"\n{name}, --mode {mode} at 1+ rows\n\n| rows | desc (from the descriptions) | plain (without) | "
+        what = (f"micro-F1 on the first {TEST_ROWS} test rows (macro-F1 in the JSON lines)" if name in MULTI_LABEL
+                else "accuracy")
+        out.append(f"\n{name}, --mode {mode} at 1+ rows; {what}\n\n| rows | desc (from the descriptions) | plain (without) | "
                    f"desc - plain |\n|---|---|---|---|")
         if zero:
             acc = [r["accuracy"] for r in zero]
+            chance = "" if name in MULTI_LABEL else f"(one class in {len(DESCRIPTIONS[name])}: {1 / len(DESCRIPTIONS[name]):.3f})"
             out.append(f"| 0 | {statistics.mean(acc):.3f} (zero-label; {statistics.median(r['seconds'] for r in zero):.0f} s) "
-                       f"| (one class in {len(DESCRIPTIONS[name])}: {1 / len(DESCRIPTIONS[name]):.3f}) | |")
+                       f"| {chance} | |")
         for n in sorted(sizes):
             cells, means = [], {}
             for arm in ("desc", "plain"):
@@ -146,7 +183,7 @@ def table(records: list[dict]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--set", default="sst2", help="sst2, trec (comma-separated)")
+    p.add_argument("--set", default="sst2", help="sst2, trec, goemotions-ekman (comma-separated)")
     p.add_argument("--sizes", default="0,8,32,64,200")
     p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument("--arms", default="desc,plain")
