@@ -9,8 +9,13 @@ for smoke runs). The subsets are written once under `--work` (bench/out/joint/),
 sampling `proportional`: every task's batches once per epoch, so each head takes the same steps
 as alone; the shared part sees their sum), in two modes: `finetune` (the whole encoder, lr 5e-5)
 and `branch` (`--tune-layers N`, each head its own top N layers on the frozen trunk, lr 1e-4:
-nothing trainable is shared, so joint and alone differ only in batch order and the schedule's
-length). One JSON line per arm (alone / joint) x mode x seed to `--out` (bench/out/joint.jsonl).
+nothing trainable is shared, so joint and alone differ only in the heads' initial draws, batch
+order and the schedule). The learning-rate schedule (warm-up 0.1, linear decay) runs over the
+run's steps, so a head trained jointly takes its steps at points spread over a schedule as long
+as all heads' steps together: the same steps, not the same learning rates. One JSON line per
+arm (alone / joint) x mode x seed to `--out` (bench/out/joint.jsonl), with the optimizer steps
+(log.jsonl) and training seconds (each `train` call, the gate after it included; branch and
+features runs share one trunk cache, `--work`/cache, so the first run of a set pays its trunk).
 
 `cost`: one 3-head model four ways (for `--seed`): (a) three fine-tuned models, (b) one joint
 model (`train_multi`), (c) three branch heads combined (`bertheads.combine`), (d) three
@@ -33,14 +38,26 @@ features) L per distinct encoded input; branches (L - N) per distinct input + N 
 issue's L*H / ((L - N) + N*H) (6 layers, N=2, 3 heads: 1.8x) holds when every head reads the
 same encoded input, which the qa head never does; `bound` is the one for the inputs run.
 
-    # full runs (sizes as the issue; seeds enough to tell), one process, the 2-core machine:
-    OMP_NUM_THREADS=2 PYTHONPATH=src python bench/joint.py joint --seeds 1,2,3
-    OMP_NUM_THREADS=2 PYTHONPATH=src python bench/joint.py joint --seeds 1,2,3 --heads sentiment,ner,qa
-    OMP_NUM_THREADS=2 PYTHONPATH=src python bench/joint.py cost --seed 1
+    # full runs (sizes as the issue; seeds enough to tell), one process, the 2-core machine;
+    # the second adds qa where time allows (the alone models of the first are reused):
+    OMP_NUM_THREADS=1 PYTHONPATH=src python bench/joint.py joint --seeds 1,2,3
+    OMP_NUM_THREADS=1 PYTHONPATH=src python bench/joint.py joint --seeds 1,2,3 --heads sentiment,ner,qa
+    OMP_NUM_THREADS=1 PYTHONPATH=src python bench/joint.py cost --seed 1
     PYTHONPATH=src python bench/joint.py table
-    # smoke (a minute or two each):
+
+    # smoke (64 rows, 64 dev rows, 64 texts; measured with OMP_NUM_THREADS=1 beside a benchmark
+    # queue: joint with qa 106 s, cost 43 s after it, joint 2 seeds without qa 52 s):
     OMP_NUM_THREADS=1 PYTHONPATH=src python bench/joint.py joint --smoke --seeds 1 --heads sentiment,ner,qa
     OMP_NUM_THREADS=1 PYTHONPATH=src python bench/joint.py cost --smoke --seed 1
+
+Cost, estimated from the smoke runs and bench/RESULTS.md's rates (SST-2 fine-tuning ~40 rows/s,
+CoNLL ~80 sentences/s, SQuAD ~8.6 windows/s and 30 dev questions/s on the quiet 2-core machine;
+x2-3 at one thread beside other jobs): one seed of `joint` with qa ~60-70 min loaded (the
+fine-tuned qa runs and SQuAD's 3,335 dev questions dominate), without qa ~25 min; `cost` after
+a `joint` run with qa of the same seed ~25 min (the features heads, then 4 arms x 2 sets x
+(1 + 3) passes over 1,000 texts). Disk: ~0.5 GB of models a seed, ~2 GB of trunk cache.
+SQuAD at 2,000 questions and 1 epoch is far from trained (F1 ~11 in bench/RESULTS.md): its
+joint-vs-alone figure says little beyond "level or not".
 """
 
 from __future__ import annotations
@@ -151,7 +168,8 @@ def model_dir(args, seed: int, name: str) -> Path:
 
 
 def trained_model(folder: Path, train) -> dict:
-    """Train into `folder` unless a finished model is there; {seconds, dev: {head: metrics}}."""
+    """Train into `folder` unless a finished model is there; {seconds, steps (optimizer steps,
+    from log.jsonl), dev: {head: metrics}}."""
     stamp = folder.with_name(folder.name + ".run.json")
     if (folder / "metrics.json").is_file() and stamp.is_file():
         return json.loads(stamp.read_text())
@@ -160,7 +178,9 @@ def trained_model(folder: Path, train) -> dict:
     log(f"training {folder}")
     start = time.perf_counter()
     train(folder)
-    record = {"seconds": round(time.perf_counter() - start, 1),
+    steps = [json.loads(line).get("step", 0) for line in (folder / "log.jsonl").read_text().splitlines() if line.strip()] \
+        if (folder / "log.jsonl").is_file() else []
+    record = {"seconds": round(time.perf_counter() - start, 1), "steps": max(steps, default=None),
               "dev": json.loads((folder / "metrics.json").read_text())["dev"]}
     stamp.write_text(json.dumps(record))
     return record
@@ -210,12 +230,15 @@ def run_joint(args) -> None:
             label = mode if mode != "branch" else f"branch N={args.tune_layers}"
             alone = {h: train_alone(args, files, seed, mode, h) for h in args.heads}
             joint = train_joint(args, files, seed, mode)
-            for arm, heads, seconds in (
+            for arm, heads, seconds, steps in (
                     ("alone", {h: main_metric(r["dev"], h) for h, r in alone.items()},
-                     sum(r["seconds"] for r in alone.values())),
-                    ("joint", {h: main_metric(joint["dev"], h) for h in args.heads}, joint["seconds"])):
-                write(args.out, {"bench": "joint", "arm": arm, "mode": label, "seed": seed, "heads": heads,
-                                 "train_seconds": seconds, "sizes": sizes_key(args), "cpu": cpu_line()})
+                     sum(r["seconds"] for r in alone.values()), {h: r.get("steps") for h, r in alone.items()}),
+                    ("joint", {h: main_metric(joint["dev"], h) for h in args.heads}, joint["seconds"],
+                     joint.get("steps"))):
+                write(args.out, {"bench": "joint", "arm": arm, "tasks": "+".join(args.heads), "mode": label,
+                                 "seed": seed, "heads": heads,
+                                 "train_seconds": seconds, "steps": steps, "sizes": sizes_key(args),
+                                 "cpu": cpu_line()})
 
 
 # -- cost of many heads -----------------------------------------------------------------------------
@@ -329,12 +352,13 @@ def fmt(value: float | None, digits: int = 3) -> str:
 
 
 def joint_table(rows: list[dict]) -> str:
-    lines = ["| sizes | mode | head | alone (mean) | joint (mean) | joint - alone (points) | seeds joint ahead |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| sizes | trained together | mode | head | alone (mean) | joint (mean) | joint - alone (points) "
+             "| seeds joint ahead |", "|---|---|---|---|---|---|---|---|"]
     groups: dict[tuple, dict] = {}
     for r in rows:  # the last record of an arm and seed wins (a rerun)
-        groups.setdefault((r["sizes"], r["mode"]), {}).setdefault(r["seed"], {})[r["arm"]] = r["heads"]
-    for (sizes, mode), seeds in groups.items():
+        key = (r["sizes"], r.get("tasks", "+".join(r["heads"])), r["mode"])
+        groups.setdefault(key, {}).setdefault(r["seed"], {})[r["arm"]] = r["heads"]
+    for (sizes, tasks, mode), seeds in groups.items():
         paired = [s for s in seeds.values() if {"alone", "joint"} <= set(s)]
         for head in dict.fromkeys(h for s in paired for h in s["alone"]):
             pairs = [(s["alone"][head], s["joint"].get(head)) for s in paired
@@ -343,7 +367,7 @@ def joint_table(rows: list[dict]) -> str:
                 continue
             diffs = [j - a for a, j in pairs]
             spread = f" ± {statistics.stdev(diffs):.1f}" if len(diffs) > 1 else ""
-            lines.append(f"| {sizes} | {mode} | {head} ({HEADS[head][1]}) | {fmt(statistics.fmean(a for a, _ in pairs), 1)} "
+            lines.append(f"| {sizes} | {tasks} | {mode} | {head} ({HEADS[head][1]}) | {fmt(statistics.fmean(a for a, _ in pairs), 1)} "
                          f"| {fmt(statistics.fmean(j for _, j in pairs), 1)} | {statistics.fmean(diffs):+.1f}{spread} "
                          f"| {sum(d > 0 for d in diffs)}/{len(diffs)} |")
     return "\n".join(lines)
