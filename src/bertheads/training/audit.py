@@ -3,7 +3,8 @@ row gets an out-of-fold prediction (k heads, each trained by `training.loop.fit`
 folds: on the features cache's states with `--mode features`, by default the kind's reader of
 them, `Modeling.audit_reader`; with its own copy of the encoder with `--mode finetune`), then
 cleanlab's confident learning ranks and flags them (its `find_label_issues`, ranked by
-self-confidence: the reference recipe, measured in bench/audit.py). The kind says what a unit is and how it shows (`Judging.disputes`)."""
+self-confidence: the reference recipe, measured in bench/audit.py). The kind says what a unit
+is and how it shows (`Judging.disputes`)."""
 
 from __future__ import annotations
 
