@@ -2,9 +2,12 @@
 logistic regression over mean-pooled embeddings, /work/shared/tools/peers/cleanlab_recipe.py),
 in the same run, on the first N SST-2 training sentences with a fraction of labels flipped the
 way the peer flips them (numpy RandomState(seed).choice). Also times one features-mode training
-run on the same rows (the audit's target: within 2x of it).
+run on the same rows (the audit's target: within 2x of it). `--defaults`: the audit at its own
+defaults (no epochs, learning rate, layers or merge passed), once per `--readers` (auto: the
+kind's audit reader; head: the head `train` trains).
 
     python bench/audit.py --n 4000 --fraction 0.1 --seeds 0,1,2 --modes features
+    python bench/audit.py --n 4000 --fraction 0.1 --seeds 3,4,5 --modes features --defaults --readers auto,head
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from common import DATA, OUT, cpu_line
 
+EPOCHS, LR, LAYERS, COMBINE = 10, 1e-3, "-1,-2,-3,-4", "mean"  # the features-mode folds' settings but with --defaults
 PEER = Path(__file__).resolve().parents[2] / "shared" / "tools" / "peers" / "cleanlab_recipe.py"
 
 
@@ -46,13 +50,17 @@ def measures(order: list[int], flagged: set[int], flip: np.ndarray) -> dict:
             "recall_flagged": round(len(flips & flagged) / k, 3)}
 
 
-def ours(path: Path, flip: np.ndarray, y: np.ndarray, mode: str, args) -> dict:
+def ours(path: Path, flip: np.ndarray, y: np.ndarray, mode: str, args, reader: str = "auto") -> dict:
     import bertheads
 
     options = dict(mode=mode, rows="all", folds=5, seed=args.train_seed, progress=False,
-                   cache_dir=str(OUT / "audit" / "cache"))
-    if mode == "features":
-        options.update(epochs=args.epochs, lr=args.lr, batch_size=32, layers=args.layers, layer_combine=args.combine)
+                   cache_dir=str(OUT / "audit" / "cache"), reader=reader)
+    if args.defaults:  # (only what the command line gives)
+        options.update({k: v for k, v in (("layers", args.layers), ("layer_combine", args.combine),
+                                          ("epochs", args.epochs), ("lr", args.lr)) if v})
+    elif mode == "features":
+        options.update(epochs=args.epochs or EPOCHS, lr=args.lr or LR, batch_size=32, layers=args.layers or LAYERS,
+                       layer_combine=args.combine or COMBINE)
     else:
         options.update(epochs=args.finetune_epochs, batch_size=32)
     started = time.perf_counter()
@@ -64,17 +72,19 @@ def ours(path: Path, flip: np.ndarray, y: np.ndarray, mode: str, args) -> dict:
     for r in result.ranking:
         suggested[r["row"]] = int(r["suggested"])
     return {**measures(order, flagged, flip), "oof_acc_vs_true": round(float((suggested == y).mean()), 3),
-            "seconds": round(seconds, 1)}
+            "seconds": round(seconds, 1), "reader": result.summary.get("reader")}
 
 
 def train_once(path: Path, args) -> float:
-    """One features-mode training run on the same rows and settings (warm cache)."""
+    """One features-mode training run on the same rows and settings (warm cache; with
+    --defaults, `train`'s own)."""
     import bertheads
 
+    options = {} if args.defaults else dict(epochs=args.epochs or EPOCHS, lr=args.lr or LR, batch_size=32,
+                                            layers=args.layers or LAYERS, layer_combine=args.combine or COMBINE)
     started = time.perf_counter()
-    bertheads.train("classify", str(path), mode="features", epochs=args.epochs, lr=args.lr, batch_size=32,
-                    layers=args.layers, layer_combine=args.combine,
-                    progress=False, seed=args.train_seed, cache_dir=str(OUT / "audit" / "cache"))
+    bertheads.train("classify", str(path), mode="features", progress=False, seed=args.train_seed,
+                    cache_dir=str(OUT / "audit" / "cache"), **options)
     return round(time.perf_counter() - started, 1)
 
 
@@ -94,10 +104,17 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.1)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--modes", default="features", help="features, finetune or both (comma-separated)")
-    parser.add_argument("--epochs", type=int, default=10, help="features mode: each fold's epochs")
-    parser.add_argument("--lr", type=float, default=1e-3, help="features mode: each fold's learning rate")
-    parser.add_argument("--layers", default="-1,-2,-3,-4", help="features mode: the layers the heads read")
-    parser.add_argument("--combine", default="mean", help="features mode: how the layers merge (concat, mean, ...)")
+    parser.add_argument("--epochs", type=int, help=f"features mode: each fold's epochs (default {EPOCHS}; with "
+                                                   "--defaults: the audit's)")
+    parser.add_argument("--lr", type=float, help=f"features mode: each fold's learning rate (default {LR:g}; with "
+                                                 "--defaults: the audit's)")
+    parser.add_argument("--layers", help=f"features mode: the layers the heads read (default {LAYERS}; "
+                                         "with --defaults: the audit's)")
+    parser.add_argument("--combine", help=f"features mode: how the layers merge (concat, mean, ...; default {COMBINE}; "
+                                          "with --defaults: the audit's)")
+    parser.add_argument("--defaults", action="store_true", help="the audit at its defaults (mode and folds only)")
+    parser.add_argument("--readers", default="auto", help="features mode: auto (the kind's reader), head, or both")
+    parser.add_argument("--no-train-timing", action="store_true", help="skip timing one training run")
     parser.add_argument("--finetune-epochs", type=int, default=1)
     parser.add_argument("--train-seed", type=int, default=42)
     parser.add_argument("--no-peer", action="store_true")
@@ -109,9 +126,11 @@ def main() -> None:
     for seed in [int(s) for s in args.seeds.split(",")]:
         path, flip, y = noisy_file(args.n, args.fraction, seed, folder)
         for mode in args.modes.split(","):
-            rows.append({"who": f"bertheads audit --mode {mode}", "seed": seed, **ours(path, flip, y, mode, args)})
-            print(json.dumps(rows[-1]), flush=True)
-        if "features" in args.modes and seed == int(args.seeds.split(",")[0]):
+            for reader in args.readers.split(",") if mode == "features" else ["auto"]:
+                who = f"bertheads audit --mode {mode}" + (f" --reader {reader}" if mode == "features" else "")
+                rows.append({"who": who, "seed": seed, **ours(path, flip, y, mode, args, reader)})
+                print(json.dumps(rows[-1]), flush=True)
+        if "features" in args.modes and seed == int(args.seeds.split(",")[0]) and not args.no_train_timing:
             rows.append({"who": "bertheads train --mode features (one run)", "seed": seed,
                          "seconds": train_once(path, args)})
             print(json.dumps(rows[-1]), flush=True)

@@ -193,6 +193,32 @@ def test_each_side_by_side_head_takes_the_steps_of_its_own_run(tiny_bert, tmp_pa
     assert tuned.summary["fold_steps"] == [3, 3]  # each fold's own run: 20 rows in batches of 8
 
 
+def test_features_folds_train_the_kinds_reader_unless_told_the_head(tiny_bert, tmp_path):
+    """By default features-mode folds train the kind's audit reader (classify: one linear layer
+    over the last 4 layers' pooled vectors, as many as the encoder has, each L2-normalised, side
+    by side, 10 epochs), named in the summary; --reader head trains the head `train` trains."""
+    import torch
+
+    from bertheads.tasks.classify.head import ClassifyHead
+    from bertheads.tasks.classify.spec import ClassifySpec
+
+    rows = [{"text": f"text {i}", "label": "yes" if i % 2 else "no"} for i in range(12)]
+    options = dict(model=tiny_bert, mode="features", folds=2, cache_dir=str(tmp_path / "cache"), progress=False)
+    summary = bertheads.audit("classify", rows, **options).summary
+    assert summary["reader"].startswith("linear over the last 4 layers' pooled vectors, each L2-normalised")
+    task = summary["settings"]["task"]
+    assert (task["normalised"], task["layers"], task["layer_combine"]) == (True, "-1,-2", "concat")  # (2 layers)
+    assert summary["settings"]["training"]["epochs"] == 10
+    old = bertheads.audit("classify", rows, reader="head", **options).summary
+    assert old["reader"] == "the classify head `train` trains" and "normalised" not in old["settings"]["task"]
+    assert old["settings"]["training"]["epochs"] is None and "layers" not in old["settings"]["task"]
+    # the reader: each layer's pooled vector normalised (its scale does not matter), no dense layer
+    head = ClassifyHead(8, 2, ClassifySpec(layers=[-1, -2], combine="concat", normalised=True, pooling="mean")).eval()
+    states, mask = [torch.randn(3, 5, 8), torch.randn(3, 5, 8)], {"attention_mask": torch.ones(3, 5)}
+    assert head.pooler is None and head.out.in_features == 16
+    assert torch.allclose(head(states, mask), head([states[0] * 7, states[1] * 0.1], mask), atol=1e-5)
+
+
 def test_a_warm_features_audit_reads_no_encoder_weights(tiny_bert, tmp_path, monkeypatch):
     """With the cache warm, the checkpoint's remembered hash names the cache entry: the
     weights never load (as in `train --mode features`)."""

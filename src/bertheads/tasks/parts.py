@@ -106,6 +106,24 @@ class Reading(Part):
         raise UserError(f"{self.task.kind} heads have no selection of inputs")
 
 
+@dataclass(frozen=True)
+class AuditReader:
+    """What a kind's `audit --mode features` folds train by default on the frozen states, when
+    it is not the head `train` would train: its name (in the audit's log and summary) and the
+    head options it sets (those the run leaves at the kind's defaults) besides `layers`: the
+    last `last_layers` of the encoder (as many as it has); its `epochs` where the run gives none."""
+
+    name: str
+    options: dict
+    last_layers: int = 1
+    epochs: int | None = None
+
+    def options_for(self, num_layers: int) -> dict:
+        """Its options for an encoder of `num_layers` layers, `layers` among them."""
+        count = max(1, min(self.last_layers, num_layers))
+        return {**self.options, "layers": ",".join(str(-i) for i in range(1, count + 1))}
+
+
 class Modeling(Part):
     """Its head, loss and training recipe: the features an example is encoded to (several when
     it is cut into windows), the loss, what one input's encoder pass costs, and the recipe a
@@ -114,6 +132,7 @@ class Modeling(Part):
     recipes: ClassVar[tuple[Recipe, ...]] = FIXED  # the training recipe by the data's size
     training_defaults: ClassVar[dict] = {}  # `train KIND` defaults of run settings that differ
     prepare_options: ClassVar[tuple[str, ...]] = ()  # run settings the kind's `prepare` takes (classify: limit)
+    audit_reader: ClassVar[AuditReader | None] = None  # the audit's fold head on frozen states (None: the trained head's)
 
     @classmethod
     def start_weights(cls, spec: Any, encoder) -> dict | None:

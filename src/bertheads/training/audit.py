@@ -1,9 +1,10 @@
 """`bertheads audit`: the rows of a training set whose given label the model disputes. Every
 row gets an out-of-fold prediction (k heads, each trained by `training.loop.fit` on the other
-folds: on the features cache's states with `--mode features`, with its own copy of the encoder
-with `--mode finetune`), then cleanlab's confident learning ranks and flags them (its
-`find_label_issues`, ranked by self-confidence: the reference recipe, measured in
-bench/audit.py). The kind says what a unit is and how it shows (`Judging.disputes`)."""
+folds: on the features cache's states with `--mode features`, by default the kind's reader of
+them, `Modeling.audit_reader`; with its own copy of the encoder with `--mode finetune`), then
+cleanlab's confident learning ranks and flags them (its `find_label_issues`, ranked by
+self-confidence: the reference recipe, measured in bench/audit.py). The kind says what a unit
+is and how it shows (`Judging.disputes`)."""
 
 from __future__ import annotations
 
@@ -29,14 +30,16 @@ from bertheads.compute.batching import INFERENCE_BATCH
 from bertheads.compute.runner import run_heads
 from bertheads.encoder.pretrained import Encoder
 from bertheads.model import BertHeads
+from bertheads.saved.bundle import task_class
 from bertheads.store.atomic import atomic_directory
 from bertheads.store.encoder_refs import cache_root, reference
 from bertheads.store.features_cache import CachedDev
 from bertheads.store.guard import check_target
-from bertheads.tasks.parts import Disputes
+from bertheads.tasks.parts import AuditReader, Disputes
 from bertheads.text.readers import source_name
 from bertheads.training.config import MultiConfig
 from bertheads.training.features import CachedHead, attach_cache, evaluate_cached
+from bertheads.training.flags import kind_defaults
 from bertheads.training.joint import read_task, run_inputs, task_settings
 from bertheads.training.loop import TaskData, TrainSettings, evaluate_task, fit
 from bertheads.training.provenance import plain
@@ -45,6 +48,7 @@ from bertheads.training.resolve import settle_run
 log = logging.getLogger("bertheads")
 
 ROWS = ("flagged", "all")
+READERS = ("auto", "head")
 
 
 @dataclass
@@ -56,6 +60,11 @@ class AuditSettings:
                                    "every row, ranked)", choices=ROWS)
     top: int = setting(20, "how many suspects summary.json (and the report) shows with their text",
                        type=positive_int)
+    reader: str = setting("auto", "--mode features: what each fold trains on the frozen states: auto, the reader of "
+                                  "them that found planted label errors best for the kind (docs/data.md; summary.json "
+                                  "names it; the --layers, --layer-combine and --epochs given win); head: the head "
+                                  "`train --mode features` trains",
+                          choices=READERS)
 
 
 FOLD = "_fold"  # in a joint batch: each row's fold number
@@ -133,6 +142,9 @@ class OutOfFold:
     fold_metrics: list
     seconds: float
     fold_steps: list[int] = dataclasses.field(default_factory=list)  # each head's optimizer steps
+    reader: str = ""  # what the folds trained (the kind's audit reader's name, or the head `train` trains)
+    options: dict = dataclasses.field(default_factory=dict)  # the task's options the folds trained with
+    settings: TrainSettings | None = None  # and the run's settings
 
 
 def fold_numbers(count: int, folds: int, seed: int) -> np.ndarray:
@@ -153,6 +165,25 @@ def fold_options(task, cli_options: dict | None, config: MultiConfig) -> dict:
     return {**options, "mode": "features" if options.get("mode") == "features" else "finetune"}
 
 
+def with_reader(kind: str, options: dict, chosen: AuditReader | None, num_layers: int) -> dict:
+    """The folds' options with the kind's audit reader's over those left at the kind's defaults."""
+    if chosen is None:
+        return options
+    defaults = kind_defaults(kind)
+    wanted = chosen.options_for(num_layers)
+    return {**options, **{k: v for k, v in wanted.items() if options.get(k) == defaults.get(k)}}
+
+
+def fold_reader(kind: str, options: dict, reader: str = "auto") -> AuditReader | None:
+    """The kind's audit reader where the folds train on frozen states (not a branch of tuned
+    layers) and `reader` is auto; None: the head `train` would train."""
+    if reader not in READERS:
+        raise UserError(f"{said('reader')}: expected one of {', '.join(READERS)}, got {reader!r}")
+    if reader != "auto" or options.get("mode") != "features" or options.get("tune_layers") is not None:
+        return None
+    return task_class(kind).parts.modeling.audit_reader
+
+
 def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit: AuditSettings,
                 limit: int | None = None, cli_options: dict | None = None) -> OutOfFold:
     """Train `audit.folds` heads on the task of `config` (one task), each on all but one fold,
@@ -160,9 +191,15 @@ def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit:
     started = time.perf_counter()
     t = config.tasks[0]
     options = fold_options(t, cli_options, config)
+    chosen = fold_reader(t.kind, options, audit.reader)
+    if chosen is not None:
+        log.info(f"audit: the folds' reader: {chosen.name} ({said('reader', 'head')}: the head `train` trains)")
     frozen = options["mode"] == "features"
     torch.manual_seed(settings.seed)
     encoder = Encoder.load(model, lazy=frozen)
+    options = with_reader(t.kind, options, chosen, encoder.info.num_layers)
+    if chosen is not None and chosen.epochs and settings.epochs is None:
+        settings = dataclasses.replace(settings, epochs=chosen.epochs)
     task, examples = read_task(t.kind, t.train, encoder, options, t.limit or limit)
     task.scoring.disputes([], [], t.train)  # (a head the kind cannot audit is refused before any training)
     # inference features with the loss's targets: the rows a fold trains on and predicts are
@@ -204,7 +241,9 @@ def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit:
         for k, out in zip(held_examples, merged):
             outputs[k] = out
         lines.tick(fold + 1)
-    return OutOfFold(task, examples, outputs, numbers, fold_metrics, time.perf_counter() - started, fold_steps)
+    reader = chosen.name if chosen is not None else f"the {t.kind} head `train` trains"
+    return OutOfFold(task, examples, outputs, numbers, fold_metrics, time.perf_counter() - started, fold_steps, reader,
+                     options, settings)
 
 
 def one_fold_at_a_time(name: str, task, encoder, whole: TaskData, held: list[list[int]], settings: TrainSettings):
@@ -395,12 +434,13 @@ def audit_task(config: MultiConfig, out: str | Path | None, model: str = "defaul
         "classes": {n: int(c) for n, c in class_counts(disputes).items()},
         "top": [{k: r[k] for k in r if k not in ("flagged",)} for r in issues[:audit.top]],
         "fold_dev": oof.fold_metrics, "fold_steps": oof.fold_steps, "seconds": round(oof.seconds, 2),
+        "reader": oof.reader,
         "ranking": "cleanlab find_label_issues (prune by noise rate), ranked by self-confidence"
                    if disputes.probs is not None else f"the {t.kind} kind's own score",
         "settings": plain({"model": model, "audit": dataclasses.asdict(audit),
-                           "training": {k: v for k, v in dataclasses.asdict(settings).items()
+                           "training": {k: v for k, v in dataclasses.asdict(oof.settings or settings).items()
                                         if k in ("epochs", "lr", "batch_size", "seed", "max_grad_norm", "warmup_ratio")},
-                           "task": {k: v for k, v in fold_options(t, cli_options, config).items()
+                           "task": {k: v for k, v in oof.options.items()
                                     if v is not None}}),
     }
     if out is not None:

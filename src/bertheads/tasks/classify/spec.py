@@ -69,6 +69,9 @@ class ClassifySpec(HeadSettings):
     pair: bool = settled(False, tags=("shape",))  # whether training inputs were pairs
     # one linear layer over the L2-normalised pooled vector, started from the label descriptions
     cosine: bool = settled(False, tags=("shape",))
+    # one linear layer over each read layer's pooled vector L2-normalised, merged, normalised
+    # again and scaled (`head.READER_SCALE`): the reader `audit --mode features` trains by default
+    normalised: bool = settled(False, tags=("shape",))
     label_weights: list = field(default_factory=list)  # the class weights, in label order (empty: all 1)
     thresholds: list | None = None  # multi-label: per-label thresholds tuned on dev for F1
 
