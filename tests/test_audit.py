@@ -212,6 +212,10 @@ def test_features_folds_train_the_kinds_reader_unless_told_the_head(tiny_bert, t
     old = bertheads.audit("classify", rows, reader="head", **options).summary
     assert old["reader"] == "the classify head `train` trains" and "normalised" not in old["settings"]["task"]
     assert old["settings"]["training"]["epochs"] is None and "layers" not in old["settings"]["task"]
+    from bertheads.training.audit import fold_reader  # a head from label descriptions reads as it starts
+
+    assert fold_reader("classify", {"mode": "features", "label_descriptions": ["no: a", "yes: b"]}) is None
+    assert fold_reader("classify", {"mode": "features"}) is not None
     # the reader: each layer's pooled vector normalised (its scale does not matter), no dense layer
     head = ClassifyHead(8, 2, ClassifySpec(layers=[-1, -2], combine="concat", normalised=True, pooling="mean")).eval()
     states, mask = [torch.randn(3, 5, 8), torch.randn(3, 5, 8)], {"attention_mask": torch.ones(3, 5)}

@@ -111,12 +111,14 @@ class AuditReader:
     """What a kind's `audit --mode features` folds train by default on the frozen states, when
     it is not the head `train` would train: its name (in the audit's log and summary) and the
     head options it sets (those the run leaves at the kind's defaults) besides `layers`: the
-    last `last_layers` of the encoder (as many as it has); its `epochs` where the run gives none."""
+    last `last_layers` of the encoder (as many as it has); its `epochs` where the run gives none;
+    `unless`: head options that, when given, make the trained head the reader."""
 
     name: str
     options: dict
     last_layers: int = 1
     epochs: int | None = None
+    unless: tuple[str, ...] = ()
 
     def options_for(self, num_layers: int) -> dict:
         """Its options for an encoder of `num_layers` layers, `layers` among them."""

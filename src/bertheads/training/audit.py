@@ -181,7 +181,8 @@ def fold_reader(kind: str, options: dict, reader: str = "auto") -> AuditReader |
         raise UserError(f"{said('reader')}: expected one of {', '.join(READERS)}, got {reader!r}")
     if reader != "auto" or options.get("mode") != "features" or options.get("tune_layers") is not None:
         return None
-    return task_class(kind).parts.modeling.audit_reader
+    chosen = task_class(kind).parts.modeling.audit_reader
+    return None if chosen is None or any(options.get(name) for name in chosen.unless) else chosen
 
 
 def out_of_fold(config: MultiConfig, model: str, settings: TrainSettings, audit: AuditSettings,
