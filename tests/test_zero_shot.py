@@ -75,6 +75,10 @@ def test_rows_with_descriptions_start_from_the_zero_label_head(mean_bert, tmp_pa
     order = [zero.net.tasks["classify"].spec.labels.index(label) for label in task.spec.labels]  # (sorted here)
     assert task.spec.labels == sorted(DESCRIBED)
     assert torch.equal(task.head.out.weight, zero.net.heads["classify"].out.weight[order])  # the zero-label start
+    multi = write("multi.jsonl", "".join(json.dumps({"text": f"{t} {i}", "label": [k, "food"] if i else [k]}) + "\n"
+                                         for i in range(2) for k, t in DESCRIBED.items()))
+    many, _ = read_task("classify", multi, encoder, {"label_descriptions": described, "mode": "features"})
+    assert many.spec.problem == "multi_label" and torch.equal(many.head.out.weight, task.head.out.weight)  # (multi-label too)
     plain, _ = read_task("classify", train, encoder, {"mode": "features"})
     assert plain.head.pooler is not None and task.head.pooler is None  # (the usual head: a dense layer first)
     trained = bertheads.train("classify", train, out=tmp_path / "few", model=mean_bert, verbose=False, epochs=1,
