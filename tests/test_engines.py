@@ -25,10 +25,11 @@ QUESTIONS = ["Who visited Paris?", "Where did the cat sit?", "What is the film a
 
 @pytest.fixture(scope="module")
 def multi_dir(tiny_bert, tmp_path_factory):
-    """classify, tag and qa heads on one tiny encoder (untrained, seeded)."""
+    """classify, tag (a branch: its own copy of the top layer) and qa heads on one tiny encoder
+    (untrained, seeded)."""
     out = tmp_path_factory.mktemp("engines") / "model"
     return str(save_heads(tiny_bert, out, {"sentiment": ("classify", 1, {"labels": ["neg", "pos"]}),
-                                           "ner": ("tag", 2, {"tags": TAGS}),
+                                           "ner": ("tag", 2, {"tags": TAGS, "tune_layers": 1}),  # (a branch head)
                                            "qa": ("qa", 3, {})}))
 
 
