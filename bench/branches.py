@@ -15,7 +15,7 @@ on one task (`--task`):
   but for squad);
 - `finetune` (with `--finetune`): bertheads fine-tuning (`mode="finetune"`, lr 5e-5);
 - `N=k`: bertheads with `tune_layers=k` (the head's own top k layers on the frozen checkpoint's
-  states, cached at the split layer first; lr 1e-4, the branch default); `N=0` is features mode
+  states, cached at the split layer first; the branch default lr: 1e-4 until 2026-12-06, then 3e-4); `N=0` is features mode
   on the last layer; `N=all` tunes every layer but the embeddings;
 - `N=2 warm`: `N=2` again with its cache entry there: what a later epoch (or a tune trial, an
   audit fold) costs once the trunk's states are cached.
@@ -175,11 +175,13 @@ def trainer(args, task: Task, train: Path, dev: Path, work: Path) -> dict:
 
 
 def arms(args) -> list[tuple[str, dict]]:
-    out = [("trainer", {})] + ([("finetune", {"mode": "finetune"})] if args.finetune else [])
+    out = ([] if args.no_trainer else [("trainer", {})]) + ([("finetune", {"mode": "finetune"})] if args.finetune else [])
+    lr = {"lr": args.branch_lr} if args.branch_lr else {}
+    tag = f" lr {args.branch_lr:g}" if args.branch_lr else ""
     for n in args.tune.split(","):
-        out.append((f"N={n}", {"tune_layers": n}))
-        if n == "2":
-            out.append(("N=2 warm", {"tune_layers": "2", "warm": True}))
+        out.append((f"N={n}{tag}", {"tune_layers": n, **lr}))
+        if n == "2" and not args.no_warm:
+            out.append((f"N=2{tag} warm", {"tune_layers": "2", "warm": True, **lr}))
     return out
 
 
@@ -261,6 +263,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--tune", default="2,1,3,0,all", help="the N values, comma-separated, in run order")
     parser.add_argument("--finetune", action="store_true", help="also bertheads' own fine-tuning")
+    parser.add_argument("--no-trainer", action="store_true", help="leave the Trainer out (its row from an earlier run)")
+    parser.add_argument("--no-warm", action="store_true", help="leave out the N=2 run on a warm cache")
+    parser.add_argument("--branch-lr", type=float, default=None, help="the branches' learning rate (default: theirs)")
     parser.add_argument("--out", type=Path, default=OUT / "branches.jsonl")
     parser.add_argument("--table", action="store_true", help="print the tables of --out and stop")
     args = parser.parse_args()

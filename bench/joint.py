@@ -8,7 +8,7 @@ for smoke runs). The subsets are written once under `--work` (bench/out/joint/),
 `joint`: per seed, every head trained alone and all of them trained together (`train_multi`,
 sampling `proportional`: every task's batches once per epoch, so each head takes the same steps
 as alone; the shared part sees their sum), in two modes: `finetune` (the whole encoder, lr 5e-5)
-and `branch` (`--tune-layers N`, each head its own top N layers on the frozen trunk, lr 1e-4:
+and `branch` (`--tune-layers N`, each head its own top N layers on the frozen trunk, the branch default lr:
 nothing trainable is shared, so joint and alone differ only in the heads' initial draws, batch
 order and the schedule). The learning-rate schedule (warm-up 0.1, linear decay) runs over the
 run's steps, so a head trained jointly takes its steps at points spread over a schedule as long
