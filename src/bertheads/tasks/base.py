@@ -125,6 +125,12 @@ class HeadSettings:
         settings alone can make a head says when not (its `prepare` then takes no file)."""
         return True
 
+    @property
+    def starts_trained(self) -> bool:
+        """Whether a fresh head of these settings predicts before any step (classify's from label
+        descriptions): training evaluates its start as epoch 0, a candidate to keep."""
+        return False
+
     @classmethod
     def check_saved(cls, data: dict, num_layers: int | None = None, max_tokens: int | None = None) -> None:
         """Each value a head reads from a saved spec (`data`, its types already checked against the

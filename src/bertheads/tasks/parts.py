@@ -134,18 +134,11 @@ class Modeling(Part):
     recipes: ClassVar[tuple[Recipe, ...]] = FIXED  # the training recipe by the data's size
     training_defaults: ClassVar[dict] = {}  # `train KIND` defaults of run settings that differ
     prepare_options: ClassVar[tuple[str, ...]] = ()  # run settings the kind's `prepare` takes (classify: limit)
-    audit_reader: ClassVar[AuditReader | None] = None  # the audit's fold head on frozen states (None: the trained head's)
 
     @classmethod
     def start_weights(cls, spec: Any, encoder) -> dict | None:
         """The checkpoint's weights a fresh head's first layer starts from (None: none)."""
         return None
-
-    @property
-    def starts_trained(self) -> bool:
-        """Whether a fresh head already predicts before any step (a classify head from label
-        descriptions): training then evaluates its start as epoch 0, a candidate to keep."""
-        return False
 
     def recipe(self, examples: int, how: str = "auto") -> Recipe:
         """The row of this kind's recipe table for `examples` training examples (`how` "fixed":
@@ -246,6 +239,8 @@ class Scoring(Part):
     """What its scores mean: the decisions a temperature is fitted on (the math:
     `tasks/calibration.py`), abstention below a confidence, and what `audit` and `select` read
     of a head (the labels it disputes, how unsure it is, the classes it was trained on)."""
+
+    audit_reader: ClassVar[AuditReader | None] = None  # the audit's fold head on frozen states (None: the trained head's)
 
     def calibration_rows(self, outputs: list, examples: list, path=None) -> tuple[np.ndarray, np.ndarray] | None:
         """The decisions a temperature is fitted and measured on, from labelled outputs: each

@@ -1,7 +1,7 @@
 """`bertheads audit`: the rows of a training set whose given label the model disputes. Every
 row gets an out-of-fold prediction (k heads, each trained by `training.loop.fit` on the other
 folds: on the features cache's states with `--mode features`, by default the kind's reader of
-them, `Modeling.audit_reader`; with its own copy of the encoder with `--mode finetune`), then
+them, `Scoring.audit_reader`; with its own copy of the encoder with `--mode finetune`), then
 cleanlab's confident learning ranks and flags them (its `find_label_issues`, ranked by
 self-confidence: the reference recipe, measured in bench/audit.py). The kind says what a unit
 is and how it shows (`Judging.disputes`)."""
@@ -181,7 +181,7 @@ def fold_reader(kind: str, options: dict, reader: str = "auto") -> AuditReader |
         raise UserError(f"{said('reader')}: expected one of {', '.join(READERS)}, got {reader!r}")
     if reader != "auto" or options.get("mode") != "features" or options.get("tune_layers") is not None:
         return None
-    chosen = task_class(kind).parts.modeling.audit_reader
+    chosen = task_class(kind).parts.scoring.audit_reader
     return None if chosen is None or any(options.get(name) for name in chosen.unless) else chosen
 
 

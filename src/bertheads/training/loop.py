@@ -361,7 +361,7 @@ class Loop:
             signal.signal(signal.SIGINT, self.on_interrupt)
         status = "FAILED"  # what the trackers are told if the loop does not finish
         try:
-            if not s.resume and any(d.task.modeling.starts_trained and d.dev_examples is not None for d in self.data):
+            if not s.resume and any(d.task.spec.starts_trained and d.dev_examples is not None for d in self.data):
                 self.evaluation(0, {})  # a head that predicts from its start: epoch 0 may be the one to keep
             while self.epoch <= s.epochs and not self.stop:
                 record = train_epoch(self.run, self.model, self.data, s, self.epoch, self.batch, self.after_step)

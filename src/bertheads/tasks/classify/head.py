@@ -28,7 +28,7 @@ from bertheads.tasks.families import (
     settle_family,
 )
 from bertheads.tasks.families import start_weights as checkpoint_start
-from bertheads.tasks.parts import AuditReader, Modeling
+from bertheads.tasks.parts import Modeling
 from bertheads.tasks.recipes import Fallback, Recipe
 from bertheads.text.encoding import encode_texts, encode_windows
 
@@ -121,13 +121,6 @@ class ClassifyModeling(Modeling):
     training recipe."""
 
     prepare_options = ("limit",)
-    # `audit --mode features`: a linear reader of the last 4 layers' pooled states, each
-    # normalised, side by side, 10 epochs (SST-2's first 4,000 rows, 10% of the labels flipped,
-    # seeds 0-2: precision at k 0.610 against the trained head's 0.550; 3 epochs 0.573, 20 0.603,
-    # the layers' mean 0.547; seeds 3-5, untuned: 0.610 against 0.565, the cleanlab recipe 0.485; bench/RESULTS.md)
-    audit_reader = AuditReader("linear over the last 4 layers' pooled vectors, each L2-normalised, side by side",
-                               {"layer_combine": "concat", "normalised": True}, last_layers=4, epochs=10,
-                               unless=("label_descriptions",))  # (a head from descriptions reads as it starts)
     # by the training data's size, as measured on SST-2 (bench/small_data.py, docs/little-data.md):
     # up to 200 examples SetFit's recipe (contrastive) beat the head alone on the frozen encoder;
     # at 800 and 1,000, contrastive on 40 pairs an example beat fine-tuning (by less at 1,000); at 2,000 batch 8
@@ -153,11 +146,6 @@ class ClassifyModeling(Modeling):
         if spec.normalised:
             return None  # (no dense layer to start)
         return checkpoint_start(family, encoder)
-
-    @property
-    def starts_trained(self) -> bool:
-        """A head from label descriptions predicts by similarity before any step."""
-        return bool(self.spec.cosine)
 
     def recipe(self, examples: int, how: str = "auto") -> Recipe:
         """The table's row; contrastive mode pairs single labelled texts, so text pairs and

@@ -105,6 +105,11 @@ class ClassifySpec(HeadSettings):
         """Label descriptions make a head without training rows."""
         return not options.get("label_descriptions")
 
+    @property
+    def starts_trained(self) -> bool:
+        """A head from label descriptions predicts by similarity before any step."""
+        return bool(self.cosine)
+
     @classmethod
     def from_saved(cls, data: dict) -> ClassifySpec:
         """A saved spec; one saved before `pooling` reads as its family's head ([CLS] but for a
