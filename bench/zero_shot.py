@@ -45,6 +45,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from common import OUT, cpu_line  # noqa: E402
 from public_sets import path as public_path  # noqa: E402
+from zero_shot_multilabel import DESCRIPTIONS as MULTI_LABEL_DESCRIPTIONS  # noqa: E402
 
 MULTI_LABEL = {"goemotions-ekman"}  # its dev split chooses (epoch, thresholds), its test split scores
 TEST_ROWS = 2000  # a multi-label set's test rows scored (its first ones)
@@ -63,14 +64,7 @@ DESCRIPTIONS = {
              "HUM": "Who was the first president of the United States?",
              "LOC": "Where is the tallest mountain in the world, in which country or city?",
              "NUM": "How many people live in Tokyo, and in what year was it founded?"},
-    # (the same as bench/zero_shot_multilabel.py's)
-    "goemotions-ekman": {"anger": "I am so angry about this, it makes me furious and mad.",
-                         "disgust": "That is disgusting and gross, it makes me sick.",
-                         "fear": "I am scared and afraid of what might happen to me.",
-                         "joy": "I am so happy, this is wonderful, thank you so much!",
-                         "neutral": "The next meeting is on Tuesday at the usual place.",
-                         "sadness": "I am so sad and sorry about your loss, it hurts.",
-                         "surprise": "Wow, I did not expect that at all, what a surprise!"},
+    "goemotions-ekman": MULTI_LABEL_DESCRIPTIONS[("goemotions-ekman", "like")],
 }
 RESULTS = OUT / "zero_shot.jsonl"
 
